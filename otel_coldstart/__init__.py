@@ -1,0 +1,146 @@
+"""otel-coldstart: OpenTelemetry traces and metrics for model start-up.
+
+Model servers spend minutes starting: reading checkpoints, deserialising them, copying to
+the GPU, casting, capturing CUDA graphs. otel-coldstart shows where that time goes.
+
+Use
+---
+::
+
+    import otel_coldstart
+    otel_coldstart.instrument()          # first thing in the process, before loading
+
+    with otel_coldstart.phase("build_model"):   # name your own steps
+        model = build_model()
+    model.load_state_dict(safetensors.torch.load_file("model.safetensors"))
+    model.to(torch.float16)
+
+    otel_coldstart.ready()               # the model can serve: the start-up ends here
+
+Or with no code change: ``opentelemetry-instrument python serve.py`` (the plugin is found
+through the ``opentelemetry_instrumentor`` entry point), then call ``ready()``
+where serving begins, or let the process end the start-up at exit.
+
+What you get
+------------
+- A root span ``model.startup`` from the process start (read from the OS, not from
+  ``instrument()``) to ``ready()``. If the process exits (or gets SIGTERM) first, the
+  root ends there with ``coldstart.ready=false`` and is still exported.
+- A ``coldstart.import`` span from process start to ``instrument()``.
+- One ``coldstart.deserialize`` span per checkpoint file read (``torch.load``,
+  ``safetensors.torch.load_file``/``load``, and ``safe_open`` handles as transformers,
+  accelerate and vLLM use them), with the file's path, size, format, shard index, the
+  bytes this read pulled from storage and the page-cache state that follows
+  (``cold``/``warm``/``partial``).
+- Tensor casts and copies (``Tensor.to/.cuda/.half/.float/.bfloat16/.copy_``,
+  ``Module.to/.cuda/.half/...``) summed into a few ``coldstart.<phase>`` leaf spans with
+  call counts, bytes and busy time: span count grows with shards and phases, never with
+  tensors. These per-tensor patches are removed at ``ready()``: steady-state serving runs
+  the original functions.
+- Spans nest under whatever span is current (yours, vLLM's), and a ``TRACEPARENT``
+  environment variable makes the root a child of a launcher's span.
+- Metrics ``model.startup.duration``, ``model.startup.phase.duration``,
+  ``model.startup.shard.duration`` and ``model.startup.bytes`` on the meter provider.
+
+Where it goes: a tracer provider you pass or configured globally is used as it is.
+Otherwise spans go over OTLP to ``OTEL_EXPORTER_OTLP_ENDPOINT`` when that is set, else to
+an OTLP JSON file under ``./otel-coldstart-traces/`` and a one-screen breakdown is printed
+when the start-up ends. ``otel-coldstart analyze FILE`` prints it again.
+
+Every name is listed in ``docs/conventions.md``. Our hooks never raise into your code, never
+change what it loads, and never hide its exceptions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any
+
+from opentelemetry import metrics, trace
+
+from . import session as _session
+from ._errors import report_internal_error
+from .instrumentor import ColdstartInstrumentor
+
+__version__ = "0.1.0"
+__all__ = ["ColdstartInstrumentor", "instrument", "uninstrument", "ready", "phase", "trace_file", "__version__"]
+
+
+def instrument(tracer_provider: trace.TracerProvider | None = None,
+               meter_provider: metrics.MeterProvider | None = None, **options: Any) -> ColdstartInstrumentor:
+    """Start tracing the start-up. Idempotent: a second call does nothing.
+
+    Options:
+      start_at: ``"process"`` (default: the root span starts when the OS started the
+        process) or ``"instrument"`` (now; for notebooks and tests).
+      output_dir: where the OTLP JSON file goes when no exporter is configured
+        (default ``./otel-coldstart-traces``, or ``OTEL_COLDSTART_OUTPUT_DIR``).
+      summary: print the breakdown when the start-up ends (default: when writing the local
+        file; ``OTEL_COLDSTART_SUMMARY=0/1`` overrides).
+      export_timeout_s: the most the exit flush may wait for an exporter (default 5).
+      handle_sigterm: end and export the start-up on SIGTERM when the process has no
+        SIGTERM handler of its own (default True).
+      metric_attributes: attributes for every metric series (e.g. model, deploy).
+    """
+    instrumentor = ColdstartInstrumentor()
+    if not instrumentor.is_instrumented_by_opentelemetry:
+        instrumentor.instrument(tracer_provider=tracer_provider, meter_provider=meter_provider,
+                                skip_dep_check=True, **options)
+    return instrumentor
+
+
+def uninstrument() -> None:
+    """Remove every patch (restoring the original objects) and end the start-up if open."""
+    instrumentor = ColdstartInstrumentor()
+    if instrumentor.is_instrumented_by_opentelemetry:
+        instrumentor.uninstrument()
+
+
+def ready() -> None:
+    """The model can serve: end the start-up, remove the per-tensor patches, flush."""
+    ColdstartInstrumentor().ready()
+
+
+def trace_file() -> str | None:
+    """The OTLP JSON file this process writes its trace to, if that is where spans go."""
+    return ColdstartInstrumentor().trace_file
+
+
+class phase(contextlib.ContextDecorator):
+    """Name a step of your start-up: ``with phase("build_model"):`` or ``@phase("download")``.
+
+    The span is ``coldstart.<name>`` with ``coldstart.phase=<name>``; work inside it
+    (loads, casts) nests under it, and the analyzer counts its own time under that name
+    instead of "unattributed". A no-op when not instrumented.
+    """
+
+    def __init__(self, name: str) -> None:
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError("phase name must be a non-empty string")
+        self.name = name.strip()
+        self._local = threading.local()
+
+    def __enter__(self) -> "phase":
+        session = _session.ACTIVE
+        container = None
+        if session is not None:
+            try:
+                container = session.start_container(self.name)
+            except Exception:
+                report_internal_error("phase start")
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        stack.append(container)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        stack = getattr(self._local, "stack", None)
+        container = stack.pop() if stack else None
+        if container is not None:
+            try:
+                container.finish(error=exc)
+            except Exception:
+                report_internal_error("phase end")
+        return False

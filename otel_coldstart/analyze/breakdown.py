@@ -1,0 +1,262 @@
+"""Where the start-up time went: per-phase time, unattributed time, the dominant phase.
+
+Pure functions over :class:`~otel_coldstart.analyze.model.Span` records.
+
+The invariant (docs/analysis.md): for a single-threaded start-up, the per-phase times plus
+``unattributed`` add up exactly to the root span's duration. Each phased span contributes
+its *self time*: its own coverage minus the coverage of its phased children on the same
+thread. Spans without a phase (a user's span, vLLM's "Load weights") are transparent: their
+phased descendants count as children of the nearest phased ancestor. Work on other threads
+adds busy time but never subtracts from the thread that waited for it, so with thread pools
+the phases can add up to more than the wall time; the ratio is reported as parallelism.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from .. import semconv
+from .model import Span
+
+
+@dataclass(frozen=True)
+class PhaseTime:
+    phase: str
+    busy_ns: int
+    spans: int
+    bytes: int
+
+    def share_of(self, total_ns: int) -> float:
+        return self.busy_ns / total_ns if total_ns > 0 else 0.0
+
+    @property
+    def throughput(self) -> float | None:
+        """Bytes per second over the phase's busy time, where bytes were recorded."""
+        if self.bytes <= 0 or self.busy_ns <= 0:
+            return None
+        return self.bytes / (self.busy_ns / 1e9)
+
+
+@dataclass(frozen=True)
+class ShardRead:
+    """One checkpoint file read, with its cold-cache evidence."""
+
+    path: str | None
+    index: int | None
+    count: int | None
+    size: int | None
+    format: str | None
+    duration_ns: int
+    read_bytes: int | None
+    cache_state: str | None
+    resident_ratio: float | None
+    thread_id: int | None
+    start_ns: int
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    root: Span
+    phases: tuple[PhaseTime, ...]  # largest first
+    unattributed_ns: int
+    total_busy_ns: int
+    shards: tuple[ShardRead, ...]  # in the order they were read
+    after_ready: int  # spans of this start-up recorded after ready()
+
+    @property
+    def duration_ns(self) -> int:
+        return self.root.duration_ns
+
+    @property
+    def ready(self) -> bool:
+        return self.root.attributes.get(semconv.READY) is True
+
+    @property
+    def attributed_wall_ns(self) -> int:
+        return self.duration_ns - self.unattributed_ns
+
+    @property
+    def parallelism(self) -> float:
+        """Busy time per second of attributed wall time: 1.0 for a single thread."""
+        wall = self.attributed_wall_ns
+        return self.total_busy_ns / wall if wall > 0 else 1.0
+
+    @property
+    def dominant(self) -> PhaseTime | None:
+        return self.phases[0] if self.phases else None
+
+    def phase(self, name: str) -> PhaseTime | None:
+        for item in self.phases:
+            if item.phase == name:
+                return item
+        return None
+
+
+def _process_key(span: Span) -> tuple:
+    res = span.resource
+    return (res.get("service.instance.id"), res.get("host.name"), res.get("process.pid"))
+
+
+def group_startups(spans: Iterable[Span]) -> list[tuple[Span, list[Span]]]:
+    """Pair every ``model.startup`` root with the spans that belong to its start-up.
+
+    A span belongs to the root among its ancestors; failing that (its parent chain passes
+    through a span that is missing, or ends at a foreign root such as vLLM's), to the root of
+    the same trace and process, or to the trace's only root. Parent cycles are cut.
+    """
+    spans = list(spans)
+    by_id = {s.span_id: s for s in spans}
+    roots = [s for s in spans if s.is_root]
+    members: dict[str, list[Span]] = {r.span_id: [] for r in roots}
+    roots_by_trace: dict[str, list[Span]] = defaultdict(list)
+    for r in roots:
+        roots_by_trace[r.trace_id].append(r)
+
+    for span in spans:
+        if span.is_root:
+            continue
+        owner = _root_ancestor(span, by_id)
+        if owner is None:
+            candidates = roots_by_trace.get(span.trace_id, [])
+            same_process = [r for r in candidates if _process_key(r) == _process_key(span)]
+            if len(same_process) == 1:
+                owner = same_process[0]
+            elif len(candidates) == 1:
+                owner = candidates[0]
+        if owner is not None:
+            members[owner.span_id].append(span)
+    roots.sort(key=lambda r: (r.start_ns, r.span_id))
+    return [(r, members[r.span_id]) for r in roots]
+
+
+def _root_ancestor(span: Span, by_id: dict[str, Span]) -> Span | None:
+    seen = {span.span_id}
+    parent_id = span.parent_id
+    while parent_id is not None and parent_id not in seen:
+        seen.add(parent_id)
+        parent = by_id.get(parent_id)
+        if parent is None:
+            return None
+        if parent.is_root:
+            return parent
+        parent_id = parent.parent_id
+    return None
+
+
+def _nearest_phased_ancestor(span: Span, by_id: dict[str, Span], root_id: str) -> str | None:
+    """The id of the closest ancestor that is phased or the root; None if the chain breaks."""
+    seen = {span.span_id}
+    parent_id = span.parent_id
+    while parent_id is not None and parent_id not in seen:
+        if parent_id == root_id:
+            return root_id
+        seen.add(parent_id)
+        parent = by_id.get(parent_id)
+        if parent is None:
+            return None
+        if parent.phase is not None:
+            return parent_id
+        parent_id = parent.parent_id
+    return None
+
+
+def _same_thread(a: Span, b: Span) -> bool:
+    ta, tb = a.thread_id, b.thread_id
+    return ta is None or tb is None or ta == tb
+
+
+def compute_breakdown(root: Span, members: Sequence[Span]) -> Breakdown:
+    """The breakdown of one start-up: ``root`` and the spans :func:`group_startups` gave it."""
+    window = [
+        s
+        for s in members
+        if s.phase is not None and s.start_ns >= root.start_ns and s.end_ns <= root.end_ns
+    ]
+    after_ready = sum(
+        1 for s in members if s.start_ns >= root.end_ns or s.attributes.get(semconv.AFTER_READY)
+    )
+    by_id = {s.span_id: s for s in members}
+    by_id[root.span_id] = root
+
+    children: dict[str, list[Span]] = defaultdict(list)
+    orphans: list[Span] = []
+    for span in window:
+        owner = _nearest_phased_ancestor(span, by_id, root.span_id)
+        if owner is None:
+            orphans.append(span)  # parent missing from the file: treat as top level
+        else:
+            children[owner].append(span)
+    top_level = children.get(root.span_id, []) + orphans
+
+    busy: dict[str, int] = defaultdict(int)
+    count: dict[str, int] = defaultdict(int)
+    nbytes: dict[str, int] = defaultdict(int)
+    for span in window:
+        covered_by_children = sum(
+            c.busy_ns for c in children.get(span.span_id, ()) if _same_thread(span, c)
+        )
+        phase = span.phase
+        assert phase is not None
+        busy[phase] += max(0, span.busy_ns - covered_by_children)
+        count[phase] += 1
+        nbytes[phase] += _span_bytes(span)
+
+    on_root_thread = sum(s.busy_ns for s in top_level if _same_thread(root, s))
+    unattributed = max(0, root.duration_ns - on_root_thread)
+    phases = tuple(
+        sorted(
+            (PhaseTime(p, busy[p], count[p], nbytes[p]) for p in busy),
+            key=lambda p: (-p.busy_ns, p.phase),
+        )
+    )
+    shards = tuple(
+        sorted(
+            (_shard_read(s) for s in window if s.phase == semconv.PHASE_DESERIALIZE),
+            key=lambda r: (r.start_ns, r.path or ""),
+        )
+    )
+    return Breakdown(
+        root=root,
+        phases=phases,
+        unattributed_ns=unattributed,
+        total_busy_ns=sum(busy.values()),
+        shards=shards,
+        after_ready=after_ready,
+    )
+
+
+def breakdowns(spans: Iterable[Span]) -> list[Breakdown]:
+    return [compute_breakdown(root, members) for root, members in group_startups(spans)]
+
+
+def _span_bytes(span: Span) -> int:
+    value = span.attributes.get(semconv.BYTES)
+    return value if isinstance(value, int) and value > 0 else 0
+
+
+def _int_attr(span: Span, key: str) -> int | None:
+    value = span.attributes.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _shard_read(span: Span) -> ShardRead:
+    attrs = span.attributes
+    path = attrs.get(semconv.FILE_PATH)
+    fmt = attrs.get(semconv.FILE_FORMAT)
+    state = attrs.get(semconv.CACHE_STATE)
+    ratio = attrs.get(semconv.CACHE_RESIDENT_RATIO)
+    return ShardRead(
+        path=path if isinstance(path, str) else None,
+        index=_int_attr(span, semconv.SHARD_INDEX),
+        count=_int_attr(span, semconv.SHARD_COUNT),
+        size=_int_attr(span, semconv.FILE_SIZE),
+        format=fmt if isinstance(fmt, str) else None,
+        duration_ns=span.duration_ns,
+        read_bytes=_int_attr(span, semconv.IO_READ_BYTES),
+        cache_state=state if isinstance(state, str) else None,
+        resident_ratio=float(ratio) if isinstance(ratio, (int, float)) else None,
+        thread_id=span.thread_id,
+        start_ns=span.start_ns,
+    )

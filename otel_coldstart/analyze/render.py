@@ -1,0 +1,79 @@
+"""Renderers: a breakdown in, text out. They write to a file object and never compute."""
+
+from __future__ import annotations
+
+import os
+from typing import TextIO
+
+from .breakdown import Breakdown
+
+
+def format_seconds(ns: int) -> str:
+    seconds = ns / 1e9
+    if seconds >= 100:
+        return f"{seconds:.0f} s"
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    return f"{seconds * 1e3:.1f} ms"
+
+
+def format_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"  # pragma: no cover - loop always returns
+
+
+def format_rate(bytes_per_s: float | None) -> str:
+    if bytes_per_s is None:
+        return "-"
+    return format_bytes(int(bytes_per_s)) + "/s"
+
+
+def render_text(breakdown: Breakdown, out: TextIO) -> None:
+    """One screen: the phases, their shares, the dominant one flagged, unattributed shown."""
+    total = breakdown.duration_ns
+    state = "ready" if breakdown.ready else "NOT READY (process ended before ready())"
+    out.write(f"model.startup {format_seconds(total)} ({state}) trace {breakdown.root.trace_id}\n")
+    out.write(f"  {'phase':<16}{'time':>10}{'share':>8}{'bytes':>12}{'throughput':>14}{'spans':>7}\n")
+    dominant = breakdown.dominant
+    for item in breakdown.phases:
+        flag = "  <- dominant" if dominant is not None and item is dominant else ""
+        out.write(
+            f"  {item.phase:<16}{format_seconds(item.busy_ns):>10}"
+            f"{item.share_of(total) * 100:>7.1f}%{format_bytes(item.bytes or None):>12}"
+            f"{format_rate(item.throughput):>14}{item.spans:>7}{flag}\n"
+        )
+    unattributed_share = breakdown.unattributed_ns / total * 100 if total else 0.0
+    out.write(
+        f"  {'unattributed':<16}{format_seconds(breakdown.unattributed_ns):>10}"
+        f"{unattributed_share:>7.1f}%\n"
+    )
+    if breakdown.parallelism > 1.05:
+        out.write(f"  parallelism {breakdown.parallelism:.2f}x (busy time across threads / wall time)\n")
+    if breakdown.shards:
+        out.write("  shards:\n")
+        for shard in breakdown.shards:
+            name = os.path.basename(shard.path) if shard.path else "<bytes>"
+            index = f"#{shard.index}" if shard.index is not None else "  "
+            evidence = ""
+            if shard.read_bytes is not None:
+                evidence = f", {format_bytes(shard.read_bytes)} read from storage"
+            out.write(
+                f"    {index:<4}{name:<40}{format_bytes(shard.size):>11}"
+                f"{format_seconds(shard.duration_ns):>10}  {shard.cache_state or 'cache ?'}{evidence}\n"
+            )
+    if dominant is not None:
+        out.write(
+            f"  dominant phase: {dominant.phase} "
+            f"({format_seconds(dominant.busy_ns)}, {dominant.share_of(total) * 100:.0f}% of start-up)\n"
+        )
+    if unattributed_share >= 50:
+        out.write(
+            "  most of the start-up is unattributed: wrap the slow step in "
+            "otel_coldstart.phase('name') to name it\n"
+        )

@@ -1,0 +1,43 @@
+"""The ``otel-coldstart`` command: one module per sub-command, each ``main(args) -> int``.
+
+Exit codes (docs/cli.md): 0 success; 2 usage error; 3 input missing or unreadable;
+4 input is not a trace we can read; 5 the trace holds no otel-coldstart start-up;
+6 the output would overwrite an existing file. Bad input gets one line on stderr, never a
+traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from . import analyze as analyze_cmd
+from . import demo as demo_cmd
+from .errors import CliError
+
+COMMANDS = {"demo": demo_cmd, "analyze": analyze_cmd}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="otel-coldstart", description="Model start-up tracing and analysis.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name, module in COMMANDS.items():
+        module.add_arguments(sub.add_parser(name, help=module.HELP, description=module.HELP))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
+        return int(exc.code or 0)
+    try:
+        return COMMANDS[args.command].run(args)
+    except CliError as exc:
+        print(f"otel-coldstart: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,157 @@
+"""The embedded default: where spans go when the user configured nothing.
+
+- A tracer provider passed to ``instrument()``, or one set globally, is used as it is.
+- Otherwise, if the standard ``OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT`` is set, spans are
+  exported over OTLP there (``OTEL_EXPORTER_OTLP_PROTOCOL``: ``http/protobuf``, the spec's
+  default, or ``grpc``).
+- Otherwise they are written as OTLP JSON, one ``ExportTraceServiceRequest`` per line
+  (the protobuf JSON mapping with hex ids, as the Collector's file exporter writes it), to
+  ``./otel-coldstart-traces/`` or ``OTEL_COLDSTART_OUTPUT_DIR``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+DEFAULT_OUTPUT_DIR = "otel-coldstart-traces"
+FILE_SUFFIX = ".otlp.jsonl"
+
+
+class OtlpJsonFileExporter(SpanExporter):
+    """Appends each batch as one line of OTLP JSON. Creates the file exclusively: an existing
+    file is never overwritten."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._created = False
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if not spans:
+            return SpanExportResult.SUCCESS
+        try:
+            line = json.dumps(spans_to_otlp_json(spans), separators=(",", ":"))
+            with self._lock:
+                mode = "a" if self._created else "x"
+                with open(self.path, mode, encoding="utf-8") as handle:
+                    handle.write(line + "\n")
+                self._created = True
+        except OSError:
+            return SpanExportResult.FAILURE
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+_ID_FIELDS = ("traceId", "spanId", "parentSpanId")
+
+
+def spans_to_otlp_json(spans: Sequence[ReadableSpan]) -> dict:
+    """The OTLP/JSON form of an export request: protobuf's JSON mapping, except that trace
+    and span ids are hex (the OTLP spec's one deviation from the mapping)."""
+    from google.protobuf.json_format import MessageToDict
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    document = MessageToDict(encode_spans(spans), use_integers_for_enums=True)
+    for resource_spans in document.get("resourceSpans", []):
+        for scope_spans in resource_spans.get("scopeSpans", []):
+            for span in scope_spans.get("spans", []):
+                _hex_ids(span)
+                for link in span.get("links", []):
+                    _hex_ids(link)
+    return document
+
+
+def _hex_ids(record: dict) -> None:
+    for field in _ID_FIELDS:
+        value = record.get(field)
+        if value:
+            record[field] = base64.b64decode(value).hex()
+
+
+def default_trace_path(output_dir: str | None = None) -> str:
+    directory = output_dir or os.environ.get("OTEL_COLDSTART_OUTPUT_DIR") or DEFAULT_OUTPUT_DIR
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return os.path.abspath(os.path.join(directory, f"startup-{stamp}-{os.getpid()}{FILE_SUFFIX}"))
+
+
+def otlp_endpoint_configured() -> bool:
+    return bool(os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+
+
+def default_resource() -> Resource:
+    """OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES, plus the facts that tell processes apart."""
+    return Resource.create({"process.pid": os.getpid(), "host.name": socket.gethostname()})
+
+
+@dataclass
+class ExportSetup:
+    provider: trace.TracerProvider
+    owned: bool  # we made it: we flush and shut it down
+    file_path: str | None  # the OTLP JSON file, when that is where spans go
+    description: str
+
+
+def configure_tracing(tracer_provider: trace.TracerProvider | None, output_dir: str | None) -> ExportSetup:
+    if tracer_provider is not None:
+        return ExportSetup(tracer_provider, False, None, "the tracer provider passed to instrument()")
+    global_provider = trace.get_tracer_provider()
+    if not isinstance(global_provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
+        return ExportSetup(global_provider, False, None, "the globally configured tracer provider")
+    provider = TracerProvider(resource=default_resource(), shutdown_on_exit=False)
+    if otlp_endpoint_configured():
+        exporter = _otlp_exporter()
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+        return ExportSetup(provider, True, None, f"OTLP ({type(exporter).__module__.split('.')[-2]})")
+    path = default_trace_path(output_dir)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    provider.add_span_processor(BatchSpanProcessor(OtlpJsonFileExporter(path)))
+    return ExportSetup(provider, True, path, f"OTLP JSON file {path}")
+
+
+def _otlp_exporter() -> SpanExporter:
+    protocol = (os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+                or "http/protobuf").strip().lower()
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    return OTLPSpanExporter()
+
+
+def flush(setup: ExportSetup, timeout_s: float) -> None:
+    """Push out what is buffered, waiting at most ``timeout_s``: an unreachable collector must
+    not hold the host's start-up or exit longer than that."""
+    provider = setup.provider
+    force_flush = getattr(provider, "force_flush", None)
+    if force_flush is None:
+        return
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            force_flush(int(timeout_s * 1000))
+        except Exception:
+            pass
+        finally:
+            done.set()
+
+    # A daemon thread: if the exporter ignores its own timeout, we still return in time.
+    threading.Thread(target=run, name="otel-coldstart-flush", daemon=True).start()
+    done.wait(timeout_s)

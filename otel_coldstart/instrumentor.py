@@ -1,0 +1,267 @@
+"""``ColdstartInstrumentor``: the OTel ``BaseInstrumentor`` that owns patches and the session.
+
+``opentelemetry-instrument`` finds it through the ``opentelemetry_instrumentor`` entry
+point; ``otel_coldstart.instrument()`` is the same thing for code.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import sys
+import threading
+from typing import Any, Collection
+
+import wrapt
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from . import export, patches, semconv
+from . import session as _session
+from ._errors import report_internal_error
+from .analyze.breakdown import compute_breakdown
+from .package import _instruments
+
+_hooks_registered = False
+_atexit_registered = False
+
+
+def _launcher_context():
+    """The parent a launcher passed down: TRACEPARENT (OTel's environment-carrier spec), or
+    vLLM's lowercase ``traceparent``; else whatever span is current."""
+    carrier = {}
+    for name in ("TRACEPARENT", "traceparent"):
+        if os.environ.get(name):
+            carrier["traceparent"] = os.environ[name]
+            break
+    for name in ("TRACESTATE", "tracestate"):
+        if os.environ.get(name):
+            carrier["tracestate"] = os.environ[name]
+            break
+    if carrier:
+        ctx = TraceContextTextMapPropagator().extract(carrier)
+        if trace.get_current_span(ctx).get_span_context().is_valid:
+            return ctx
+    if trace.get_current_span().get_span_context().is_valid:
+        return otel_context.get_current()
+    return None
+
+
+def _rank_attributes() -> dict[str, Any]:
+    attrs: dict[str, Any] = {}
+    for rank_var in ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"):
+        value = os.environ.get(rank_var, "")
+        if value.isdigit():
+            attrs[semconv.RANK] = int(value)
+            break
+    for size_var in ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"):
+        value = os.environ.get(size_var, "")
+        if value.isdigit():
+            attrs[semconv.WORLD_SIZE] = int(value)
+            break
+    return attrs
+
+
+class ColdstartInstrumentor(BaseInstrumentor):
+    """Traces a model's start-up. See :func:`otel_coldstart.instrument` for the options."""
+
+    def __init__(self) -> None:
+        # BaseInstrumentor is a singleton: __init__ runs on every construction.
+        if not hasattr(self, "_state"):
+            self._state = None
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return _instruments
+
+    @property
+    def session(self) -> "_session.StartupSession | None":
+        return self._state.session if self._state else None
+
+    @property
+    def trace_file(self) -> str | None:
+        return self._state.setup.file_path if self._state else None
+
+    def _instrument(self, **kwargs: Any) -> None:
+        options = _Options(**{k: v for k, v in kwargs.items() if k in _Options.__slots__})
+        setup = export.configure_tracing(kwargs.get("tracer_provider"), options.output_dir)
+        from . import __version__
+
+        tracer = setup.provider.get_tracer("otel_coldstart", __version__)
+        resource = getattr(setup.provider, "resource", None)
+        resource_attrs = dict(resource.attributes) if resource is not None else {}
+        session = _session.StartupSession(
+            tracer, resource=resource_attrs, start_at=options.start_at,
+            parent_context=_launcher_context(), root_attributes=_rank_attributes(),
+        )
+        summary = options.summary
+        if summary is None:
+            summary = _session.env_flag("OTEL_COLDSTART_SUMMARY", setup.file_path is not None)
+        self._state = _State(session, setup, options, summary, kwargs.get("meter_provider"))
+        for module in patches.ALL:
+            end_hook = getattr(module, "end_of_startup", None)
+            if end_hook is not None:
+                session.on_end(end_hook)
+        _session.ACTIVE = session
+        _register_hooks()
+        for module in patches.ALL:
+            for target in module.TARGETS:
+                if target in sys.modules:
+                    _patch_module(module)
+        _register_exit_handlers(options.handle_sigterm)
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        state = self._state
+        if state is not None and not state.session.ended:
+            self._end(ready=False, reason="uninstrumented")
+        for module in patches.ALL:
+            try:
+                module.unpatch()
+            except Exception:
+                report_internal_error(f"unpatch {module.__name__}")
+        _session.ACTIVE = None
+        self._state = None
+
+    # --- end of start-up ----------------------------------------------------------------
+
+    def ready(self) -> None:
+        if self._state is None:
+            return
+        self._end(ready=True, reason="ready")
+
+    def _end(self, *, ready: bool, reason: str, flush_wait: bool | None = None) -> None:
+        state = self._state
+        if state is None or not state.session.end(ready=ready, reason=reason):
+            return
+        for module in patches.ALL:
+            if module.HOT_PATH:  # steady-state serving must pay nothing
+                try:
+                    module.unpatch()
+                except Exception:
+                    report_internal_error(f"unpatch {module.__name__}")
+        breakdown = None
+        try:
+            session = state.session
+            root = next(r for r in reversed(session.records()) if r.is_root)
+            breakdown = compute_breakdown(root, session.records())
+        except Exception:
+            report_internal_error("breakdown")
+        if breakdown is not None:
+            try:
+                from .metrics import StartupMetrics
+
+                StartupMetrics(state.meter_provider).record(breakdown, state.options.metric_attributes)
+            except Exception:
+                report_internal_error("metrics")
+        # A local file is quick to write; a remote collector gets a bounded wait at exit only.
+        wait = flush_wait if flush_wait is not None else state.setup.file_path is not None
+        try:
+            export.flush(state.setup, state.options.export_timeout_s if wait else 0.0)
+        except Exception:
+            report_internal_error("flush")
+        if state.summary and breakdown is not None:
+            try:
+                from .analyze.render import render_text
+
+                out = sys.stderr
+                out.write("\n[otel-coldstart] start-up breakdown\n")
+                render_text(breakdown, out)
+                if state.setup.file_path:
+                    out.write(f"  trace written to {state.setup.file_path}\n")
+                    out.write(f"  analyze it again: otel-coldstart analyze {state.setup.file_path}\n")
+                out.flush()
+            except Exception:
+                report_internal_error("summary")
+
+    def at_exit(self, reason: str = "exit") -> None:
+        state = self._state
+        if state is None:
+            return
+        self._end(ready=False, reason=reason, flush_wait=True)
+        try:
+            export.flush(state.setup, state.options.export_timeout_s)
+            if state.setup.owned:
+                shutdown = getattr(state.setup.provider, "shutdown", None)
+                if shutdown is not None:
+                    _bounded(shutdown, state.options.export_timeout_s)
+        except Exception:
+            report_internal_error("exit flush")
+
+
+class _Options:
+    __slots__ = ("start_at", "output_dir", "summary", "export_timeout_s", "handle_sigterm", "metric_attributes")
+
+    def __init__(self, start_at: str = "process", output_dir: str | None = None, summary: bool | None = None,
+                 export_timeout_s: float = 5.0, handle_sigterm: bool = True,
+                 metric_attributes: dict | None = None) -> None:
+        if start_at not in ("process", "instrument"):
+            raise ValueError("start_at must be 'process' or 'instrument'")
+        self.start_at = start_at
+        self.output_dir = output_dir
+        self.summary = summary
+        self.export_timeout_s = float(export_timeout_s)
+        self.handle_sigterm = handle_sigterm
+        self.metric_attributes = dict(metric_attributes or {})
+
+
+class _State:
+    __slots__ = ("session", "setup", "options", "summary", "meter_provider")
+
+    def __init__(self, session, setup, options, summary, meter_provider) -> None:
+        self.session = session
+        self.setup = setup
+        self.options = options
+        self.summary = summary
+        self.meter_provider = meter_provider
+
+
+def _bounded(fn, timeout_s: float) -> None:
+    thread = threading.Thread(target=fn, name="otel-coldstart-shutdown", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+
+
+def _patch_module(module) -> None:
+    session = _session.ACTIVE
+    if session is None or (module.HOT_PATH and session.ended):
+        return
+    try:
+        module.patch()
+    except Exception:
+        report_internal_error(f"patch {module.__name__}")
+
+
+def _register_hooks() -> None:
+    """Patch each library when it is imported, whether before or after instrument()."""
+    global _hooks_registered
+    if _hooks_registered:
+        return
+    _hooks_registered = True
+    for module in patches.ALL:
+        for target in module.TARGETS:
+            wrapt.register_post_import_hook(lambda _imported, m=module: _patch_module(m), target)
+
+
+def _register_exit_handlers(handle_sigterm: bool) -> None:
+    global _atexit_registered
+    if not _atexit_registered:
+        _atexit_registered = True
+        atexit.register(lambda: ColdstartInstrumentor().at_exit("exit"))
+    if handle_sigterm and threading.current_thread() is threading.main_thread():
+        try:
+            if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+                signal.signal(signal.SIGTERM, _on_sigterm)
+        except (ValueError, OSError):
+            pass
+
+
+def _on_sigterm(signum, frame) -> None:
+    """An orchestrator killing a slow start-up is exactly the start-up we must not lose:
+    end and export it, then die of SIGTERM as the host would have."""
+    try:
+        ColdstartInstrumentor().at_exit("sigterm")
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)

@@ -1,0 +1,237 @@
+"""One checkpoint file being read: its ``deserialize`` span and its cold-cache evidence.
+
+Shared by the torch.load and safetensors patches, which differ only in how they learn the
+path and when the read ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from typing import Any
+
+from .. import probes, semconv
+from .._errors import report_internal_error
+
+# Reading from storage at least this share of the bytes asked for means the page cache did
+# not hold them; below WARM_BELOW it did. Readahead can read a little more than asked.
+COLD_AT_LEAST = 0.5
+WARM_BELOW = 0.05
+
+_SHARD_NAME = re.compile(r"(\d+)-of-(\d+)")
+_index_cache: dict[str, tuple[float, dict[str, int]]] = {}
+_index_lock = threading.Lock()
+
+
+def cache_state_from_reads(read_bytes: int, expected_bytes: int) -> str | None:
+    """cold | warm | partial from the bytes storage delivered against the bytes asked for."""
+    if expected_bytes <= 0:
+        return None
+    ratio = read_bytes / expected_bytes
+    if ratio >= COLD_AT_LEAST:
+        return semconv.CACHE_COLD
+    if ratio < WARM_BELOW:
+        return semconv.CACHE_WARM
+    return semconv.CACHE_PARTIAL
+
+
+def cache_state_from_residency(ratio: float) -> str:
+    if ratio >= 1 - WARM_BELOW:
+        return semconv.CACHE_WARM
+    if ratio <= 1 - COLD_AT_LEAST:
+        return semconv.CACHE_COLD
+    return semconv.CACHE_PARTIAL
+
+
+def detect_format(path: str) -> str | None:
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(8)
+    except OSError:
+        return None
+    if head[:4] == b"PK\x03\x04":
+        return semconv.FORMAT_TORCH_ZIP
+    if len(head) == 8 and path.endswith(".safetensors"):
+        return semconv.FORMAT_SAFETENSORS
+    return semconv.FORMAT_TORCH_LEGACY
+
+
+def shard_position(path: str) -> tuple[int | None, int | None]:
+    """(index, count) of a shard: from a Hugging Face ``*.index.json`` beside it, else from a
+    ``-00002-of-00004`` file name (index counted from 0)."""
+    directory, name = os.path.split(os.path.abspath(path))
+    positions = _index_positions(directory)
+    if name in positions:
+        return positions[name], len(set(positions.values()))
+    match = None
+    for match in _SHARD_NAME.finditer(name):
+        pass
+    if match is not None:
+        number, total = int(match.group(1)), int(match.group(2))
+        if 1 <= number <= total:
+            return number - 1, total
+    return None, None
+
+
+def _index_positions(directory: str) -> dict[str, int]:
+    try:
+        names = [n for n in os.listdir(directory) if n.endswith(".index.json")]
+    except OSError:
+        return {}
+    positions: dict[str, int] = {}
+    for name in sorted(names):
+        full = os.path.join(directory, name)
+        try:
+            mtime = os.stat(full).st_mtime
+        except OSError:
+            continue
+        with _index_lock:
+            cached = _index_cache.get(full)
+        if cached is None or cached[0] != mtime:
+            try:
+                with open(full, encoding="utf-8") as handle:
+                    weight_map = json.load(handle).get("weight_map") or {}
+                files = sorted({str(v) for v in weight_map.values()})
+                cached = (mtime, {f: i for i, f in enumerate(files)})
+            except (OSError, ValueError, AttributeError):
+                cached = (mtime, {})
+            with _index_lock:
+                _index_cache[full] = cached
+        positions.update(cached[1])
+    return positions
+
+
+class FileRead:
+    """The span of one checkpoint file's read, plus the storage reads charged to it.
+
+    Reads are charged per thread by the callers (``add_io``), so a file whose tensors are
+    fetched on a thread pool still gets every byte its reads pulled from storage.
+    """
+
+    def __init__(self, session, path: str | None, fmt: str | None, api: str, *,
+                 size: int | None = None, make_current: bool = True, start_ns: int | None = None) -> None:
+        self.session = session
+        self.path = path
+        self.read_bytes = 0
+        self.major_faults = 0
+        self.bytes = 0
+        self.last_ns = start_ns or time.time_ns()
+        self._lock = threading.Lock()
+        self.trusted = False
+        self.resident_ratio = None
+        attrs: dict[str, Any] = {semconv.FILE_API: api}
+        if fmt:
+            attrs[semconv.FILE_FORMAT] = fmt
+        if path is not None:
+            attrs[semconv.FILE_PATH] = path
+            try:
+                size = os.path.getsize(path)
+            except OSError:
+                pass
+            try:
+                index, count = shard_position(path)
+                if index is None:
+                    index = session.file_order(path)
+                attrs[semconv.SHARD_INDEX] = index
+                if count is not None:
+                    attrs[semconv.SHARD_COUNT] = count
+                self.trusted = probes.read_bytes_trusted(path)
+                self.resident_ratio = probes.resident_ratio(path)
+            except Exception:
+                report_internal_error("file facts")
+        if self.resident_ratio is not None:
+            attrs[semconv.CACHE_RESIDENT_RATIO] = round(self.resident_ratio, 4)
+        self.size = size
+        if size is not None:
+            attrs[semconv.FILE_SIZE] = size
+        self.container = session.start_container(semconv.PHASE_DESERIALIZE, attrs,
+                                                 make_current=make_current, start_ns=start_ns)
+
+    @property
+    def span_context(self):
+        return self.container.span_context
+
+    def add_io(self, read_bytes: int, major_faults: int, nbytes: int = 0, end_ns: int | None = None) -> None:
+        with self._lock:
+            self.read_bytes += read_bytes
+            self.major_faults += major_faults
+            self.bytes += nbytes
+            if end_ns is not None and end_ns > self.last_ns:
+                self.last_ns = end_ns
+
+    def finish(self, error: BaseException | None = None, *, end_ns: int | None = None,
+               reads_deferred: bool = False, attributes: dict | None = None) -> None:
+        """End the span. ``reads_deferred``: the loader mapped the file and will read it on
+        first touch (torch.load(mmap=True)), so this span's reads say nothing of the cache."""
+        end = end_ns or time.time_ns()
+        attrs: dict[str, Any] = dict(attributes or {})
+        expected = self.bytes or self.size or 0
+        if self.bytes:
+            attrs[semconv.BYTES] = self.bytes
+        elif self.size:
+            attrs[semconv.BYTES] = self.size
+        duration_s = (end - self.container.start_ns) / 1e9
+        if attrs.get(semconv.BYTES) and duration_s > 0:
+            attrs[semconv.THROUGHPUT] = attrs[semconv.BYTES] / duration_s
+        state = None
+        if self.trusted:
+            attrs[semconv.IO_READ_BYTES] = self.read_bytes
+            attrs[semconv.IO_MAJOR_FAULTS] = self.major_faults
+            if not reads_deferred:
+                state = cache_state_from_reads(self.read_bytes, expected)
+                if state:
+                    attrs[semconv.CACHE_EVIDENCE] = "read_bytes"
+        if state is None and self.resident_ratio is not None:
+            state = cache_state_from_residency(self.resident_ratio)
+            attrs[semconv.CACHE_EVIDENCE] = "mincore"
+        if state is not None:
+            attrs[semconv.CACHE_STATE] = state
+        self.container.finish(attrs, error, end_ns=end)
+
+
+_local = threading.local()  # .depth: a file read of ours is open on this thread
+
+
+def in_file_read() -> bool:
+    """True inside a traced file read on this thread (load_file's own safe_open handle
+    must not open a second span for the same file)."""
+    return getattr(_local, "depth", 0) > 0
+
+
+def traced_read(open_read, wrapped, args, kwargs, finish=None):
+    """Run the host's ``wrapped(*args, **kwargs)`` inside the span ``open_read()`` starts.
+
+    The host call is made exactly once, outside our error handling; its exception is
+    re-raised unchanged after the span records it. ``finish(read)`` returns extra keyword
+    arguments for :meth:`FileRead.finish`.
+    """
+    read = io_before = None
+    try:
+        read = open_read()
+        io_before = probes.thread_io()
+    except Exception:
+        report_internal_error("file read start")
+    _local.depth = getattr(_local, "depth", 0) + 1
+    try:
+        result = wrapped(*args, **kwargs)
+    except BaseException as exc:
+        _local.depth -= 1
+        _close(read, io_before, exc, finish)
+        raise
+    _local.depth -= 1
+    _close(read, io_before, None, finish)
+    return result
+
+
+def _close(read, io_before, error, finish) -> None:
+    if read is None or io_before is None:
+        return
+    try:
+        io_after = probes.thread_io()
+        read.add_io(io_after.read_bytes - io_before.read_bytes, io_after.major_faults - io_before.major_faults)
+        read.finish(error, **(finish(read) if finish else {}))
+    except Exception:
+        report_internal_error("file read end")

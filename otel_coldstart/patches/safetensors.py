@@ -1,0 +1,337 @@
+"""safetensors: ``load_file``, ``load`` and every ``safe_open`` path.
+
+transformers, accelerate and vLLM bind ``safe_open`` by name at import time, so replacing
+the module attribute would miss them. Instead the methods of the Rust class itself
+(``safetensors._safetensors_rust.safe_open``) are wrapped: ``__enter__``/``__exit__``,
+``get_tensor``, ``get_slice`` (and the slice's ``__getitem__``, where the bytes are read)
+and ``get_tensors`` (which ``load_file`` calls: a Rust loop that never goes through a
+wrapped ``get_tensor``). ``__new__``/``__init__`` are never wrapped: a PyO3 type stays broken
+after such an attribute is removed again.
+
+A handle's span covers its lifetime, from ``__enter__`` (or its first read) to ``__exit__``
+(or its last read), and is written only if a tensor was read through it: handles opened
+just to look at metadata or keys emit nothing. Since the handle does not expose its path,
+the path is found once per handle among the files this process has mapped (or holds open,
+for the ``pread`` backend) by matching the handle's tensor names against each file's header.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import sys
+import threading
+import time
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
+from .. import probes, semconv
+from .. import session as _session
+from .._errors import report_internal_error
+from ._files import FileRead, in_file_read, traced_read
+from ._wrapping import PatchSet
+
+TARGETS = ("safetensors", "safetensors.torch")
+HOT_PATH = False
+
+_patches = PatchSet()
+_lock = threading.Lock()
+_handles: dict[int, "_Handle"] = {}  # id(safe_open object) -> its read, while open
+_slices: dict[int, "_Handle"] = {}  # id(slice object) -> the handle it came from
+_header_keys: dict[tuple, frozenset | None] = {}  # (path, size, mtime) -> tensor names
+
+
+def get_version() -> str | None:
+    try:
+        import safetensors
+
+        return safetensors.__version__
+    except Exception:  # pragma: no cover
+        return None
+
+
+def is_patched() -> bool:
+    return bool(_patches)
+
+
+def patch() -> None:
+    # Patch only what is imported already: importing safetensors.torch ourselves would
+    # import torch into a process that only asked for safetensors. The post-import hooks
+    # call patch() again when safetensors.torch arrives.
+    rust = sys.modules.get("safetensors._safetensors_rust")
+    if rust is not None:
+        handle_type = rust.safe_open
+        _patches.wrap(handle_type, "__enter__", _enter)
+        _patches.wrap(handle_type, "__exit__", _exit)
+        _patches.wrap(handle_type, "get_tensor", _get("get_tensor"))
+        _patches.wrap(handle_type, "get_slice", _get("get_slice"))
+        _patches.wrap(handle_type, "get_tensors", _get("get_tensors"))
+    st_torch = sys.modules.get("safetensors.torch")
+    if st_torch is not None:
+        _patches.wrap(st_torch, "load_file", _load_file)
+        _patches.wrap(st_torch, "load", _load_bytes)
+
+
+def unpatch() -> None:
+    end_of_startup()
+    _patches.restore()
+
+
+def end_of_startup() -> None:
+    close_open_handles()
+
+
+# --- whole-file loads ----------------------------------------------------------------------
+
+
+def _load_file(wrapped, instance, args, kwargs):
+    session = _session.ACTIVE
+    if session is None or in_file_read():
+        return wrapped(*args, **kwargs)
+    filename = args[0] if args else kwargs.get("filename")
+
+    def open_read():
+        path = os.fspath(filename)
+        return FileRead(session, path, semconv.FORMAT_SAFETENSORS, "safetensors.torch.load_file")
+
+    return traced_read(open_read, wrapped, args, kwargs)
+
+
+def _load_bytes(wrapped, instance, args, kwargs):
+    session = _session.ACTIVE
+    if session is None or in_file_read():
+        return wrapped(*args, **kwargs)
+    data = args[0] if args else kwargs.get("data")
+
+    def open_read():
+        return FileRead(session, None, semconv.FORMAT_SAFETENSORS, "safetensors.torch.load", size=len(data))
+
+    return traced_read(open_read, wrapped, args, kwargs)
+
+
+# --- safe_open handles ---------------------------------------------------------------------
+
+
+class _Handle:
+    """A safe_open handle's read; its span starts with the first tensor read through it."""
+
+    __slots__ = ("opened_ns", "thread", "in_with", "read", "token")
+
+    def __init__(self, opened_ns: int, in_with: bool) -> None:
+        self.opened_ns = opened_ns
+        self.thread = threading.get_ident()
+        self.in_with = in_with
+        self.read: FileRead | None = None
+        self.token = None
+
+    def ensure_read(self, session, handle_object) -> FileRead:
+        if self.read is None:
+            path = _resolve_path(handle_object)
+            self.read = FileRead(session, path, semconv.FORMAT_SAFETENSORS, "safetensors.safe_open",
+                                 make_current=False, start_ns=self.opened_ns)
+            if self.in_with and self.thread == threading.get_ident():
+                # Work done inside the with-block (casts, copies) nests under this shard.
+                span = trace.NonRecordingSpan(self.read.span_context)
+                self.token = otel_context.attach(trace.set_span_in_context(span))
+        return self.read
+
+    def close(self, error: BaseException | None, end_ns: int | None) -> None:
+        if self.token is not None and self.thread == threading.get_ident():
+            try:
+                otel_context.detach(self.token)
+            except Exception:
+                report_internal_error("safe_open context detach")
+        self.token = None
+        if self.read is not None:
+            self.read.finish(error, end_ns=end_ns)
+
+
+def _enter(wrapped, instance, args, kwargs):
+    session = _session.ACTIVE
+    if session is None or in_file_read():
+        return wrapped(*args, **kwargs)
+    opened = time.time_ns()
+    result = wrapped(*args, **kwargs)
+    try:
+        with _lock:
+            stale = _handles.pop(id(instance), None)
+            _handles[id(instance)] = _Handle(opened, in_with=True)
+        if stale is not None:  # an earlier handle at the same address that never exited
+            stale.close(None, stale.read.last_ns if stale.read else None)
+    except Exception:
+        report_internal_error("safe_open.__enter__")
+    return result
+
+
+def _exit(wrapped, instance, args, kwargs):
+    with _lock:
+        handle = _handles.pop(id(instance), None)
+    result = wrapped(*args, **kwargs)
+    if handle is not None:
+        try:
+            error = args[1] if len(args) > 1 and isinstance(args[1], BaseException) else None
+            handle.close(error, None)
+            _forget_slices(handle)
+        except Exception:
+            report_internal_error("safe_open.__exit__")
+    return result
+
+
+def _get(method: str):
+    def wrapper(wrapped, instance, args, kwargs):
+        session = _session.ACTIVE
+        if session is None or in_file_read():
+            return wrapped(*args, **kwargs)
+        read = None
+        try:
+            read = _read_for(session, instance)
+            io_before = probes.thread_io()
+        except Exception:
+            report_internal_error(f"safe_open.{method}")
+        result = wrapped(*args, **kwargs)
+        if read is not None:
+            try:
+                io_after = probes.thread_io()
+                if method == "get_slice":
+                    nbytes = 0  # the bytes are read when the slice is indexed
+                    _track_slice(result, instance)
+                elif method == "get_tensors":
+                    nbytes = sum(t.nbytes for t in result.values())
+                else:
+                    nbytes = result.nbytes
+                read.add_io(io_after.read_bytes - io_before.read_bytes,
+                            io_after.major_faults - io_before.major_faults, nbytes, time.time_ns())
+            except Exception:
+                report_internal_error(f"safe_open.{method}")
+        return result
+
+    return wrapper
+
+
+def _read_for(session, instance) -> FileRead:
+    with _lock:
+        handle = _handles.get(id(instance))
+        if handle is None:  # used without a with-block: lives until the start-up ends
+            handle = _handles[id(instance)] = _Handle(time.time_ns(), in_with=False)
+    return handle.ensure_read(session, instance)
+
+
+def _track_slice(slice_object, handle_object) -> None:
+    with _lock:
+        handle = _handles.get(id(handle_object))
+        if handle is None:
+            return
+        _slices[id(slice_object)] = handle
+    _patches.wrap(type(slice_object), "__getitem__", _slice_getitem)
+
+
+def _forget_slices(handle: _Handle) -> None:
+    with _lock:
+        for key in [k for k, v in _slices.items() if v is handle]:
+            del _slices[key]
+
+
+def _slice_getitem(wrapped, instance, args, kwargs):
+    with _lock:
+        handle = _slices.get(id(instance))
+    read = handle.read if handle is not None else None
+    if read is None or _session.ACTIVE is None:
+        return wrapped(*args, **kwargs)
+    io_before = probes.thread_io()
+    result = wrapped(*args, **kwargs)
+    try:
+        io_after = probes.thread_io()
+        read.add_io(io_after.read_bytes - io_before.read_bytes,
+                    io_after.major_faults - io_before.major_faults, result.nbytes, time.time_ns())
+    except Exception:
+        report_internal_error("safe_open slice")
+    return result
+
+
+def close_open_handles() -> None:
+    """End the spans of handles still open (used without ``with``, or never exited) at
+    their last read."""
+    with _lock:
+        handles = list(_handles.values())
+        _handles.clear()
+        _slices.clear()
+    for handle in handles:
+        try:
+            handle.close(None, handle.read.last_ns if handle.read else None)
+        except Exception:
+            report_internal_error("safe_open close")
+
+
+# --- finding a handle's file -----------------------------------------------------------------
+
+
+def _resolve_path(handle_object) -> str | None:
+    try:
+        names = frozenset(handle_object.keys())
+    except Exception:
+        return None
+    with _lock:
+        claimed = {h.read.path for h in _handles.values() if h.read is not None and h.read.path}
+    for path in _candidate_files():
+        if path in claimed:
+            continue
+        if _tensor_names(path) == names:
+            return path
+    for path in _candidate_files():  # a second handle on a file already open
+        if _tensor_names(path) == names:
+            return path
+    return None
+
+
+def _candidate_files() -> list[str]:
+    """Regular files this process maps from offset 0 or holds open, newest fds last."""
+    seen: dict[str, None] = {}
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                parts = line.split(None, 5)
+                if len(parts) == 6 and parts[2] == "00000000" and parts[4] != "0":
+                    path = parts[5].strip()
+                    if path.startswith("/") and not path.endswith(" (deleted)") and ".so" not in path:
+                        seen[path] = None
+    except OSError:
+        pass
+    try:
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                path = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+            if path.startswith("/") and os.path.isfile(path):
+                seen[path] = None
+    except OSError:
+        pass
+    return list(seen)
+
+
+def _tensor_names(path: str) -> frozenset | None:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    key = (path, stat.st_size, stat.st_mtime_ns)
+    with _lock:
+        if key in _header_keys:
+            return _header_keys[key]
+    names = None
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(8)
+            if len(head) == 8:
+                (length,) = struct.unpack("<Q", head)
+                if 2 <= length <= min(stat.st_size - 8, 100 * 1024 * 1024):
+                    header = json.loads(handle.read(length))
+                    if isinstance(header, dict):
+                        names = frozenset(k for k in header if k != "__metadata__")
+    except (OSError, ValueError, UnicodeDecodeError):
+        names = None
+    with _lock:
+        _header_keys[key] = names
+    return names

@@ -1,0 +1,134 @@
+"""Turns many small calls into few spans.
+
+A model has hundreds to tens of thousands of tensors; one span per ``.to()`` would bury the
+trace and cost more than the copy. Calls are summed per (thread, parent span, phase,
+detail) into an :class:`Aggregate`, written as one leaf span when its parent ends (or when
+the start-up ends) with the calls' count, bytes, busy time and first/last timestamps. So
+span count grows with shards and phases, never with tensors.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any, Hashable
+
+from opentelemetry.trace import SpanContext
+
+from . import probes, semconv
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .session import PendingParent, StartupSession
+
+
+class Aggregate:
+    __slots__ = (
+        "phase", "parent", "detail", "thread_id", "thread_name", "calls", "bytes", "busy_ns",
+        "first_ns", "last_ns", "read_bytes", "major_faults", "pinned_bytes", "pageable_bytes",
+        "non_blocking_calls", "attributes",
+    )
+
+    def __init__(self, phase: str, parent, detail: Hashable, attributes: dict) -> None:
+        self.phase = phase
+        self.parent = parent
+        self.detail = detail
+        thread = threading.current_thread()
+        self.thread_id = threading.get_ident()
+        self.thread_name = thread.name
+        self.calls = 0
+        self.bytes = 0
+        self.busy_ns = 0
+        self.first_ns = 0
+        self.last_ns = 0
+        self.read_bytes = 0
+        self.major_faults = 0
+        self.pinned_bytes = 0
+        self.pageable_bytes = 0
+        self.non_blocking_calls = 0
+        self.attributes = attributes
+
+    def span_attributes(self) -> dict[str, Any]:
+        attrs: dict[str, Any] = {
+            semconv.AGGREGATE: True,
+            semconv.CALLS: self.calls,
+            semconv.BYTES: self.bytes,
+            semconv.BUSY_S: self.busy_ns / 1e9,
+            semconv.THREAD_ID: self.thread_id,
+            semconv.THREAD_NAME: self.thread_name,
+        }
+        if self.busy_ns > 0 and self.bytes > 0:
+            attrs[semconv.THROUGHPUT] = self.bytes / (self.busy_ns / 1e9)
+        if probes.io_accounting_available():
+            attrs[semconv.IO_READ_BYTES] = self.read_bytes
+            attrs[semconv.IO_MAJOR_FAULTS] = self.major_faults
+        if self.pinned_bytes or self.pageable_bytes:
+            attrs[semconv.COPY_PINNED_BYTES] = self.pinned_bytes
+            attrs[semconv.COPY_PAGEABLE_BYTES] = self.pageable_bytes
+        if self.non_blocking_calls:
+            attrs[semconv.COPY_NON_BLOCKING_CALLS] = self.non_blocking_calls
+        attrs.update(self.attributes)
+        return attrs
+
+
+def _parent_key(parent) -> Hashable:
+    return parent.span_id if isinstance(parent, SpanContext) else parent
+
+
+class Recorder:
+    def __init__(self, session: "StartupSession") -> None:
+        self._session = session
+        self._lock = threading.Lock()
+        self._aggregates: dict[tuple, Aggregate] = {}
+
+    def add(self, phase: str, detail: Hashable, detail_attributes: dict | None, nbytes: int,
+            start_ns: int, end_ns: int, read_bytes: int, major_faults: int,
+            pinned: bool | None = None, non_blocking: bool = False) -> None:
+        """Count one call. ``detail`` splits aggregates within a phase (a cast's dtype pair)."""
+        parent = self._session.current_parent()
+        key = (threading.get_ident(), _parent_key(parent), phase, detail)
+        with self._lock:
+            aggregate = self._aggregates.get(key)
+            if aggregate is None:
+                aggregate = Aggregate(phase, parent, detail, dict(detail_attributes or {}))
+                aggregate.first_ns = start_ns
+                self._aggregates[key] = aggregate
+            aggregate.calls += 1
+            aggregate.bytes += nbytes
+            aggregate.busy_ns += end_ns - start_ns
+            aggregate.last_ns = end_ns
+            aggregate.read_bytes += read_bytes
+            aggregate.major_faults += major_faults
+            if pinned is True:
+                aggregate.pinned_bytes += nbytes
+            elif pinned is False:
+                aggregate.pageable_bytes += nbytes
+            if non_blocking:
+                aggregate.non_blocking_calls += 1
+
+    def _take(self, parent_key: Hashable | None) -> list[Aggregate]:
+        with self._lock:
+            if parent_key is None:
+                taken = list(self._aggregates.values())
+                self._aggregates.clear()
+                return taken
+            keys = [k for k in self._aggregates if k[1] == parent_key]
+            return [self._aggregates.pop(k) for k in keys]
+
+    def take_children(self, pending: "PendingParent") -> list[Aggregate]:
+        return self._take(pending)
+
+    def flush_children(self, span_id: int, span_context: SpanContext) -> None:
+        for aggregate in self._take(span_id):
+            self.emit(aggregate, span_context)
+
+    def flush_all(self) -> None:
+        for aggregate in self._take(None):
+            parent = aggregate.parent
+            if not isinstance(parent, SpanContext):  # a pending parent still open at the end
+                parent = parent.parent
+            self.emit(aggregate, parent)
+
+    def emit(self, aggregate: Aggregate, parent: SpanContext | None) -> None:
+        self._session.emit_span(
+            semconv.phase_span_name(aggregate.phase), aggregate.phase, parent,
+            aggregate.first_ns, aggregate.last_ns, aggregate.span_attributes(),
+        )

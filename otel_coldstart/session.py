@@ -1,0 +1,296 @@
+"""The start-up session: the root span from process start to ``ready()``, and the span
+plumbing every patch goes through.
+
+All spans are given explicit start and end times taken from one clock (``time.time_ns``),
+so spans written after the fact (aggregates, handle lifetimes) line up with live ones.
+Every span we end is also kept as a plain :class:`~otel_coldstart.analyze.model.Span` in
+``ledger``: the summary printed at the end is computed from it with the same pure
+functions the ``analyze`` command uses, whatever exporter the user configured.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any, Callable, Mapping
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode
+
+from . import probes, semconv
+from ._errors import report_internal_error
+from .analyze.model import Span as SpanRecord
+from .recorder import Aggregate, Recorder
+
+# The session the patches report to; None when not instrumented. Read without a lock on
+# every intercepted call: a plain module global is the cheapest check there is.
+ACTIVE: "StartupSession | None" = None
+
+_local = threading.local()  # per-thread: stack of pending parents (see pending_parent)
+
+
+class PendingParent:
+    """A parent span that exists only if some child work is recorded under it.
+
+    ``Module.to`` on a module whose tensors are already where they should be does no work;
+    it must emit nothing. So its span is created after the call, and only if the recorder
+    saw tensor work under it.
+    """
+
+    __slots__ = ("name", "phase", "start_ns", "parent", "attributes")
+
+    def __init__(self, name: str, phase: str, parent: SpanContext | None, attributes: dict) -> None:
+        self.name = name
+        self.phase = phase
+        self.start_ns = time.time_ns()
+        self.parent = parent
+        self.attributes = attributes
+
+
+class ContainerSpan:
+    """A live span that is current while the work inside it runs (a file read, a phase)."""
+
+    __slots__ = ("session", "span", "parent", "name", "start_ns", "attributes", "_token", "_thread")
+
+    def __init__(self, session: "StartupSession", span, parent, name, start_ns, attributes, token) -> None:
+        self.session = session
+        self.span = span
+        self.parent = parent
+        self.name = name
+        self.start_ns = start_ns
+        self.attributes = attributes
+        self._token = token
+        self._thread = threading.get_ident()
+
+    @property
+    def span_context(self) -> SpanContext:
+        return self.span.get_span_context()
+
+    def detach(self) -> None:
+        """Stop being the current span (on the thread that attached it)."""
+        token, self._token = self._token, None
+        if token is not None and self._thread == threading.get_ident():
+            try:
+                otel_context.detach(token)
+            except Exception:
+                report_internal_error("context detach")
+
+    def finish(self, attributes: Mapping[str, Any] | None = None, error: BaseException | None = None,
+               end_ns: int | None = None) -> None:
+        self.detach()
+        end = time.time_ns() if end_ns is None else end_ns
+        if attributes:
+            self.attributes.update(attributes)
+        self.session._end_container(self, end, error)
+
+
+class StartupSession:
+    def __init__(self, tracer: trace.Tracer, *, resource: Mapping[str, Any], start_at: str = "process",
+                 parent_context=None, root_attributes: Mapping[str, Any] | None = None) -> None:
+        self.tracer = tracer
+        self.resource = dict(resource)
+        self.recorder = Recorder(self)
+        self.ledger: list[SpanRecord] = []
+        self.ended = False
+        self.ready_called = False
+        self._lock = threading.Lock()
+        self._on_end: list[Callable[[], None]] = []
+        self.main_thread_id = threading.get_ident()
+        self._file_order: dict[str, int] = {}
+
+        now = time.time_ns()
+        process_start = probes.process_start_time_ns() if start_at == "process" else None
+        source = "proc" if process_start is not None else "instrument"
+        start = min(process_start, now) if process_start is not None else now
+        self.start_ns = start
+        attrs: dict[str, Any] = {semconv.PROCESS_START_SOURCE: source}
+        attrs.update(_thread_attributes())
+        attrs.update(root_attributes or {})
+        self.root_attributes = attrs
+        self.root = tracer.start_span(semconv.SPAN_ROOT, context=parent_context, start_time=start,
+                                      attributes=attrs)
+        self.root_context = self.root.get_span_context()
+        self._root_parent_id = _parent_id_from_context(parent_context)
+        if start < now:
+            self.emit_span(semconv.phase_span_name(semconv.PHASE_IMPORT), semconv.PHASE_IMPORT,
+                           self.root_context, start, now, dict(_thread_attributes()))
+
+    # --- parents ---------------------------------------------------------------------------
+
+    def current_parent(self) -> SpanContext | PendingParent | None:
+        """Where work done now belongs: a pending Module.to, the current span (ours, the
+        user's or vLLM's), else the root."""
+        pending = getattr(_local, "pending", None)
+        if pending:
+            return pending[-1]
+        current = trace.get_current_span().get_span_context()
+        if current.is_valid:
+            return current
+        return self.root_context
+
+    def parent_span_context(self) -> SpanContext:
+        parent = self.current_parent()
+        if isinstance(parent, PendingParent):
+            parent = parent.parent
+        return parent if parent is not None else self.root_context
+
+    # --- spans -----------------------------------------------------------------------------
+
+    def start_container(self, phase: str, attributes: dict | None = None, name: str | None = None,
+                        start_ns: int | None = None, make_current: bool = True) -> ContainerSpan:
+        parent = self.parent_span_context()
+        start = time.time_ns() if start_ns is None else start_ns
+        attrs = {semconv.PHASE: phase}
+        attrs.update(_thread_attributes())
+        if self.ended:
+            attrs[semconv.AFTER_READY] = True
+        if attributes:
+            attrs.update(attributes)
+        span_name = name or semconv.phase_span_name(phase)
+        span = self.tracer.start_span(span_name, context=_context_with_parent(parent), start_time=start)
+        token = None
+        if make_current:
+            token = otel_context.attach(trace.set_span_in_context(span))
+        return ContainerSpan(self, span, parent, span_name, start, attrs, token)
+
+    def _end_container(self, container: ContainerSpan, end_ns: int, error: BaseException | None) -> None:
+        span = container.span
+        span_context = span.get_span_context()
+        self.recorder.flush_children(span_context.span_id, span_context)
+        span.set_attributes(container.attributes)
+        status = "unset"
+        if error is not None:
+            span.record_exception(error)
+            span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+            status = "error"
+        span.end(end_time=end_ns)
+        self._keep(span_context, _span_id(container.parent), container.name, container.start_ns, end_ns,
+                   container.attributes, status)
+
+    def emit_span(self, name: str, phase: str, parent: SpanContext | None, start_ns: int, end_ns: int,
+                  attributes: dict) -> SpanContext:
+        """Write a finished span after the fact (aggregates, pending parents)."""
+        attrs = {semconv.PHASE: phase}
+        if self.ended:
+            attrs[semconv.AFTER_READY] = True
+        attrs.update(attributes)
+        span = self.tracer.start_span(name, context=_context_with_parent(parent), start_time=start_ns,
+                                      attributes=attrs)
+        span.end(end_time=end_ns)
+        span_context = span.get_span_context()
+        self._keep(span_context, _span_id(parent), name, start_ns, end_ns, attrs, "unset")
+        return span_context
+
+    def _keep(self, span_context: SpanContext, parent_span_id: int | None, name: str, start_ns: int,
+              end_ns: int, attributes: Mapping[str, Any], status: str) -> None:
+        record = SpanRecord(
+            trace_id=format(span_context.trace_id, "032x"),
+            span_id=format(span_context.span_id, "016x"),
+            parent_id=format(parent_span_id, "016x") if parent_span_id else None,
+            name=name,
+            start_ns=start_ns,
+            end_ns=end_ns,
+            attributes=dict(attributes),
+            resource=self.resource,
+            status=status,
+        )
+        with self._lock:
+            self.ledger.append(record)
+
+    def file_order(self, path: str) -> int:
+        """Position of ``path`` among the files this start-up read (a shard index fallback)."""
+        with self._lock:
+            return self._file_order.setdefault(os.path.abspath(path), len(self._file_order))
+
+    # --- pending parents (Module.to) ----------------------------------------------------------
+
+    def push_pending(self, name: str, phase: str, attributes: dict) -> PendingParent:
+        pending = PendingParent(name, phase, self.parent_span_context(), attributes)
+        stack = getattr(_local, "pending", None)
+        if stack is None:
+            stack = _local.pending = []
+        stack.append(pending)
+        return pending
+
+    def pop_pending(self, pending: PendingParent) -> None:
+        """Close a pending parent: its span is written only if work was recorded under it."""
+        stack = getattr(_local, "pending", None)
+        if stack and stack[-1] is pending:
+            stack.pop()
+        end = time.time_ns()
+        children = self.recorder.take_children(pending)
+        if not children:
+            return
+        attrs = dict(_thread_attributes())
+        attrs.update(pending.attributes)
+        # Bytes stay on the leaf aggregates only: a phase's bytes are summed over its spans.
+        attrs[semconv.TENSORS] = sum(a.calls for a in children)
+        parent_context = self.emit_span(pending.name, pending.phase, pending.parent, pending.start_ns, end, attrs)
+        for aggregate in children:
+            self.recorder.emit(aggregate, parent_context)
+
+    # --- end of start-up ---------------------------------------------------------------------
+
+    def on_end(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` when the start-up ends, before the root span is closed."""
+        self._on_end.append(callback)
+
+    def end(self, *, ready: bool, reason: str) -> bool:
+        """End the start-up once. Returns False if it had already ended."""
+        with self._lock:
+            if self.ended:
+                return False
+            self.ended = True
+        end_ns = time.time_ns()
+        for callback in self._on_end:
+            try:
+                callback()
+            except Exception:
+                report_internal_error("end-of-start-up callback")
+        try:
+            self.recorder.flush_all()
+        except Exception:
+            report_internal_error("aggregate flush")
+        attrs = dict(self.root_attributes)
+        attrs[semconv.READY] = ready
+        attrs[semconv.END_REASON] = reason
+        self.root.set_attributes(attrs)
+        self.root.end(end_time=end_ns)
+        self._keep(self.root_context, self._root_parent_id, semconv.SPAN_ROOT,
+                   self.start_ns, end_ns, attrs, "unset")
+        return True
+
+    def records(self) -> list[SpanRecord]:
+        with self._lock:
+            return list(self.ledger)
+
+
+def _thread_attributes() -> dict:
+    thread = threading.current_thread()
+    return {semconv.THREAD_ID: threading.get_ident(), semconv.THREAD_NAME: thread.name}
+
+
+def _context_with_parent(parent: SpanContext | None):
+    if parent is None or not parent.is_valid:
+        return otel_context.Context()  # explicit root: do not pick up whatever is current
+    return trace.set_span_in_context(NonRecordingSpan(parent))
+
+
+def _parent_id_from_context(ctx) -> int | None:
+    if ctx is None:
+        return None
+    span_context = trace.get_current_span(ctx).get_span_context()
+    return span_context.span_id if span_context.is_valid else None
+
+
+def _span_id(parent: SpanContext | None) -> int | None:
+    return parent.span_id if parent is not None and parent.is_valid else None
+
+
+def env_flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return default
+    return value.strip().lower() not in ("0", "false", "no", "off")

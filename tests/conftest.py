@@ -1,0 +1,77 @@
+"""Shared fixtures. Every test runs against real torch and safetensors.
+
+Internal errors of the plugin are swallowed in production (the host comes first) but must
+fail the test suite loudly: ``_fail_on_internal_errors`` checks after every test.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from otel_coldstart import _errors
+
+
+@pytest.fixture(autouse=True)
+def _fail_on_internal_errors(request):
+    _errors.INTERNAL_ERRORS.clear()
+    yield
+    if request.node.get_closest_marker("internal_errors_expected"):
+        _errors.INTERNAL_ERRORS.clear()
+        return
+    errors = list(_errors.INTERNAL_ERRORS)
+    _errors.INTERNAL_ERRORS.clear()
+    assert not errors, f"otel-coldstart internal errors: {errors}"
+
+
+@pytest.fixture
+def traced():
+    """Instrument with an in-memory exporter; yields a helper with the finished spans.
+
+    The start-up starts at instrument() (not at the pytest process start), prints nothing,
+    and is uninstrumented afterwards whatever the test did.
+    """
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    import otel_coldstart
+
+    otel_coldstart.uninstrument()
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    otel_coldstart.instrument(tracer_provider=provider, start_at="instrument", summary=False,
+                              handle_sigterm=False)
+    helper = _Traced(exporter)
+    try:
+        yield helper
+    finally:
+        otel_coldstart.uninstrument()
+
+
+class _Traced:
+    def __init__(self, exporter) -> None:
+        self.exporter = exporter
+
+    def spans(self):
+        return list(self.exporter.get_finished_spans())
+
+    def by_phase(self, phase: str):
+        return [s for s in self.spans() if s.attributes.get("coldstart.phase") == phase]
+
+    def named(self, name: str):
+        return [s for s in self.spans() if s.name == name]
+
+    def records(self):
+        """The finished spans as analyzer records (what a trace file would hold)."""
+        from otel_coldstart import session
+
+        active = session.ACTIVE
+        return active.records() if active is not None else []
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "internal_errors_expected: the test injects an internal error on purpose")
+    os.environ.setdefault("OTEL_COLDSTART_SUMMARY", "0")
