@@ -1,0 +1,185 @@
+"""The storage floor: how fast plain ``read(2)`` gets the same bytes a loader reads.
+
+A loader that reads a checkpoint at 400 MB/s is slow on NVMe and at the limit on a network
+disk; the number only means something next to what the storage itself delivers. This module
+reads the files with nothing but ``read(2)`` into one reused buffer (no mmap, no parsing, no
+Python objects per block), once with the files evicted from the page cache (``cold``: what a
+fresh node pays) and once with them resident (``warm``: the kernel's copy speed, the best a
+loader can hope for on a restart).
+
+Cold reads evict each file with ``posix_fadvise(POSIX_FADV_DONTNEED)`` first. The kernel may
+keep pages that are mapped or dirty elsewhere, and a network filesystem may cache on the
+server; so each cold read also records how much of the data was still resident after
+eviction, where the OS lets us know (``mincore``; ``None`` otherwise).
+
+The result is plain data; :meth:`FloorResult.to_json` is the document ``otel-coldstart floor
+--json`` writes, with ``"format": "otel-coldstart.floor"`` and ``"version": 1``::
+
+    {"format": "otel-coldstart.floor", "version": 1, "block_size": 1048576,
+     "total_bytes": 1083179008, "files": [{"path": "/abs/model-00001-of-00004.safetensors",
+     "bytes": 270794752}, ...],
+     "cold": {"runs": 3, "bytes_per_s": 5.1e8, "seconds": [2.1, 2.2, 2.1],
+              "evicted": true, "resident_after_evict": [0.0, 0.0, 0.0]},
+     "warm": {"runs": 3, "bytes_per_s": 6.3e9, "seconds": [0.17, 0.18, 0.17]}}
+
+``bytes_per_s`` is ``total_bytes`` over the median of ``seconds``.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+
+from . import probes
+
+FORMAT = "otel-coldstart.floor"
+VERSION = 1
+DEFAULT_BLOCK_SIZE = 1 << 20  # 1 MiB: large enough that syscall cost is noise, small enough to stay in cache
+STATES = ("cold", "warm")
+
+
+class FloorInputError(Exception):
+    """A path that cannot be read; the message is one line."""
+
+
+@dataclass
+class StateRuns:
+    """Every timed read of the whole file set in one cache state."""
+
+    state: str
+    seconds: list[float] = field(default_factory=list)
+    evicted: bool | None = None  # cold only: every eviction request was accepted
+    resident_after_evict: list[float | None] = field(default_factory=list)  # cold only
+
+    def median_seconds(self) -> float | None:
+        return statistics.median(self.seconds) if self.seconds else None
+
+
+@dataclass
+class FloorResult:
+    files: list[tuple[str, int]]
+    block_size: int
+    states: dict[str, StateRuns]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(size for _, size in self.files)
+
+    def bytes_per_s(self, state: str) -> float | None:
+        runs = self.states.get(state)
+        median = runs.median_seconds() if runs else None
+        if not median:
+            return None
+        return self.total_bytes / median
+
+    def to_json(self) -> dict:
+        document: dict = {
+            "format": FORMAT,
+            "version": VERSION,
+            "block_size": self.block_size,
+            "total_bytes": self.total_bytes,
+            "files": [{"path": path, "bytes": size} for path, size in self.files],
+        }
+        for state, runs in self.states.items():
+            entry: dict = {"runs": len(runs.seconds), "bytes_per_s": self.bytes_per_s(state),
+                           "seconds": list(runs.seconds)}
+            if state == "cold":
+                entry["evicted"] = runs.evicted
+                entry["resident_after_evict"] = list(runs.resident_after_evict)
+            document[state] = entry
+        return document
+
+
+def collect_files(paths: list[str]) -> list[tuple[str, int]]:
+    """The regular files named, with directories standing for the regular files directly in
+    them (a checkpoint directory), sorted; absolute paths and sizes."""
+    files: list[tuple[str, int]] = []
+    for path in paths:
+        if os.path.isdir(path):
+            try:
+                names = sorted(os.listdir(path))
+            except OSError as exc:
+                raise FloorInputError(f"{path}: cannot list directory ({exc.strerror or exc})") from None
+            inside = [os.path.join(path, n) for n in names if os.path.isfile(os.path.join(path, n))]
+            if not inside:
+                raise FloorInputError(f"{path}: directory holds no regular files")
+            files.extend((os.path.abspath(p), os.path.getsize(p)) for p in inside)
+        elif os.path.isfile(path):
+            if not os.access(path, os.R_OK):
+                raise FloorInputError(f"{path}: not readable")
+            files.append((os.path.abspath(path), os.path.getsize(path)))
+        else:
+            raise FloorInputError(f"{path}: no such file or directory")
+    if sum(size for _, size in files) == 0:
+        raise FloorInputError("the files hold no bytes to read")
+    return files
+
+
+def read_files(paths: list[str], block_size: int = DEFAULT_BLOCK_SIZE) -> tuple[int, float]:
+    """Read every byte of ``paths`` with read(2) into one reused buffer.
+
+    Returns (bytes read, seconds). Unbuffered ``readinto`` is exactly one read(2) per call.
+    """
+    buffer = bytearray(block_size)
+    view = memoryview(buffer)
+    total = 0
+    start = time.perf_counter()
+    for path in paths:
+        with open(path, "rb", buffering=0) as handle:
+            while True:
+                count = handle.readinto(view)
+                if not count:
+                    break
+                total += count
+    return total, time.perf_counter() - start
+
+
+def evict(paths: list[str]) -> tuple[bool, float | None]:
+    """Drop the files from the page cache. Returns (every request accepted, share of the
+    pages still resident afterwards, or None where mincore cannot be trusted)."""
+    accepted = all([probes.evict_from_page_cache(path) for path in paths])
+    resident = [probes.resident_ratio(path) for path in paths]
+    sizes = [os.path.getsize(path) for path in paths]
+    if any(r is None for r in resident) or not sum(sizes):
+        return accepted, None
+    return accepted, sum(r * s for r, s in zip(resident, sizes)) / sum(sizes)
+
+
+def measure(paths: list[str], repeats: int = 3, states: tuple[str, ...] = STATES,
+            block_size: int = DEFAULT_BLOCK_SIZE) -> FloorResult:
+    """Time ``repeats`` reads of the files per cache state, alternating the states so that a
+    change in machine load hits both alike."""
+    if repeats < 1:
+        raise ValueError("repeats must be at least 1")
+    if block_size < 4096:
+        raise ValueError("block_size must be at least 4096")
+    unknown = set(states) - set(STATES)
+    if unknown or not states:
+        raise ValueError(f"states must be among {STATES}")
+    files = collect_files(paths)
+    names = [path for path, _ in files]
+    runs = {state: StateRuns(state) for state in STATES if state in states}
+    if "cold" in runs:
+        runs["cold"].evicted = True
+    elif "warm" in runs:
+        read_files(names, block_size)  # make them resident before the first timed warm read
+    for _ in range(repeats):
+        for state in runs:
+            if state == "cold":
+                accepted, resident = evict(names)
+                runs["cold"].evicted = runs["cold"].evicted and accepted
+                runs["cold"].resident_after_evict.append(resident)
+            _, seconds = read_files(names, block_size)
+            runs[state].seconds.append(seconds)
+    return FloorResult(files, block_size, runs)
+
+
+def format_rate(bytes_per_s: float | None) -> str:
+    if bytes_per_s is None:
+        return "n/a"
+    for unit, scale in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
+        if bytes_per_s >= scale:
+            return f"{bytes_per_s / scale:.2f} {unit}"
+    return f"{bytes_per_s:.0f} B/s"
