@@ -14,9 +14,10 @@ from typing import Sequence
 
 from . import analyze as analyze_cmd
 from . import demo as demo_cmd
+from . import floor as floor_cmd
 from .errors import CliError
 
-COMMANDS = {"demo": demo_cmd, "analyze": analyze_cmd}
+COMMANDS = {"demo": demo_cmd, "analyze": analyze_cmd, "floor": floor_cmd}
 
 
 def build_parser() -> argparse.ArgumentParser:
