@@ -57,6 +57,37 @@ class ShardRead:
 
 
 @dataclass(frozen=True)
+class Gap:
+    """Time on the root's thread that no phased span covers (part of ``unattributed``)."""
+
+    start_ns: int
+    end_ns: int
+    after: str | None  # name of the phased span that ended just before, None at the start
+    before: str | None  # name of the phased span that starts just after, None at the end
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+@dataclass(frozen=True)
+class ContextSpan:
+    """A span that is not ours (vLLM's "Load weights", a user's span) overlapping the
+    start-up, with the phases recorded inside it, so our phases read inside its steps."""
+
+    name: str
+    start_ns: int
+    end_ns: int
+    service: str | None
+    phases_inside: tuple[str, ...]
+    encloses_root: bool  # an ancestor of model.startup (the caller's span)
+
+    @property
+    def duration_ns(self) -> int:
+        return max(0, self.end_ns - self.start_ns)
+
+
+@dataclass(frozen=True)
 class Breakdown:
     root: Span
     phases: tuple[PhaseTime, ...]  # largest first
@@ -64,6 +95,23 @@ class Breakdown:
     total_busy_ns: int
     shards: tuple[ShardRead, ...]  # in the order they were read
     after_ready: int  # spans of this start-up recorded after ready()
+    spans: tuple[Span, ...] = ()  # the phased spans inside the root's window (for findings)
+    gaps: tuple[Gap, ...] = ()  # unattributed stretches on the root thread, in time order
+    context: tuple[ContextSpan, ...] = ()  # foreign spans, longest first
+
+    @property
+    def trace_id(self) -> str:
+        return self.root.trace_id
+
+    @property
+    def rank(self) -> int | None:
+        value = self.root.attributes.get(semconv.RANK)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @property
+    def world_size(self) -> int | None:
+        value = self.root.attributes.get(semconv.WORLD_SIZE)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     @property
     def duration_ns(self) -> int:
@@ -114,10 +162,11 @@ def group_startups(spans: Iterable[Span]) -> list[tuple[Span, list[Span]]]:
     for r in roots:
         roots_by_trace[r.trace_id].append(r)
 
+    owners: dict[str, Span | None] = {}
     for span in spans:
         if span.is_root:
             continue
-        owner = _root_ancestor(span, by_id)
+        owner = _root_ancestor(span, by_id, owners)
         if owner is None:
             candidates = roots_by_trace.get(span.trace_id, [])
             same_process = [r for r in candidates if _process_key(r) == _process_key(span)]
@@ -131,35 +180,54 @@ def group_startups(spans: Iterable[Span]) -> list[tuple[Span, list[Span]]]:
     return [(r, members[r.span_id]) for r in roots]
 
 
-def _root_ancestor(span: Span, by_id: dict[str, Span]) -> Span | None:
-    seen = {span.span_id}
+def _root_ancestor(span: Span, by_id: dict[str, Span], memo: dict[str, Span | None]) -> Span | None:
+    """The ``model.startup`` above ``span``. ``memo`` remembers the answer for every span on
+    the walked path, so a whole trace costs time linear in its spans, however deep."""
+    path = [span.span_id]
     parent_id = span.parent_id
-    while parent_id is not None and parent_id not in seen:
-        seen.add(parent_id)
+    owner: Span | None = None
+    while parent_id is not None and parent_id not in path:
+        if parent_id in memo:
+            owner = memo[parent_id]
+            break
         parent = by_id.get(parent_id)
         if parent is None:
-            return None
+            break
         if parent.is_root:
-            return parent
+            owner = parent
+            break
+        path.append(parent_id)
         parent_id = parent.parent_id
-    return None
+    for span_id in path:
+        memo[span_id] = owner
+    return owner
 
 
-def _nearest_phased_ancestor(span: Span, by_id: dict[str, Span], root_id: str) -> str | None:
-    """The id of the closest ancestor that is phased or the root; None if the chain breaks."""
-    seen = {span.span_id}
+def _nearest_phased_ancestor(span: Span, by_id: dict[str, Span], root_id: str,
+                             memo: dict[str, str | None]) -> str | None:
+    """The id of the closest ancestor that is phased or the root; None if the chain breaks.
+    ``memo`` holds the answer for unphased spans already walked through (linear time)."""
+    path: list[str] = []
     parent_id = span.parent_id
-    while parent_id is not None and parent_id not in seen:
+    result: str | None = None
+    while parent_id is not None and parent_id != span.span_id and parent_id not in path:
         if parent_id == root_id:
-            return root_id
-        seen.add(parent_id)
+            result = root_id
+            break
+        if parent_id in memo:
+            result = memo[parent_id]
+            break
         parent = by_id.get(parent_id)
         if parent is None:
-            return None
+            break
         if parent.phase is not None:
-            return parent_id
+            result = parent_id
+            break
+        path.append(parent_id)
         parent_id = parent.parent_id
-    return None
+    for unphased_id in path:
+        memo[unphased_id] = result
+    return result
 
 
 def _same_thread(a: Span, b: Span) -> bool:
@@ -167,8 +235,9 @@ def _same_thread(a: Span, b: Span) -> bool:
     return ta is None or tb is None or ta == tb
 
 
-def compute_breakdown(root: Span, members: Sequence[Span]) -> Breakdown:
-    """The breakdown of one start-up: ``root`` and the spans :func:`group_startups` gave it."""
+def compute_breakdown(root: Span, members: Sequence[Span], foreign: Sequence[Span] = ()) -> Breakdown:
+    """The breakdown of one start-up: ``root`` and the spans :func:`group_startups` gave it.
+    ``foreign`` are other spans of the trace (not members) that may enclose the root."""
     window = [
         s
         for s in members
@@ -182,8 +251,9 @@ def compute_breakdown(root: Span, members: Sequence[Span]) -> Breakdown:
 
     children: dict[str, list[Span]] = defaultdict(list)
     orphans: list[Span] = []
+    memo: dict[str, str | None] = {}
     for span in window:
-        owner = _nearest_phased_ancestor(span, by_id, root.span_id)
+        owner = _nearest_phased_ancestor(span, by_id, root.span_id, memo)
         if owner is None:
             orphans.append(span)  # parent missing from the file: treat as top level
         else:
@@ -224,11 +294,89 @@ def compute_breakdown(root: Span, members: Sequence[Span]) -> Breakdown:
         total_busy_ns=sum(busy.values()),
         shards=shards,
         after_ready=after_ready,
+        spans=tuple(window),
+        gaps=_gaps(root, [s for s in top_level if _same_thread(root, s)]),
+        context=_context(root, members, foreign, by_id),
     )
 
 
 def breakdowns(spans: Iterable[Span]) -> list[Breakdown]:
-    return [compute_breakdown(root, members) for root, members in group_startups(spans)]
+    spans = list(spans)
+    groups = group_startups(spans)
+    claimed = {s.span_id for root, members in groups for s in members}
+    claimed.update(root.span_id for root, _ in groups)
+    foreign_by_trace: dict[str, list[Span]] = defaultdict(list)
+    for span in spans:
+        if span.span_id not in claimed and span.phase is None:
+            foreign_by_trace[span.trace_id].append(span)
+    return [compute_breakdown(root, members, foreign_by_trace.get(root.trace_id, ()))
+            for root, members in groups]
+
+
+def by_trace(results: Sequence[Breakdown]) -> dict[str, list[Breakdown]]:
+    """Start-ups grouped by trace, ranks in order: several processes (tensor-parallel ranks)
+    that shared a TRACEPARENT show up as several roots in one trace."""
+    grouped: dict[str, list[Breakdown]] = defaultdict(list)
+    for result in results:
+        grouped[result.trace_id].append(result)
+    for group in grouped.values():
+        group.sort(key=lambda b: (b.rank is None, b.rank if b.rank is not None else 0, b.root.start_ns))
+    return dict(grouped)
+
+
+def _gaps(root: Span, top_level: Sequence[Span]) -> tuple[Gap, ...]:
+    """Stretches of the root's window that no top-level phased span on its thread covers."""
+    gaps = []
+    cursor, after = root.start_ns, None
+    for span in sorted(top_level, key=lambda s: (s.start_ns, s.end_ns)):
+        if span.start_ns > cursor:
+            gaps.append(Gap(cursor, span.start_ns, after, span.name))
+        if span.end_ns >= cursor:
+            cursor, after = span.end_ns, span.name
+    if root.end_ns > cursor:
+        gaps.append(Gap(cursor, root.end_ns, after, None))
+    return tuple(gaps)
+
+
+_CONTEXT_LIMIT = 50  # the longest foreign spans are enough to read the phases in context
+
+
+def _context(root: Span, members: Sequence[Span], foreign: Sequence[Span],
+             by_id: dict[str, Span]) -> tuple[ContextSpan, ...]:
+    enclosing = set()
+    parent_id = root.parent_id
+    foreign_by_id = {s.span_id: s for s in foreign}
+    while parent_id in foreign_by_id and parent_id not in enclosing:
+        enclosing.add(parent_id)
+        parent_id = foreign_by_id[parent_id].parent_id
+    candidates = [s for s in members if s.phase is None and not s.is_root
+                  and not s.name.startswith(semconv.SPAN_PREFIX)
+                  and s.end_ns > root.start_ns and s.start_ns < root.end_ns]
+    candidates += [foreign_by_id[i] for i in enclosing]
+    candidates.sort(key=lambda s: (-s.duration_ns, s.start_ns))
+    candidates = candidates[:_CONTEXT_LIMIT]
+    wanted = {s.span_id for s in candidates}
+    inside: dict[str, set] = defaultdict(set)
+    for span in members:
+        if span.phase is None:
+            continue
+        parent_id, steps = span.parent_id, 0
+        while parent_id is not None and steps < 64:  # bounded: context is a summary
+            if parent_id in wanted:
+                inside[parent_id].add(span.phase)
+            parent = by_id.get(parent_id) or foreign_by_id.get(parent_id)
+            if parent is None:
+                break
+            parent_id, steps = parent.parent_id, steps + 1
+    return tuple(
+        ContextSpan(
+            name=s.name, start_ns=s.start_ns, end_ns=s.end_ns,
+            service=s.resource.get("service.name") if isinstance(s.resource.get("service.name"), str) else None,
+            phases_inside=tuple(sorted(inside.get(s.span_id, ()))),
+            encloses_root=s.span_id in enclosing,
+        )
+        for s in candidates
+    )
 
 
 def _span_bytes(span: Span) -> int:

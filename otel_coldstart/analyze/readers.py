@@ -1,102 +1,170 @@
-"""Readers: trace files in, :class:`Span` records out.
+"""Readers: trace files in, :class:`Span` records out; the format is detected, not asked.
 
-This first reader understands OTLP JSON (the protobuf JSON mapping with hex ids) as one
-document or as JSON Lines, which is what otel-coldstart's file exporter and the
-Collector's file exporter write.
+Understood (docs/analysis.md lists the quirks of each):
+
+- OTLP JSON: one document, or JSON Lines as the Collector's file exporter and
+  otel-coldstart write; Jaeger v2's ``{"result": ...}``; Tempo's ``{"batches": ...}`` and
+  ``{"trace": ...}`` with base64 ids and enum names.
+- Jaeger JSON: ``{"data": [trace, ...]}`` or a bare trace object.
+- Zipkin v2 JSON: a flat array of spans.
+
+JSON Lines are streamed one line at a time, so a large Collector file never exists as one
+Python object; a single JSON document above ``max_bytes`` is refused (``too_large``)
+rather than parsed into several times its size in memory.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+import os
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Iterator
 
+from ._values import TraceReadError
+from .integrity import repair
 from .model import Span
+from .read_jaeger import is_jaeger_envelope, is_jaeger_trace, spans_from_jaeger_envelope, spans_from_jaeger_trace
+from .read_otlp import is_otlp, spans_from_otlp
+from .read_zipkin import is_zipkin, spans_from_zipkin
+
+__all__ = ["TraceReadError", "ReadResult", "read_trace_file", "read_trace", "parse_document",
+           "parse_otlp_json", "DEFAULT_MAX_BYTES"]
+
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024  # single JSON documents; raise with --max-input-mb
 
 
-class TraceReadError(Exception):
-    """The input is not a trace this reader understands; the message is one line."""
+@dataclass(frozen=True)
+class ReadResult:
+    spans: list[Span]
+    format: str  # otlp | otlp-lines | tempo | jaeger | zipkin (several joined by "+")
+    warnings: list[str]
 
 
-def read_trace_file(path: str) -> list[Span]:
+def read_trace_file(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> list[Span]:
+    return read_trace(path, max_bytes).spans
+
+
+def read_trace(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> ReadResult:
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
+        handle = open(path, "rb")
     except OSError as exc:
-        raise TraceReadError(f"cannot read {path}: {exc.strerror or exc}") from None
-    return parse_otlp_json(data.decode("utf-8", errors="replace"), source=path)
+        raise TraceReadError(f"cannot read {path}: {exc.strerror or exc}", "unreadable") from None
+    with handle:
+        try:
+            size = os.fstat(handle.fileno()).st_size
+            spans, formats = _read_handle(handle, size, max_bytes, path)
+        except OSError as exc:
+            raise TraceReadError(f"cannot read {path}: {exc.strerror or exc}", "unreadable") from None
+        except TraceReadError as exc:
+            if str(exc).startswith(path) or exc.kind == "unreadable":
+                raise
+            raise TraceReadError(f"{path}: {exc}", exc.kind) from None
+    repaired, warnings = repair(spans)
+    return ReadResult(repaired, "+".join(sorted(formats)), warnings)
+
+
+def _read_handle(handle: BinaryIO, size: int, max_bytes: int, path: str) -> tuple[list[Span], set]:
+    first = handle.readline(max_bytes + 1)
+    rest_start = handle.tell()
+    lines_mode = False
+    if first.strip() and size > len(first) and _complete_json(first):
+        lines_mode = bool(handle.read(4096).strip())
+        handle.seek(rest_start)
+    spans: list[Span] = []
+    formats: set = set()
+    if lines_mode:
+        for number, line in enumerate(_lines(handle, first, max_bytes), start=1):
+            if line.strip():
+                doc = _loads(line, f"line {number}")
+                spans.extend(_spans(doc, formats, f"line {number}: "))
+        if formats == {"otlp"}:
+            formats = {"otlp-lines"}
+        return spans, formats
+    if size > max_bytes:
+        raise TraceReadError(
+            f"{path}: {size / 2**20:.0f} MiB is over the {max_bytes / 2**20:.0f} MiB limit for one JSON "
+            "document (write JSON Lines, which are streamed, or raise the limit with --max-input-mb)",
+            "too_large")
+    data = first + handle.read()
+    if not data.strip():
+        raise TraceReadError("empty file")
+    spans.extend(_spans(_loads(data, "the file"), formats, ""))
+    return spans, formats
+
+
+def _lines(handle: BinaryIO, first: bytes, max_bytes: int) -> Iterator[bytes]:
+    yield first
+    while True:
+        line = handle.readline(max_bytes + 1)
+        if not line:
+            return
+        if len(line) > max_bytes:
+            raise TraceReadError(f"a JSON line is over the {max_bytes / 2**20:.0f} MiB limit", "too_large")
+        yield line
+
+
+def _complete_json(line: bytes) -> bool:
+    try:
+        json.loads(line)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def _loads(data: bytes, where: str) -> Any:
+    try:
+        return json.loads(data)
+    except json.JSONDecodeError as exc:
+        if exc.pos >= len(exc.doc.rstrip()):
+            raise TraceReadError(f"{where} is truncated JSON ({exc.msg})") from None
+        raise TraceReadError(f"{where} is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    except UnicodeDecodeError:
+        raise TraceReadError(f"{where} is not JSON (not UTF-8 text)") from None
+    except RecursionError:
+        raise TraceReadError(f"{where} is nested too deeply to be a trace") from None
+    except ValueError as exc:  # e.g. an integer literal with thousands of digits
+        raise TraceReadError(f"{where} holds a number Python refuses: {str(exc)[:60]}") from None
+
+
+def parse_document(doc: Any) -> list[Span]:
+    """Spans from one parsed JSON document of any supported format (used by live sources)."""
+    return list(_spans(doc, set(), ""))
 
 
 def parse_otlp_json(text: str, source: str = "<input>") -> list[Span]:
-    documents = _json_documents(text, source)
+    """Kept for callers of the first reader: any supported JSON text, lines or document."""
+    docs = [line for line in text.splitlines() if line.strip()]
+    try:
+        return parse_document(json.loads(text))
+    except ValueError:
+        pass
     spans: list[Span] = []
-    for doc in documents:
-        spans.extend(_spans_from_request(doc))
+    for number, line in enumerate(docs, start=1):
+        spans.extend(_spans(_loads(line.encode(), f"{source} line {number}"), set(), ""))
     return spans
 
 
-def _json_documents(text: str, source: str) -> list[Any]:
-    stripped = text.strip()
-    if not stripped:
-        raise TraceReadError(f"{source}: empty file")
-    try:
-        return [json.loads(stripped)]
-    except json.JSONDecodeError:
-        pass
-    docs = []
-    for number, line in enumerate(stripped.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            docs.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise TraceReadError(f"{source}: line {number} is not JSON ({exc.msg})") from None
-    return docs
-
-
-def _spans_from_request(doc: Any) -> Iterable[Span]:
-    if not isinstance(doc, dict):
-        raise TraceReadError("not an OTLP trace document (expected an object)")
-    for resource_spans in doc.get("resourceSpans") or []:
-        resource = _attributes((resource_spans.get("resource") or {}).get("attributes"))
-        for scope_spans in resource_spans.get("scopeSpans") or []:
-            for raw in scope_spans.get("spans") or []:
-                yield _span(raw, resource)
-
-
-def _span(raw: dict, resource: dict) -> Span:
-    parent = raw.get("parentSpanId") or None
-    status = (raw.get("status") or {}).get("code", 0)
-    status_name = {0: "unset", 1: "ok", 2: "error"}.get(status, "unset")
-    return Span(
-        trace_id=str(raw.get("traceId", "")).lower(),
-        span_id=str(raw.get("spanId", "")).lower(),
-        parent_id=parent.lower() if isinstance(parent, str) else None,
-        name=str(raw.get("name", "")),
-        start_ns=int(raw.get("startTimeUnixNano", 0)),
-        end_ns=int(raw.get("endTimeUnixNano", 0)),
-        attributes=_attributes(raw.get("attributes")),
-        resource=resource,
-        status=status_name,
-    )
-
-
-def _attributes(items: Any) -> dict:
-    result = {}
-    for item in items or []:
-        if isinstance(item, dict) and "key" in item:
-            result[item["key"]] = _any_value(item.get("value") or {})
-    return result
-
-
-def _any_value(value: dict) -> Any:
-    if "stringValue" in value:
-        return value["stringValue"]
-    if "boolValue" in value:
-        return bool(value["boolValue"])
-    if "intValue" in value:
-        return int(value["intValue"])
-    if "doubleValue" in value:
-        return float(value["doubleValue"])
-    if "arrayValue" in value:
-        return tuple(_any_value(v) for v in (value["arrayValue"].get("values") or []))
-    return None
+def _spans(doc: Any, formats: set, where: str) -> Iterator[Span]:
+    for _ in range(3):  # API envelopes: {"result": ...} (Jaeger v2), {"trace": ...} (Tempo v2)
+        if isinstance(doc, dict) and len(doc) <= 2 and isinstance(doc.get("result", doc.get("trace")), dict):
+            doc = doc.get("result", doc.get("trace"))
+    if is_otlp(doc):
+        formats.add("tempo" if "batches" in doc else "otlp")
+        return spans_from_otlp(doc)
+    if is_jaeger_envelope(doc):
+        formats.add("jaeger")
+        return spans_from_jaeger_envelope(doc)
+    if is_jaeger_trace(doc):
+        formats.add("jaeger")
+        return spans_from_jaeger_trace(doc)
+    if is_zipkin(doc):
+        formats.add("zipkin")
+        return spans_from_zipkin(doc)
+    if isinstance(doc, list) and not doc:
+        formats.add("zipkin")
+        return iter(())
+    if isinstance(doc, dict) and isinstance(doc.get("traces"), list):
+        raise TraceReadError(f"{where}a trace search result (trace ids only), not a trace")
+    shape = type(doc).__name__ if not isinstance(doc, dict) else "object with keys " + ", ".join(
+        sorted(map(str, doc))[:5])
+    raise TraceReadError(f"{where}not a trace: expected OTLP, Jaeger or Zipkin JSON, got {shape}")

@@ -1,0 +1,91 @@
+"""OTLP JSON and its relatives, into :class:`Span` records.
+
+Handles the protobuf JSON mapping as the SDKs, the Collector's file exporter and Jaeger v2
+write it (hex ids in either case, ``kind``/``status.code`` as integers, nanosecond strings)
+and as Tempo's gogo jsonpb writes it (``batches``, base64 ids, enum names, the pre-0.15
+``instrumentationLibrarySpans``). Wrappers (``{"result": ...}``, ``{"trace": ...}``) are
+removed by the caller (readers.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from ._values import TraceReadError, as_dict, as_list, hex_id, unix_ns
+from .model import Span
+
+_STATUS = {0: "unset", 1: "ok", 2: "error", "STATUS_CODE_UNSET": "unset",
+           "STATUS_CODE_OK": "ok", "STATUS_CODE_ERROR": "error"}
+
+
+def is_otlp(doc: Any) -> bool:
+    return isinstance(doc, dict) and ("resourceSpans" in doc or "batches" in doc)
+
+
+def spans_from_otlp(doc: dict) -> Iterator[Span]:
+    batches = doc.get("resourceSpans", doc.get("batches"))
+    if batches is None:
+        return
+    if not isinstance(batches, list):
+        raise TraceReadError("OTLP document: resourceSpans is not a list")
+    for resource_spans in batches:
+        resource_spans = as_dict(resource_spans)
+        resource = attributes(as_dict(resource_spans.get("resource")).get("attributes"))
+        scopes = resource_spans.get("scopeSpans", resource_spans.get("instrumentationLibrarySpans"))
+        for scope_spans in as_list(scopes):
+            for raw in as_list(as_dict(scope_spans).get("spans")):
+                if not isinstance(raw, dict):
+                    raise TraceReadError("OTLP document: a span is not an object")
+                yield _span(raw, resource)
+
+
+def _span(raw: dict, resource: dict) -> Span:
+    span_id = hex_id(raw.get("spanId"), 16)
+    if not span_id:
+        raise TraceReadError("OTLP span without a spanId")
+    parent = raw.get("parentSpanId")
+    status = _STATUS.get(as_dict(raw.get("status")).get("code", 0), "unset")
+    return Span(
+        trace_id=hex_id(raw.get("traceId"), 32),
+        span_id=span_id,
+        parent_id=hex_id(parent, 16) if parent else None,
+        name=str(raw.get("name") or ""),
+        start_ns=unix_ns(raw.get("startTimeUnixNano"), f"span {span_id} startTimeUnixNano"),
+        end_ns=unix_ns(raw.get("endTimeUnixNano"), f"span {span_id} endTimeUnixNano"),
+        attributes=attributes(raw.get("attributes")),
+        resource=resource,
+        status=status,
+    )
+
+
+def attributes(items: Any) -> dict:
+    result = {}
+    for item in as_list(items):
+        if isinstance(item, dict) and isinstance(item.get("key"), str):
+            result[item["key"]] = any_value(item.get("value"))
+    return result
+
+
+def any_value(value: Any, depth: int = 0) -> Any:
+    if not isinstance(value, dict) or depth > 8:
+        return None
+    if "stringValue" in value:
+        return str(value["stringValue"])
+    if "boolValue" in value:
+        return value["boolValue"] in (True, "true")
+    if "intValue" in value:
+        try:
+            return int(value["intValue"])
+        except (TypeError, ValueError):
+            return None
+    if "doubleValue" in value:
+        try:
+            return float(value["doubleValue"])
+        except (TypeError, ValueError):
+            return None
+    if "arrayValue" in value:
+        items = as_list(as_dict(value["arrayValue"]).get("values"))
+        return tuple(any_value(v, depth + 1) for v in items)
+    if "bytesValue" in value:
+        return str(value["bytesValue"])
+    return None

@@ -1,0 +1,57 @@
+"""Zipkin v2 JSON (a flat array of spans) into :class:`Span` records.
+
+Quirks handled: microsecond times; missing ``duration`` (incomplete spans become instants);
+every tag is a string (numbers and booleans are given their type back); and the shared
+CLIENT/SERVER pair, two copies of one span id with the same ``parentId``: the client copy
+is re-identified as ``<id>.client`` and the server copy nests under it, so the hop shows.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from ._values import TraceReadError, as_dict, coerce_string, duration_ns, hex_id, unix_ns
+from .model import Span
+
+
+def is_zipkin(doc: Any) -> bool:
+    return isinstance(doc, list) and all(
+        isinstance(s, dict) and "traceId" in s and "id" in s for s in doc[:3]) and bool(doc)
+
+
+def spans_from_zipkin(doc: list) -> Iterator[Span]:
+    shared_ids = {hex_id(s.get("id"), 16) for s in doc if isinstance(s, dict) and s.get("shared")}
+    for raw in doc:
+        if not isinstance(raw, dict):
+            raise TraceReadError("Zipkin document: a span is not an object")
+        yield _span(raw, shared_ids)
+
+
+def _span(raw: dict, shared_ids: set) -> Span:
+    span_id = hex_id(raw.get("id"), 16)
+    if not span_id:
+        raise TraceReadError("Zipkin span without an id")
+    parent = hex_id(raw.get("parentId"), 16) if raw.get("parentId") else None
+    if span_id in shared_ids:
+        if raw.get("shared"):
+            parent = span_id + ".client"
+        else:
+            span_id = span_id + ".client"
+    start = unix_ns(raw.get("timestamp", 0), f"span {span_id} timestamp", 1000)
+    length = duration_ns(raw.get("duration"), f"span {span_id} duration", 1000)
+    attrs = {k: coerce_string(v) if isinstance(v, str) else v
+             for k, v in as_dict(raw.get("tags")).items() if isinstance(k, str)}
+    if raw.get("kind"):
+        attrs.setdefault("span.kind", str(raw["kind"]).lower())
+    service = as_dict(raw.get("localEndpoint")).get("serviceName")
+    return Span(
+        trace_id=hex_id(raw.get("traceId"), 32),
+        span_id=span_id,
+        parent_id=parent,
+        name=str(raw.get("name") or ""),
+        start_ns=start,
+        end_ns=min(start + length, 2**63 - 1),
+        attributes=attrs,
+        resource={"service.name": service} if isinstance(service, str) else {},
+        status="error" if "error" in attrs else "unset",
+    )
