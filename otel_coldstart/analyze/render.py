@@ -6,32 +6,7 @@ import os
 from typing import TextIO
 
 from .breakdown import Breakdown
-
-
-def format_seconds(ns: int) -> str:
-    seconds = ns / 1e9
-    if seconds >= 100:
-        return f"{seconds:.0f} s"
-    if seconds >= 1:
-        return f"{seconds:.2f} s"
-    return f"{seconds * 1e3:.1f} ms"
-
-
-def format_bytes(n: int | None) -> str:
-    if n is None:
-        return "-"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"  # pragma: no cover - loop always returns
-
-
-def format_rate(bytes_per_s: float | None) -> str:
-    if bytes_per_s is None:
-        return "-"
-    return format_bytes(int(bytes_per_s)) + "/s"
+from .units import format_bytes, format_rate, format_seconds  # noqa: F401 - re-exported
 
 
 def render_text(breakdown: Breakdown, out: TextIO) -> None:

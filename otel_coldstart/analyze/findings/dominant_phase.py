@@ -1,0 +1,53 @@
+"""The phase that took the most time, with the lever that usually moves it.
+
+Estimate: half of the phase's time (what the lever typically buys; a guide for ranking,
+not a promise).
+"""
+
+from __future__ import annotations
+
+from ... import semconv
+from ..breakdown import Breakdown
+from ..units import format_bytes, format_rate, format_seconds
+from ._finding import Finding
+
+LEVERS = {
+    semconv.PHASE_IMPORT: "import less at start-up: defer optional imports, trim the image's site-packages",
+    semconv.PHASE_RUNTIME_INIT: "keep a pre-initialised process pool, set CUDA_MODULE_LOADING=LAZY, "
+                                "or restore from a checkpointed process",
+    semconv.PHASE_DOWNLOAD: "bake the weights into the image or a node-local cache; download shards in parallel",
+    semconv.PHASE_DESERIALIZE: "store safetensors on local NVMe and pre-warm the page cache; "
+                               "read fewer, larger files",
+    semconv.PHASE_ALLOCATE: "allocate on the target device directly (device_map / meta-device init)",
+    semconv.PHASE_PIN: "pin one reusable staging buffer instead of every tensor",
+    semconv.PHASE_H2D: "copy from pinned memory with non_blocking=True, overlap copies with reads",
+    semconv.PHASE_D2H: "avoid round trips to the host during load",
+    semconv.PHASE_D2D: "shard on load instead of loading then redistributing",
+    semconv.PHASE_H2H: "load straight into the destination tensors (no intermediate CPU copy)",
+    semconv.PHASE_CAST: "save the checkpoint in the serving dtype so no cast is needed",
+    semconv.PHASE_COMPILE: "cache compiled artifacts across starts (TORCHINDUCTOR_CACHE_DIR, AOT compile)",
+    semconv.PHASE_GRAPH_CAPTURE: "capture fewer batch sizes or capture lazily on first use",
+    semconv.PHASE_WARMUP: "shorten warm-up to the shapes actually served",
+}
+MIN_SHARE = 0.2  # below this no phase dominates
+
+
+def check(breakdown: Breakdown) -> list[Finding]:
+    top = breakdown.dominant
+    total = breakdown.duration_ns
+    if top is None or total <= 0 or top.share_of(total) < MIN_SHARE:
+        return []
+    evidence = [f"{top.phase}: {format_seconds(top.busy_ns)} of {format_seconds(total)} "
+                f"({top.share_of(total) * 100:.0f}%) over {top.spans} span(s)"]
+    if top.bytes:
+        evidence.append(f"{format_bytes(top.bytes)} at {format_rate(top.throughput)}")
+    runner_up = breakdown.phases[1] if len(breakdown.phases) > 1 else None
+    if runner_up is not None:
+        evidence.append(f"next: {runner_up.phase} {format_seconds(runner_up.busy_ns)}")
+    return [Finding.about(
+        breakdown, rule="dominant_phase", phase=top.phase,
+        title=f"{top.phase} dominates the start-up ({top.share_of(total) * 100:.0f}%)",
+        evidence=evidence,
+        lever=LEVERS.get(top.phase, f"wrap the steps inside {top.phase!r} in finer phases to see which one to cut"),
+        saving_ns=top.busy_ns // 2,
+    )]

@@ -1,0 +1,64 @@
+"""Many CUDA graph captures: each batch size is captured separately, and servers
+capture dozens by default, paid on every cold start.
+
+Estimate: the capture time beyond what one capture per power of two up to the largest
+batch size would take (half the time when the batch sizes are not recorded).
+"""
+
+from __future__ import annotations
+
+from ... import semconv
+from ..breakdown import Breakdown
+from ..units import format_seconds
+from ._attrs import int_attr
+from ._finding import Finding
+
+MIN_CAPTURES = 8
+# The instrumentor's graph-capture spans carry these (semconv); read defensively so a
+# trace from an older plugin still gives the count from coldstart.calls.
+COUNT_KEYS = tuple(getattr(semconv, name) for name in ("GRAPH_COUNT",) if hasattr(semconv, name)) + (semconv.CALLS,)
+SIZES_KEYS = tuple(getattr(semconv, name) for name in ("GRAPH_BATCH_SIZES",) if hasattr(semconv, name))
+
+
+def _count(span) -> int:
+    for key in COUNT_KEYS:
+        value = int_attr(span, key)
+        if value:
+            return value
+    return 1
+
+
+def _sizes(spans) -> list[int]:
+    sizes: set[int] = set()
+    for span in spans:
+        for key in SIZES_KEYS:
+            value = span.attributes.get(key)
+            if isinstance(value, (tuple, list)):
+                sizes.update(v for v in value if isinstance(v, int) and not isinstance(v, bool) and v > 0)
+    return sorted(sizes)
+
+
+def check(breakdown: Breakdown) -> list[Finding]:
+    spans = [s for s in breakdown.spans if s.phase == semconv.PHASE_GRAPH_CAPTURE]
+    count = sum(_count(s) for s in spans)
+    if count < MIN_CAPTURES:
+        return []
+    phase = breakdown.phase(semconv.PHASE_GRAPH_CAPTURE)
+    busy = phase.busy_ns if phase else sum(s.busy_ns for s in spans)
+    sizes = _sizes(spans)
+    evidence = [f"{count} graph captures in {format_seconds(busy)} ({format_seconds(busy // count)} each)"]
+    if sizes:
+        needed = min(len(sizes), (max(sizes) - 1).bit_length() + 1)  # 1, 2, 4, ... >= the largest
+        shown = ", ".join(map(str, sizes[:12])) + (" ..." if len(sizes) > 12 else "")
+        evidence.append(f"batch sizes: {shown}")
+        saving = busy * max(0, count - needed) // count
+    else:
+        saving = busy // 2
+    return [Finding.about(
+        breakdown, rule="graph_captures", phase=semconv.PHASE_GRAPH_CAPTURE,
+        title=f"{count} CUDA graph captures at start-up",
+        evidence=evidence,
+        lever="capture fewer batch sizes (powers of two, pad requests up) or capture lazily on first use "
+              "(vLLM: a shorter cudagraph capture-size list)",
+        saving_ns=saving,
+    )]

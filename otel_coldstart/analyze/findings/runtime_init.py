@@ -1,0 +1,33 @@
+"""Runtime initialisation dominating a small model: the CUDA context, cuBLAS/cuDNN
+handles and module loading cost the same whatever the model size, so for small models
+they are most of the start-up.
+
+Estimate: half of the runtime_init time.
+"""
+
+from __future__ import annotations
+
+from ... import semconv
+from ..breakdown import Breakdown
+from ..units import format_bytes, format_seconds
+from ._finding import Finding
+
+MIN_SHARE = 0.3
+SMALL_MODEL_BYTES = 2 << 30
+
+
+def check(breakdown: Breakdown) -> list[Finding]:
+    init = breakdown.phase(semconv.PHASE_RUNTIME_INIT)
+    total = breakdown.duration_ns
+    weights = sum(s.size or 0 for s in breakdown.shards)
+    if init is None or total <= 0 or init.share_of(total) < MIN_SHARE or weights > SMALL_MODEL_BYTES:
+        return []
+    return [Finding.about(
+        breakdown, rule="runtime_init", phase=semconv.PHASE_RUNTIME_INIT,
+        title=f"runtime init is {init.share_of(total) * 100:.0f}% of the start-up of a small model",
+        evidence=[f"runtime_init {format_seconds(init.busy_ns)} of {format_seconds(total)}",
+                  f"checkpoint {format_bytes(weights)}: loading it is not where the time goes"],
+        lever="keep a warm, pre-initialised process pool; set CUDA_MODULE_LOADING=LAZY; expose only the "
+              "devices used (CUDA_VISIBLE_DEVICES); or restore a checkpointed process",
+        saving_ns=init.busy_ns // 2,
+    )]
