@@ -42,9 +42,8 @@ def traced():
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    otel_coldstart.instrument(tracer_provider=provider, start_at="instrument", summary=False,
-                              handle_sigterm=False)
-    helper = _Traced(exporter)
+    helper = _Traced(exporter, provider)
+    helper.reinstrument()
     try:
         yield helper
     finally:
@@ -52,8 +51,16 @@ def traced():
 
 
 class _Traced:
-    def __init__(self, exporter) -> None:
+    def __init__(self, exporter, provider) -> None:
         self.exporter = exporter
+        self.provider = provider
+
+    def reinstrument(self) -> None:
+        import otel_coldstart
+
+        otel_coldstart.uninstrument()
+        otel_coldstart.instrument(tracer_provider=self.provider, start_at="instrument", summary=False,
+                                  handle_sigterm=False)
 
     def spans(self):
         return list(self.exporter.get_finished_spans())
@@ -75,3 +82,16 @@ class _Traced:
 def pytest_configure(config):
     config.addinivalue_line("markers", "internal_errors_expected: the test injects an internal error on purpose")
     os.environ.setdefault("OTEL_COLDSTART_SUMMARY", "0")
+
+
+SMALL_SHAPE_KWARGS = dict(vocab=512, hidden=64, intermediate=128, layers=2, shards=4)
+
+
+@pytest.fixture(scope="session")
+def small_checkpoint(tmp_path_factory):
+    """A real 4-shard bf16 safetensors checkpoint with an HF index (about 300 KiB)."""
+    from otel_coldstart.demo import LlamaShape, generate_checkpoint
+
+    directory = tmp_path_factory.mktemp("ckpt")
+    paths = generate_checkpoint(str(directory), LlamaShape(**SMALL_SHAPE_KWARGS))
+    return [str(p) for p in paths]

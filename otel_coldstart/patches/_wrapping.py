@@ -22,7 +22,9 @@ class PatchSet:
 
     def wrap(self, owner: Any, name: str, wrapper: Callable) -> None:
         current = getattr(owner, name, None)
-        if current is None or isinstance(current, ColdstartWrapper):
+        # Look in the owner's own dict: getattr on a class returns a freshly bound wrapper,
+        # which would hide ours and stack a second layer.
+        if current is None or isinstance(vars(owner).get(name), ColdstartWrapper):
             return
         own = name in vars(owner)
         # The attribute as stored (a classmethod/staticmethod object, or inherited from a

@@ -72,6 +72,10 @@ def patch() -> None:
     if st_torch is not None:
         _patches.wrap(st_torch, "load_file", _load_file)
         _patches.wrap(st_torch, "load", _load_bytes)
+        # load() looks deserialize up in its module at call time, so wrapping that global
+        # also reaches callers who bound ``load`` by name before we patched.
+        if hasattr(st_torch, "deserialize"):
+            _patches.wrap(st_torch, "deserialize", _load_bytes)
 
 
 def unpatch() -> None:
@@ -186,8 +190,10 @@ def _get(method: str):
             return wrapped(*args, **kwargs)
         read = None
         try:
-            read = _read_for(session, instance)
+            # Before _read_for: finding the file reads its header, and those reads are this
+            # file's reads too.
             io_before = probes.thread_io()
+            read = _read_for(session, instance)
         except Exception:
             report_internal_error(f"safe_open.{method}")
         result = wrapped(*args, **kwargs)

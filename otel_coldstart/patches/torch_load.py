@@ -14,7 +14,7 @@ import time
 
 from .. import semconv
 from .. import session as _session
-from ._files import FileRead, detect_format, traced_read
+from ._files import FileRead, traced_read
 from ._wrapping import PatchSet
 
 TARGETS = ("torch",)
@@ -67,11 +67,9 @@ def _load(wrapped, instance, args, kwargs):
     mmap = bool(kwargs.get("mmap"))
 
     def open_read():
-        path = _path_of(source)
-        fmt = detect_format(path) if path else None
         _local.storage_ns = 0
         _local.storage_reads = 0
-        return FileRead(session, path, fmt, "torch.load")
+        return FileRead(session, _path_of(source), None, "torch.load")
 
     def finish(read):
         attrs = {semconv.TORCH_LOAD_MMAP: mmap}
