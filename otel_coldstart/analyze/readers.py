@@ -28,7 +28,7 @@ from .read_otlp import is_otlp, spans_from_otlp
 from .read_zipkin import is_zipkin, spans_from_zipkin
 
 __all__ = ["TraceReadError", "ReadResult", "read_trace_file", "read_trace", "parse_document",
-           "parse_otlp_json", "DEFAULT_MAX_BYTES"]
+           "parse_otlp_json", "read_documents", "DEFAULT_MAX_BYTES"]
 
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024  # single JSON documents; raise with --max-input-mb
 
@@ -168,3 +168,16 @@ def _spans(doc: Any, formats: set, where: str) -> Iterator[Span]:
     shape = type(doc).__name__ if not isinstance(doc, dict) else "object with keys " + ", ".join(
         sorted(map(str, doc))[:5])
     raise TraceReadError(f"{where}not a trace: expected OTLP, Jaeger or Zipkin JSON, got {shape}")
+
+
+def read_documents(docs: list, source: str) -> ReadResult:
+    """Parsed JSON documents (e.g. live API answers) into repaired spans."""
+    formats: set = set()
+    spans: list[Span] = []
+    try:
+        for doc in docs:
+            spans.extend(_spans(doc, formats, ""))
+    except TraceReadError as exc:
+        raise TraceReadError(f"{source}: {exc}", exc.kind) from None
+    repaired, warnings = repair(spans)
+    return ReadResult(repaired, "+".join(sorted(formats)), warnings)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import TextIO
+from typing import Sequence, TextIO
 
 from .breakdown import Breakdown
 from .units import format_bytes, format_rate, format_seconds  # noqa: F401 - re-exported
@@ -42,6 +42,12 @@ def render_text(breakdown: Breakdown, out: TextIO) -> None:
                 f"    {index:<4}{name:<40}{format_bytes(shard.size):>11}"
                 f"{format_seconds(shard.duration_ns):>10}  {shard.cache_state or 'cache ?'}{evidence}\n"
             )
+    if breakdown.context:
+        out.write("  context (spans that are not ours):\n")
+        for item in breakdown.context[:5]:
+            inside = f" contains {', '.join(item.phases_inside)}" if item.phases_inside else ""
+            where = " (encloses the start-up)" if item.encloses_root else ""
+            out.write(f"    {item.name[:40]:<40}{format_seconds(item.duration_ns):>10}{where}{inside}\n")
     if dominant is not None:
         out.write(
             f"  dominant phase: {dominant.phase} "
@@ -52,3 +58,29 @@ def render_text(breakdown: Breakdown, out: TextIO) -> None:
             "  most of the start-up is unattributed: wrap the slow step in "
             "otel_coldstart.phase('name') to name it\n"
         )
+
+
+def render_ranks_text(group: Sequence[Breakdown], out: TextIO) -> None:
+    """One line per rank of a multi-process start-up that shared one trace."""
+    phases = sorted({p.phase for b in group for p in b.phases[:3]})
+    out.write(f"ranks of trace {group[0].trace_id}:\n")
+    out.write(f"  {'rank':<6}{'total':>10}" + "".join(f"{p[:12]:>13}" for p in phases) + f"{'host':>18}\n")
+    for item in group:
+        cells = "".join(f"{format_seconds(item.phase(p).busy_ns) if item.phase(p) else '-':>13}" for p in phases)
+        host = item.root.resource.get("host.name")
+        rank = "?" if item.rank is None else str(item.rank)
+        out.write(f"  {rank:<6}{format_seconds(item.duration_ns):>10}{cells}{str(host or '-')[:16]:>18}\n")
+
+
+def render_findings_text(findings: Sequence, out: TextIO) -> None:
+    """Findings, largest estimated saving first, each with its evidence and lever."""
+    if not findings:
+        out.write("findings: none\n")
+        return
+    out.write("findings (largest estimated saving first):\n")
+    for number, finding in enumerate(findings, start=1):
+        rank = f" [rank {finding.rank}]" if finding.rank is not None else ""
+        out.write(f"  {number}. {finding.title}{rank} (could save ~{format_seconds(finding.saving_ns)})\n")
+        for line in finding.evidence:
+            out.write(f"       - {line}\n")
+        out.write(f"       lever: {finding.lever}\n")

@@ -13,11 +13,14 @@ import sys
 from typing import Sequence
 
 from . import analyze as analyze_cmd
+from . import capacity as capacity_cmd
+from . import compare as compare_cmd
 from . import demo as demo_cmd
 from . import floor as floor_cmd
 from .errors import CliError
 
-COMMANDS = {"demo": demo_cmd, "analyze": analyze_cmd, "floor": floor_cmd}
+COMMANDS = {"demo": demo_cmd, "analyze": analyze_cmd, "floor": floor_cmd,
+            "compare": compare_cmd, "capacity": capacity_cmd}
 
 
 def build_parser() -> argparse.ArgumentParser:

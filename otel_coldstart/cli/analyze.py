@@ -1,4 +1,5 @@
-"""``otel-coldstart analyze FILE``: the start-up breakdown of a trace file."""
+"""``otel-coldstart analyze``: the breakdown and findings of the start-ups in trace files or
+in Jaeger/Tempo, as text, Markdown or JSON, with optional waterfalls and CI budgets."""
 
 from __future__ import annotations
 
@@ -6,32 +7,102 @@ import argparse
 import os
 import sys
 
-from ..analyze.breakdown import breakdowns
-from ..analyze.readers import TraceReadError, read_trace_file
-from ..analyze.render import render_text
-from .errors import EXIT_INPUT_UNREADABLE, EXIT_NO_STARTUP, EXIT_NOT_A_TRACE, CliError
+from ..analyze.breakdown import by_trace
+from ..analyze.budgets import check_budgets, parse_budget_file, parse_budget_specs
+from ..analyze.findings import find
+from ..analyze.render import render_findings_text, render_ranks_text, render_text
+from ..analyze.render_json import analysis_document, render_json
+from ..analyze.render_markdown import render_markdown
+from ..analyze.render_svg import render_svg
+from ._inputs import (add_file_arguments, add_live_arguments, expand_paths, load_file, load_live, output,
+                      require_startups, warn)
+from .errors import EXIT_BUDGET_EXCEEDED, EXIT_INPUT_UNREADABLE, EXIT_USAGE, EXIT_WOULD_OVERWRITE, CliError
 
-HELP = "Print the phase breakdown of the start-ups in a trace file."
+HELP = "Print where the start-up time went, and what to do about it, for the start-ups in trace files."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", help="trace file (OTLP JSON, as otel-coldstart writes it)")
+    parser.add_argument("files", nargs="*", metavar="FILE",
+                        help="trace files or directories (OTLP JSON/JSON Lines, Jaeger, Tempo, Zipkin JSON)")
+    add_file_arguments(parser)
+    add_live_arguments(parser)
+    parser.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    parser.add_argument("--output", "-o", metavar="FILE", help="write the report here (never overwrites)")
+    parser.add_argument("--waterfall", metavar="DIR",
+                        help="write one self-contained SVG waterfall per start-up into DIR")
+    parser.add_argument("--budget", action="append", default=[], metavar="KEY=DURATION",
+                        help="fail (exit 8) when a start-up exceeds it: total=90s, h2d=10s, unattributed=5s")
+    parser.add_argument("--budget-file", metavar="FILE", help="budgets as JSON object or KEY=DURATION lines")
+
+
+def _budget(args: argparse.Namespace) -> dict[str, int]:
+    try:
+        budget = parse_budget_specs(args.budget)
+        if args.budget_file:
+            try:
+                with open(args.budget_file, encoding="utf-8") as handle:
+                    text = handle.read()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise CliError(f"cannot read {args.budget_file}: {getattr(exc, 'strerror', None) or exc}",
+                               EXIT_INPUT_UNREADABLE) from None
+            budget = {**parse_budget_file(text), **budget}
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    return budget
 
 
 def run(args: argparse.Namespace) -> int:
-    if not os.path.isfile(args.file):
-        raise CliError(f"{args.file}: no such file", EXIT_INPUT_UNREADABLE)
-    try:
-        spans = read_trace_file(args.file)
-    except TraceReadError as exc:
-        code = EXIT_INPUT_UNREADABLE if str(exc).startswith("cannot read") else EXIT_NOT_A_TRACE
-        raise CliError(str(exc), code) from None
-    results = breakdowns(spans)
-    if not results:
-        raise CliError(f"{args.file}: no model.startup span in {len(spans)} spans "
-                       "(was the process instrumented with otel-coldstart?)", EXIT_NO_STARTUP)
-    for number, result in enumerate(results):
+    live = bool(args.jaeger or args.tempo)
+    if live == bool(args.files) or (args.jaeger and args.tempo):
+        raise CliError("give trace FILEs, or one of --jaeger URL / --tempo URL", EXIT_USAGE)
+    budget = _budget(args)
+    loaded = [load_live(args)] if live else [load_file(p, args) for p in expand_paths(args.files)]
+    warn(loaded)
+    results = require_startups(loaded, args.trace_id)
+    findings = find(results)
+    violations = check_budgets(results, budget)
+    if args.waterfall:
+        _write_waterfalls(results, args.waterfall)
+    with output(args.output) as out:
+        if args.format == "json":
+            budget_doc = None
+            if budget:
+                budget_doc = {"limits_s": {k: v / 1e9 for k, v in sorted(budget.items())},
+                              "exceeded": [{"trace_id": v.trace_id, "rank": v.rank, "key": v.key,
+                                            "limit_s": v.limit_ns / 1e9, "actual_s": v.actual_ns / 1e9}
+                                           for v in violations]}
+            render_json(analysis_document(results, findings, [i.describe() for i in loaded], budget_doc), out)
+        elif args.format == "markdown":
+            render_markdown(results, findings, out)
+        else:
+            _text(results, findings, out)
+    for violation in violations:
+        print(f"otel-coldstart: over budget: {violation.describe()}", file=sys.stderr)
+    return EXIT_BUDGET_EXCEEDED if violations else 0
+
+
+def _text(results, findings, out) -> None:
+    for number, (trace_id, group) in enumerate(by_trace(results).items()):
         if number:
-            sys.stdout.write("\n")
-        render_text(result, sys.stdout)
-    return 0
+            out.write("\n")
+        for item in group:
+            render_text(item, out)
+        if len(group) > 1:
+            render_ranks_text(group, out)
+    out.write("\n")
+    render_findings_text(findings, out)
+
+
+def _write_waterfalls(results, directory: str) -> None:
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as exc:
+        raise CliError(f"cannot create {directory}: {exc.strerror or exc}", EXIT_INPUT_UNREADABLE) from None
+    for b in results:
+        rank = f"-rank{b.rank}" if b.rank is not None else ""
+        path = os.path.join(directory, f"startup-{b.trace_id[:16]}-{b.root.span_id[:8]}{rank}.svg")
+        if os.path.exists(path):
+            raise CliError(f"{path} exists; not overwriting it", EXIT_WOULD_OVERWRITE)
+        with output(path) as handle:
+            render_svg(b, handle)
+        print(f"otel-coldstart: waterfall written to {path}", file=sys.stderr)

@@ -6,6 +6,9 @@ EXIT_INPUT_UNREADABLE = 3
 EXIT_NOT_A_TRACE = 4
 EXIT_NO_STARTUP = 5
 EXIT_WOULD_OVERWRITE = 6
+EXIT_INPUT_TOO_LARGE = 7  # a single JSON document over --max-input-mb
+EXIT_BUDGET_EXCEEDED = 8  # analyze --budget: a start-up went over budget
+EXIT_SOURCE_UNAVAILABLE = 9  # --jaeger/--tempo: connection, timeout, HTTP error
 
 
 class CliError(Exception):

@@ -1,0 +1,70 @@
+"""Capacity summary over many start-ups: p50/p95 of the start-up and of each phase, overall
+and per value of a resource attribute (``host.type``, a node's instance type), and the
+autoscaler lead time that implies: a new replica serves only after node provisioning plus
+the p95 start-up, so scale-out must trigger that long before the load arrives."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Sequence
+
+from .breakdown import Breakdown
+from .stats import percentile
+
+DEFAULT_GROUP_KEYS = ("host.type",)
+UNKNOWN = "(not set)"
+
+
+@dataclass(frozen=True)
+class Quantiles:
+    p50_ns: int
+    p95_ns: int
+    max_ns: int
+
+
+@dataclass(frozen=True)
+class GroupSummary:
+    key: str  # the resource attribute grouped by, or "" for all start-ups
+    value: str
+    count: int
+    ready: int
+    total: Quantiles
+    phases: dict[str, Quantiles]  # phases present in the group, missing counts as 0
+
+    def lead_time_ns(self, provisioning_ns: int = 0) -> int:
+        return provisioning_ns + self.total.p95_ns
+
+
+def _quantiles(values: Sequence[int]) -> Quantiles:
+    return Quantiles(int(percentile(values, 0.5)), int(percentile(values, 0.95)), max(values))
+
+
+def summarize_group(key: str, value: str, results: Sequence[Breakdown]) -> GroupSummary:
+    names = sorted({p.phase for b in results for p in b.phases})
+    phases = {}
+    for name in names:
+        phases[name] = _quantiles([b.phase(name).busy_ns if b.phase(name) else 0 for b in results])
+    phases["unattributed"] = _quantiles([b.unattributed_ns for b in results])
+    return GroupSummary(key, value, len(results), sum(1 for b in results if b.ready),
+                        _quantiles([b.duration_ns for b in results]), phases)
+
+
+def resource_value(b: Breakdown, key: str) -> str:
+    value = b.root.resource.get(key, b.root.attributes.get(key))
+    return UNKNOWN if value is None else str(value)
+
+
+def capacity_summary(results: Sequence[Breakdown],
+                     keys: Sequence[str] = DEFAULT_GROUP_KEYS) -> list[GroupSummary]:
+    """The summary of all start-ups first, then one per (key, value), slowest p95 first."""
+    if not results:
+        raise ValueError("no start-ups to summarise")
+    summaries = [summarize_group("", "all", results)]
+    for key in keys:
+        groups: dict[str, list[Breakdown]] = defaultdict(list)
+        for b in results:
+            groups[resource_value(b, key)].append(b)
+        per_key = [summarize_group(key, value, group) for value, group in groups.items()]
+        summaries.extend(sorted(per_key, key=lambda s: (-s.total.p95_ns, s.value)))
+    return summaries

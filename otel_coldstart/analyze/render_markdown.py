@@ -1,0 +1,65 @@
+"""Markdown for a review document: a table per start-up, the findings as a list."""
+
+from __future__ import annotations
+
+from typing import Sequence, TextIO
+
+from .breakdown import Breakdown, by_trace
+from .findings import Finding
+from .units import format_bytes, format_rate, format_seconds
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(results: Sequence[Breakdown], findings: Sequence[Finding], out: TextIO) -> None:
+    for trace_id, group in by_trace(results).items():
+        out.write(f"## Start-up trace `{trace_id}`\n\n")
+        if len(group) > 1:
+            out.write("| rank | total | dominant phase | host |\n|---|---:|---|---|\n")
+            for b in group:
+                host = b.root.resource.get("host.name", "-")
+                dominant = b.dominant.phase if b.dominant else "-"
+                out.write(f"| {b.rank if b.rank is not None else '?'} | {format_seconds(b.duration_ns)} | "
+                          f"{_cell(dominant)} | {_cell(host)} |\n")
+            out.write("\n")
+        for b in group:
+            _startup(b, out)
+    out.write("## Findings\n\n")
+    if not findings:
+        out.write("None.\n")
+    for number, f in enumerate(findings, start=1):
+        rank = f" (rank {f.rank})" if f.rank is not None else ""
+        out.write(f"{number}. **{_cell(f.title)}**{rank}, could save ~{format_seconds(f.saving_ns)}\n")
+        for line in f.evidence:
+            out.write(f"   - {_cell(line)}\n")
+        out.write(f"   - *Lever:* {_cell(f.lever)}\n")
+    out.write("\n")
+
+
+def _startup(b: Breakdown, out: TextIO) -> None:
+    total = b.duration_ns
+    rank = f", rank {b.rank}" if b.rank is not None else ""
+    state = "ready" if b.ready else "**not ready**"
+    out.write(f"### model.startup: {format_seconds(total)} ({state}{rank})\n\n")
+    out.write("| phase | time | share | bytes | throughput | spans |\n|---|---:|---:|---:|---:|---:|\n")
+    for p in b.phases:
+        out.write(f"| {_cell(p.phase)} | {format_seconds(p.busy_ns)} | {p.share_of(total) * 100:.1f}% | "
+                  f"{format_bytes(p.bytes or None)} | {format_rate(p.throughput)} | {p.spans} |\n")
+    share = b.unattributed_ns / total * 100 if total else 0.0
+    out.write(f"| *unattributed* | {format_seconds(b.unattributed_ns)} | {share:.1f}% | | | |\n\n")
+    if b.parallelism > 1.05:
+        out.write(f"Parallelism {b.parallelism:.2f}x (busy time across threads / wall time).\n\n")
+    if b.shards:
+        out.write("| shard | size | time | cache | read from storage |\n|---|---:|---:|---|---:|\n")
+        for r in b.shards:
+            name = (r.path or "<bytes>").rsplit("/", 1)[-1]
+            out.write(f"| {_cell(name)} | {format_bytes(r.size)} | {format_seconds(r.duration_ns)} | "
+                      f"{r.cache_state or '?'} | {format_bytes(r.read_bytes)} |\n")
+        out.write("\n")
+    if b.context:
+        out.write("Context (spans that are not ours): " + "; ".join(
+            f"`{_cell(c.name)}` {format_seconds(c.duration_ns)}"
+            + (f" (contains {', '.join(c.phases_inside)})" if c.phases_inside else "")
+            for c in b.context[:5]) + "\n\n")
