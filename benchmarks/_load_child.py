@@ -1,0 +1,100 @@
+"""One start-up, in a fresh process: load a checkpoint, assign it into a model, cast it.
+
+    python benchmarks/_load_child.py SIDE FORMAT PATH...
+
+SIDE is ``plain`` (nothing added), ``coldstart`` (``otel_coldstart.instrument()`` as the
+first statement, the embedded default exporter, ``ready()`` after the cast) or ``profiler``
+(the load inside ``torch.profiler.profile()``). FORMAT is ``safetensors`` (PATHs are the
+shards, read through ``safe_open`` as transformers does) or ``bin`` (one ``torch.load``).
+
+This file imports nothing from otel_coldstart unless SIDE says so: the plain side must pay
+for nothing it would not pay without the plugin. It prints one JSON line on stdout.
+"""
+
+import sys
+import time
+
+SIDE = sys.argv[1]
+if SIDE == "coldstart":
+    import otel_coldstart
+
+    otel_coldstart.instrument()
+
+import json  # noqa: E402
+import resource  # noqa: E402
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+
+def load_state(fmt: str, paths: list[str]) -> dict:
+    if fmt == "bin":
+        return torch.load(paths[0], map_location="cpu", weights_only=True)
+    from safetensors import safe_open
+
+    state = {}
+    for path in paths:
+        with safe_open(path, framework="pt") as shard:
+            for key in shard.keys():
+                state[key] = shard.get_tensor(key)
+    return state
+
+
+def empty_model(state: dict) -> nn.Module:
+    """A module tree with the state dict's parameter names on the meta device (no memory, no
+    init), as accelerate's init_empty_weights builds it, for load_state_dict(assign=True)."""
+    with torch.device("meta"):
+        root = nn.Module()
+        for name, tensor in state.items():
+            *path, leaf = name.split(".")
+            module = root
+            for part in path:
+                if part not in module._modules:
+                    module.add_module(part, nn.Module())
+                module = module._modules[part]
+            module.register_parameter(leaf, nn.Parameter(torch.empty(tensor.shape, dtype=tensor.dtype)))
+    return root
+
+
+def start_up(fmt: str, paths: list[str]) -> tuple[int, float]:
+    """Returns (elements cast to fp16, seconds the checkpoint read alone took)."""
+    began = time.perf_counter()
+    state = load_state(fmt, paths)
+    load_s = time.perf_counter() - began
+    model = empty_model(state)
+    model.load_state_dict(state, assign=True)
+    del state
+    model.to(torch.float16)
+    return sum(p.numel() for p in model.parameters() if p.dtype == torch.float16), load_s
+
+
+def main() -> None:
+    fmt, paths = sys.argv[2], sys.argv[3:]
+    first_profile_s = None
+    if SIDE == "profiler":
+        # The first profile() in a process imports torch._inductor and sets up the profiler
+        # (about a second here): timed apart so the peer can be quoted with and without it.
+        began = time.perf_counter()
+        with torch.profiler.profile():
+            pass
+        first_profile_s = time.perf_counter() - began
+    began = time.perf_counter()
+    if SIDE == "profiler":
+        with torch.profiler.profile():
+            cast, load_s = start_up(fmt, paths)
+    else:
+        cast, load_s = start_up(fmt, paths)
+    if SIDE == "coldstart":
+        otel_coldstart.ready()
+    region_s = time.perf_counter() - began
+    print(json.dumps({
+        "side": SIDE,
+        "region_s": region_s,
+        "load_s": load_s,
+        "first_profile_s": first_profile_s,
+        "cast_elements": cast,
+        "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+    }), flush=True)
+
+
+main()

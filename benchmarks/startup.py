@@ -1,0 +1,159 @@
+"""Start-up overhead, the torch.profiler peer, and peak memory, in fresh processes.
+
+    python benchmarks/startup.py [--pairs N] [--smoke] [--json OUT]
+
+Each run is a new Python process (benchmarks/_load_child.py) that loads the generated
+checkpoint, assigns it into a model built on the meta device and casts it bf16 -> fp16:
+- ``plain``: nothing else;
+- ``coldstart``: ``otel_coldstart.instrument()`` first, the embedded default exporter (the
+  OTLP JSON file under a temporary directory, with the end-of-start-up summary on stderr),
+  ``ready()`` after the cast;
+- ``profiler``: the load and cast inside ``torch.profiler.profile()`` (CPU activities).
+For each format (4 safetensors shards, one torch .bin) and cache state (warm: files read
+just before each run; cold: evicted with posix_fadvise(DONTNEED) just before each run) the
+three sides run once per round, the order rotated each round, and each side is divided by
+the plain run of the same round. Two times are kept per run: ``process`` (spawn to exit, as
+measured by this parent: what a user waits) and ``region`` (load + cast [+ ready()], inside
+the child: the patches' cost without the interpreter and import around it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import common
+
+SIDES = ["plain", "coldstart", "profiler"]
+FORMATS = ["safetensors", "bin"]
+CACHE_STATES = ["warm", "cold"]
+CHILD = os.path.join(common.BENCH_DIR, "_load_child.py")
+
+
+def run_child(side: str, fmt: str, files: list[str], trace_dir: str) -> dict:
+    env = dict(os.environ)
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "TRACEPARENT"):
+        env.pop(name, None)
+    env["OTEL_COLDSTART_OUTPUT_DIR"] = trace_dir
+    began = time.perf_counter()
+    completed = subprocess.run([common.python(), CHILD, side, fmt, *files], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process_s = time.perf_counter() - began
+    if completed.returncode != 0:
+        raise RuntimeError(f"{side}/{fmt} child failed ({completed.returncode}):\n{completed.stderr[-3000:]}")
+    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    result["process_s"] = process_s
+    return result
+
+
+def measure(checkpoint: common.Checkpoint, pairs: int, formats=FORMATS, states=CACHE_STATES,
+            sides=SIDES, log=sys.stderr) -> dict:
+    blocks = []
+    with tempfile.TemporaryDirectory(prefix="otel-coldstart-bench-") as trace_dir:
+        for fmt in formats:
+            files = checkpoint.files(fmt)
+            for state in states:
+                load_before = common.load_average()
+                rounds = []
+                for number in range(pairs):
+                    runs = {}
+                    for side in common.rotated(list(sides), number):
+                        resident = common.set_cache(files, state)
+                        run = run_child(side, fmt, files, trace_dir)
+                        run["resident_before"] = resident
+                        runs[side] = run
+                    rounds.append(runs)
+                    if log:
+                        print(f"  {fmt:<11} {state} round {number + 1}/{pairs}: "
+                              + "  ".join(f"{s} {runs[s]['process_s']:.2f}s" for s in sides), file=log, flush=True)
+                blocks.append(analyse_block(fmt, state, rounds, sides, load_before, common.load_average()))
+    return {"blocks": blocks}
+
+
+def analyse_block(fmt: str, state: str, rounds: list[dict], sides, load_before, load_after) -> dict:
+    block = {"format": fmt, "cache": state, "pairs": len(rounds), "load_average_before": load_before,
+             "load_average_after": load_after, "sides": {}, "ratios": {}, "rss_added_mib": {}, "rounds": rounds}
+    for side in sides:
+        runs = [r[side] for r in rounds]
+        block["sides"][side] = {
+            "process_s": common.summary([r["process_s"] for r in runs]),
+            "region_s": common.summary([r["region_s"] for r in runs]),
+            "load_s": common.summary([r["load_s"] for r in runs]),
+            "maxrss_mib": common.summary([r["maxrss_kib"] / 1024 for r in runs]),
+        }
+        if side == "profiler":
+            block["sides"][side]["first_profile_s"] = common.summary([r["first_profile_s"] for r in runs])
+    for side in sides:
+        if side == "plain":
+            continue
+        block["ratios"][side] = {
+            "process": common.summary(common.paired_ratios(rounds, side, "plain", lambda r: r["process_s"])),
+            "region": common.summary(common.paired_ratios(rounds, side, "plain", lambda r: r["region_s"])),
+        }
+        block["rss_added_mib"][side] = common.summary(
+            [(r[side]["maxrss_kib"] - r["plain"]["maxrss_kib"]) / 1024 for r in rounds])
+        if side == "profiler":
+            # With the first profile()'s set-up (inductor import) counted inside the region.
+            block["ratios"][side]["region_with_first_profile"] = common.summary(common.paired_ratios(
+                rounds, side, "plain", lambda r: r["region_s"] + (r["first_profile_s"] or 0.0)))
+    return block
+
+
+def render(result: dict, checkpoint: common.Checkpoint, out) -> None:
+    out.write(f"Checkpoint: {checkpoint.tensors} tensors, {checkpoint.weight_bytes / (1 << 30):.2f} GiB bf16 "
+              f"({checkpoint.directory})\n\n")
+    out.write("| format | cache | pairs | plain process | coldstart/plain process | coldstart/plain region "
+              "| profiler/plain process | profiler/plain region (no first-profile set-up) "
+              "| profiler/plain region (with it) | load avg before -> after |\n")
+    out.write("|---|---|---|---|---|---|---|---|---|---|\n")
+    for block in result["blocks"]:
+        ratios = block["ratios"]
+        prof = ratios.get("profiler", {})
+        cold = ratios.get("coldstart", {})
+        out.write(f"| {block['format']} | {block['cache']} | {block['pairs']} "
+                  f"| {common.fmt_seconds(block['sides']['plain']['process_s'])} "
+                  f"| {common.fmt_ratio(cold.get('process', {}))} | {common.fmt_ratio(cold.get('region', {}))} "
+                  f"| {common.fmt_ratio(prof.get('process', {}))} | {common.fmt_ratio(prof.get('region', {}))} "
+                  f"| {common.fmt_ratio(prof.get('region_with_first_profile', {}))} "
+                  f"| {block['load_average_before']} -> {block['load_average_after']} |\n")
+    out.write("\nRatios: median (min-max) over pairs of the side's time / the plain run's time in the same round.\n")
+    out.write("\nPeak RSS (ru_maxrss) added over the plain run of the same round, MiB: median (min-max)\n\n")
+    out.write("| format | cache | plain peak RSS | coldstart added | profiler added |\n|---|---|---|---|---|\n")
+    for block in result["blocks"]:
+        added = block["rss_added_mib"]
+        plain = block["sides"]["plain"]["maxrss_mib"]
+        out.write(f"| {block['format']} | {block['cache']} | {plain['median']:.0f} MiB "
+                  f"| {_fmt_mib(added.get('coldstart'))} | {_fmt_mib(added.get('profiler'))} |\n")
+
+
+def _fmt_mib(s: dict | None) -> str:
+    if not s or not s.get("n"):
+        return "n/a"
+    return f"{s['median']:+.1f} ({s['min']:+.1f} to {s['max']:+.1f})"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pairs", type=int, default=15, help="rounds per format and cache state (default 15)")
+    parser.add_argument("--smoke", action="store_true", help="tiny checkpoint, 1 round: checks it runs, not speed")
+    parser.add_argument("--cache-root", default=None, help="where generated checkpoints are kept")
+    parser.add_argument("--json", default=None, help="write the full result (every run) here")
+    args = parser.parse_args(argv)
+    shape = common.SMOKE_SHAPE if args.smoke else common.FULL_SHAPE
+    pairs = 1 if args.smoke else args.pairs
+    checkpoint = common.prepare_checkpoint(shape, args.cache_root)
+    result = measure(checkpoint, pairs)
+    result.update({"benchmark": "startup", "smoke": args.smoke, "shape": shape.__dict__, "when": common.stamp()})
+    render(result, checkpoint, sys.stdout)
+    if args.json:
+        common.write_json(args.json, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
