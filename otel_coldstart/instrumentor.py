@@ -23,6 +23,10 @@ from . import export, patches, semconv
 from . import session as _session
 from ._errors import report_internal_error
 from .analyze.breakdown import compute_breakdown
+# Imported by name: the package attribute ``otel_coldstart.metrics`` may still be the
+# ``opentelemetry.metrics`` that otel_coldstart/__init__.py imports under that name.
+from .metrics import StartupMetrics, configure_metrics, identifying_attributes
+from .metrics import flush as flush_metrics
 from .package import _instruments
 
 _hooks_registered = False
@@ -99,7 +103,12 @@ class ColdstartInstrumentor(BaseInstrumentor):
         summary = options.summary
         if summary is None:
             summary = _session.env_flag("OTEL_COLDSTART_SUMMARY", setup.file_path is not None)
-        self._state = _State(session, setup, options, summary, kwargs.get("meter_provider"))
+        metrics_setup = None
+        try:
+            metrics_setup = configure_metrics(kwargs.get("meter_provider"), options.prometheus_port)
+        except Exception:
+            report_internal_error("metrics setup")
+        self._state = _State(session, setup, options, summary, metrics_setup)
         for module in patches.ALL:
             end_hook = getattr(module, "end_of_startup", None)
             if end_hook is not None:
@@ -116,6 +125,11 @@ class ColdstartInstrumentor(BaseInstrumentor):
         state = self._state
         if state is not None and not state.session.ended:
             self._end(ready=False, reason="uninstrumented")
+        if state is not None and state.metrics is not None:
+            try:
+                state.metrics.close(state.options.export_timeout_s)
+            except Exception:
+                report_internal_error("metrics close")
         for module in patches.ALL:
             try:
                 module.unpatch()
@@ -148,15 +162,21 @@ class ColdstartInstrumentor(BaseInstrumentor):
             breakdown = compute_breakdown(root, session.records())
         except Exception:
             report_internal_error("breakdown")
-        if breakdown is not None:
+        if breakdown is not None and state.metrics is not None:
             try:
-                from .metrics import StartupMetrics
-
-                StartupMetrics(state.meter_provider).record(breakdown, state.options.metric_attributes)
+                session = state.session
+                labels = identifying_attributes(session.resource, state.options.metric_attributes)
+                StartupMetrics(state.metrics.provider).record(
+                    breakdown, labels, session.records(), trace_context=session.root_context)
             except Exception:
                 report_internal_error("metrics")
         # A local file is quick to write; a remote collector gets a bounded wait at exit only.
         wait = flush_wait if flush_wait is not None else state.setup.file_path is not None
+        if not flush_wait:  # at exit, at_exit's bounded shutdown does the final export
+            try:
+                flush_metrics(state.metrics, 0.0)  # push now, in the background
+            except Exception:
+                report_internal_error("metrics flush")
         try:
             export.flush(state.setup, state.options.export_timeout_s if wait else 0.0)
         except Exception:
@@ -188,14 +208,20 @@ class ColdstartInstrumentor(BaseInstrumentor):
                     _bounded(shutdown, state.options.export_timeout_s)
         except Exception:
             report_internal_error("exit flush")
+        try:
+            if state.metrics is not None:
+                state.metrics.close(state.options.export_timeout_s)
+        except Exception:
+            report_internal_error("metrics exit")
 
 
 class _Options:
-    __slots__ = ("start_at", "output_dir", "summary", "export_timeout_s", "handle_sigterm", "metric_attributes")
+    __slots__ = ("start_at", "output_dir", "summary", "export_timeout_s", "handle_sigterm", "metric_attributes",
+                 "prometheus_port")
 
     def __init__(self, start_at: str = "process", output_dir: str | None = None, summary: bool | None = None,
                  export_timeout_s: float = 5.0, handle_sigterm: bool = True,
-                 metric_attributes: dict | None = None) -> None:
+                 metric_attributes: dict | None = None, prometheus_port: int | None = None) -> None:
         if start_at not in ("process", "instrument"):
             raise ValueError("start_at must be 'process' or 'instrument'")
         self.start_at = start_at
@@ -204,17 +230,18 @@ class _Options:
         self.export_timeout_s = float(export_timeout_s)
         self.handle_sigterm = handle_sigterm
         self.metric_attributes = dict(metric_attributes or {})
+        self.prometheus_port = prometheus_port
 
 
 class _State:
-    __slots__ = ("session", "setup", "options", "summary", "meter_provider")
+    __slots__ = ("session", "setup", "options", "summary", "metrics")
 
-    def __init__(self, session, setup, options, summary, meter_provider) -> None:
+    def __init__(self, session, setup, options, summary, metrics) -> None:
         self.session = session
         self.setup = setup
         self.options = options
         self.summary = summary
-        self.meter_provider = meter_provider
+        self.metrics = metrics  # a metrics.MetricsSetup, or None if it could not be made
 
 
 def _bounded(fn, timeout_s: float) -> None:

@@ -1,30 +1,181 @@
 """Start-up metrics, recorded once when the start-up ends, from the same breakdown the
 summary shows (so traces, summary and dashboards agree by construction).
 
-Names and units come from :mod:`otel_coldstart.semconv`; Prometheus sees
-``model_startup_duration_seconds``, ``model_startup_phase_duration_seconds``,
-``model_startup_shard_duration_seconds`` and ``model_startup_bytes_total``.
-Labels are bounded: phase, cache state and the user's identifying resource attributes;
-never file paths, tensor names or trace ids.
+Every name and unit comes from :mod:`otel_coldstart.semconv`; ``docs/metrics.md`` lists what
+Prometheus sees. Each process records one start-up, so every series of a process appears
+once, when its start-up ends, and keeps its value while the process lives.
+
+Labels are bounded by construction: the phase, the cache state, the copy direction and
+memory kind, the shard position, the outcome, and a few identifying attributes the user
+sets once (model, version, instance type). Never file paths, tensor names, thread or
+process ids, or trace ids: a trace is reached through the exemplar that each histogram
+point carries (the root span's trace id), not through a label.
+
+:func:`configure_metrics` is the embedded default for metrics, alongside
+:func:`otel_coldstart.export.configure_tracing` for spans.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import os
+import re
+import threading
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
 
 from opentelemetry import metrics
+from opentelemetry import trace as otel_trace
+from opentelemetry.trace import NonRecordingSpan, SpanContext
 
 from . import semconv
+from ._errors import logger
 from .analyze.breakdown import Breakdown
+from .analyze.model import Span
 
 # Start-ups take milliseconds (a cached small model) to tens of minutes (a cold 400B one).
 DURATION_BUCKETS_S = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 45, 60, 90, 120, 180,
     300, 450, 600, 900, 1200, 1800, 3600,
 )
+# Achieved copy bandwidth: from a slow network disk behind a pageable copy (MB/s) through
+# PCIe gen3..gen5 (12..55 GB/s) to device-to-device HBM copies (TB/s).
+THROUGHPUT_BUCKETS_BPS = (
+    1e6, 1e7, 5e7, 1e8, 2.5e8, 5e8, 1e9, 2e9, 4e9, 8e9, 12e9, 16e9, 24e9, 32e9, 48e9, 64e9,
+    1e11, 2.5e11, 5e11, 1e12, 2e12, 4e12,
+)
+
+COPY_PHASES = (semconv.PHASE_H2D, semconv.PHASE_D2H, semconv.PHASE_D2D, semconv.PHASE_H2H)
+
+# Resource attributes that identify a deploy rather than a process: these are copied onto
+# every series so dashboards can group by them (the Prometheus exporters put resource
+# attributes on ``target_info`` only). Per-process ones (service.instance.id, host.name,
+# process.pid) are deliberately absent: the scrape's ``instance`` label already tells
+# processes apart, and copying them would multiply series with every restart.
+IDENTIFYING_RESOURCE_ATTRIBUTES = (
+    semconv.MODEL_NAME,
+    "service.name",
+    "service.namespace",
+    "service.version",
+    "deployment.environment.name",
+    "deployment.environment",
+    "host.type",
+    "cloud.provider",
+    "cloud.region",
+)
+# Attributes that would make a series per file, tensor, thread, process or trace: refused
+# even when a user passes them in ``metric_attributes``.
+UNBOUNDED_ATTRIBUTES = frozenset({
+    semconv.FILE_PATH, semconv.THREAD_ID, semconv.THREAD_NAME, semconv.SHARD_INDEX,
+    "process.pid", "service.instance.id", "host.name", "host.id", "trace_id", "span_id",
+    "trace.id", "span.id", "file.path", "code.filepath",
+})
+_PHASE_LABEL = re.compile(r"^[A-Za-z0-9_.\-]{1,48}$")
+OTHER_PHASE = "other"
+UNATTRIBUTED_PHASE = "unattributed"
+UNKNOWN = "unknown"
+
+
+def identifying_attributes(resource: Mapping[str, Any] | None,
+                           metric_attributes: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The attributes every series carries: identifying resource attributes (from
+    ``OTEL_RESOURCE_ATTRIBUTES`` or the tracer provider's resource), then the user's
+    ``metric_attributes`` on top, minus anything unbounded."""
+    attrs: dict[str, Any] = {}
+    for key in IDENTIFYING_RESOURCE_ATTRIBUTES:
+        value = (resource or {}).get(key)
+        if isinstance(value, (str, bool, int, float)) and value != "":
+            attrs[key] = value
+    for key, value in (metric_attributes or {}).items():
+        if isinstance(key, str) and key not in UNBOUNDED_ATTRIBUTES and isinstance(value, (str, bool, int, float)):
+            attrs[key] = value
+    return attrs
+
+
+def phase_label(phase: str) -> str:
+    """A phase name fit for a label: built-in phases and short user names (``phase("x")``)
+    as they are; anything that looks like data (a path, a long generated name) as "other"."""
+    if phase in semconv.BUILTIN_PHASES or phase == UNATTRIBUTED_PHASE:
+        return phase
+    return phase if _PHASE_LABEL.match(phase) else OTHER_PHASE
+
+
+@dataclass(frozen=True)
+class CopyFacts:
+    """The copies of one direction (h2d, d2h, d2d, h2h), summed over its aggregate spans."""
+
+    direction: str
+    bytes: int = 0
+    busy_ns: int = 0
+    pinned_bytes: int = 0
+    pageable_bytes: int = 0
+
+    @property
+    def unknown_bytes(self) -> int:
+        """Bytes whose source memory was not asked (only host-to-device copies ask)."""
+        return max(0, self.bytes - self.pinned_bytes - self.pageable_bytes)
+
+    @property
+    def throughput(self) -> float | None:
+        """Achieved bytes per second while copying (over the copies' own busy time)."""
+        return self.bytes / (self.busy_ns / 1e9) if self.bytes > 0 and self.busy_ns > 0 else None
+
+
+@dataclass(frozen=True)
+class StartupFacts:
+    """What the metrics need beyond the breakdown; a pure function of the span records."""
+
+    copies: tuple[CopyFacts, ...] = ()
+    graph_captures: int = 0
+    graph_capture_ns: int = 0
+    shard_positions: tuple[str, ...] = field(default_factory=tuple)  # per breakdown.shards
+
+
+def _in_window(span: Span, root: Span) -> bool:
+    """The breakdown's rule: a span counts if it lies within the root span."""
+    return span.start_ns >= root.start_ns and span.end_ns <= root.end_ns
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def startup_facts(breakdown: Breakdown, records: Iterable[Span]) -> StartupFacts:
+    root = breakdown.root
+    window = [s for s in records if not s.is_root and _in_window(s, root)]
+
+    sums: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for span in window:
+        if span.phase in COPY_PHASES and span.is_aggregate:
+            entry = sums[span.phase]
+            entry["bytes"] += _int(span.attributes.get(semconv.BYTES))
+            entry["busy_ns"] += span.busy_ns
+            entry["pinned"] += _int(span.attributes.get(semconv.COPY_PINNED_BYTES))
+            entry["pageable"] += _int(span.attributes.get(semconv.COPY_PAGEABLE_BYTES))
+    copies = tuple(
+        CopyFacts(direction, e["bytes"], e["busy_ns"], e["pinned"], e["pageable"])
+        for direction, e in sorted(sums.items())
+    )
+
+    # A capture may be one span, a torch.cuda.graph span around capture_begin/end spans, or
+    # one aggregate of many: count the leaves, an aggregate as its calls.
+    captures = [s for s in window if s.phase == semconv.PHASE_GRAPH_CAPTURE]
+    capture_parents = {s.parent_id for s in captures}
+    count = 0
+    for span in captures:
+        if span.span_id in capture_parents:
+            continue
+        count += max(1, _int(span.attributes.get(semconv.CALLS))) if span.is_aggregate else 1
+    capture_phase = breakdown.phase(semconv.PHASE_GRAPH_CAPTURE)
+
+    positions = tuple("first" if i == 0 else "rest" for i in range(len(breakdown.shards)))
+    return StartupFacts(copies, count, capture_phase.busy_ns if capture_phase else 0, positions)
 
 
 class StartupMetrics:
+    """The instruments. Creating them twice on one provider returns the same instruments."""
+
     def __init__(self, meter_provider: metrics.MeterProvider | None = None) -> None:
         from . import __version__
 
@@ -37,31 +188,242 @@ class StartupMetrics:
         )
         self.phase_duration = meter.create_histogram(
             semconv.METRIC_PHASE_DURATION, unit="s",
-            description="Busy time per start-up phase (summed over threads)",
+            description="Busy time per start-up phase (self time, summed over threads)",
             explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S,
         )
         self.shard_duration = meter.create_histogram(
             semconv.METRIC_SHARD_DURATION, unit="s",
-            description="Time to read one checkpoint file, by page-cache state",
+            description="Time to read one checkpoint file, by page-cache state and position",
             explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S,
         )
         self.bytes = meter.create_counter(
             semconv.METRIC_BYTES, unit="By", description="Bytes handled per start-up phase",
         )
-
-    def record(self, breakdown: Breakdown, attributes: Mapping[str, Any] | None = None) -> None:
-        base = dict(attributes or {})
-        self.startup_duration.record(
-            breakdown.duration_ns / 1e9, {**base, semconv.READY: breakdown.ready}
+        self.copy_bytes = meter.create_counter(
+            semconv.METRIC_COPY_BYTES, unit="By",
+            description="Bytes copied per direction, by source memory (pinned, pageable, unknown)",
         )
+        self.copy_throughput = meter.create_histogram(
+            semconv.METRIC_COPY_THROUGHPUT, unit="By/s",
+            description="Achieved copy bandwidth per start-up and direction (bytes over busy time)",
+            explicit_bucket_boundaries_advisory=THROUGHPUT_BUCKETS_BPS,
+        )
+        self.graph_captures = meter.create_counter(
+            semconv.METRIC_GRAPH_CAPTURES, unit="{graph}",
+            description="CUDA graphs captured during the start-up (0 when none)",
+        )
+        self.graph_capture_time = meter.create_counter(
+            semconv.METRIC_GRAPH_CAPTURE_TIME, unit="s",
+            description="Time spent capturing CUDA graphs during the start-up (0 when none)",
+        )
+
+    def record(self, breakdown: Breakdown, attributes: Mapping[str, Any] | None = None,
+               records: Sequence[Span] = (), trace_context: SpanContext | None = None) -> None:
+        """Record one start-up. ``records`` are its spans (for copies and graph captures);
+        ``trace_context`` is the root span's, so histogram points carry it as an exemplar."""
+        base = {k: v for k, v in (attributes or {}).items() if k not in UNBOUNDED_ATTRIBUTES}
+        ctx = None
+        if trace_context is not None and trace_context.is_valid:
+            ctx = otel_trace.set_span_in_context(NonRecordingSpan(trace_context))
+        facts = startup_facts(breakdown, records)
+
+        self.startup_duration.record(breakdown.duration_ns / 1e9, {**base, semconv.READY: breakdown.ready},
+                                     context=ctx)
+        phase_busy: dict[str, int] = defaultdict(int)
+        phase_bytes: dict[str, int] = defaultdict(int)
         for phase in breakdown.phases:
-            labels = {**base, semconv.PHASE: phase.phase}
-            self.phase_duration.record(phase.busy_ns / 1e9, labels)
-            if phase.bytes:
-                self.bytes.add(phase.bytes, labels)
+            label = phase_label(phase.phase)
+            phase_busy[label] += phase.busy_ns
+            phase_bytes[label] += phase.bytes
         if breakdown.unattributed_ns:
-            self.phase_duration.record(breakdown.unattributed_ns / 1e9, {**base, semconv.PHASE: "unattributed"})
-        for shard in breakdown.shards:
-            self.shard_duration.record(
-                shard.duration_ns / 1e9, {**base, semconv.CACHE_STATE: shard.cache_state or "unknown"}
-            )
+            phase_busy[UNATTRIBUTED_PHASE] += breakdown.unattributed_ns
+        for label, busy_ns in phase_busy.items():
+            labels = {**base, semconv.PHASE: label}
+            self.phase_duration.record(busy_ns / 1e9, labels, context=ctx)
+            if phase_bytes[label]:
+                self.bytes.add(phase_bytes[label], labels)
+
+        for shard, position in zip(breakdown.shards, facts.shard_positions):
+            self.shard_duration.record(shard.duration_ns / 1e9, {
+                **base, semconv.CACHE_STATE: shard.cache_state or UNKNOWN, semconv.SHARD_POSITION: position,
+            }, context=ctx)
+
+        for copy in facts.copies:
+            for memory, nbytes in ((semconv.MEMORY_PINNED, copy.pinned_bytes),
+                                   (semconv.MEMORY_PAGEABLE, copy.pageable_bytes),
+                                   (UNKNOWN, copy.unknown_bytes)):
+                if nbytes:
+                    self.copy_bytes.add(nbytes, {**base, semconv.PHASE: copy.direction,
+                                                 semconv.COPY_MEMORY: memory})
+            if copy.throughput is not None:
+                self.copy_throughput.record(copy.throughput, {**base, semconv.PHASE: copy.direction},
+                                            context=ctx)
+
+        # Always recorded, 0 included: "captured no graphs" is a fact a dashboard can show,
+        # and it tells a start-up without graphs from a process that reported nothing.
+        self.graph_captures.add(facts.graph_captures, base)
+        self.graph_capture_time.add(facts.graph_capture_ns / 1e9, base)
+
+
+# --- the embedded default ---------------------------------------------------------------
+
+DEFAULT_PROMETHEUS_HOST = "localhost"
+DEFAULT_PROMETHEUS_PORT = 9464
+
+
+@dataclass
+class MetricsSetup:
+    provider: metrics.MeterProvider
+    owned: bool  # we made it: we flush and shut it down
+    description: str
+    prometheus_address: tuple[str, int] | None = None
+    push_readers: list = field(default_factory=list)  # the readers a flush should push (OTLP)
+    _server: Any = None
+
+    def close(self, timeout_s: float) -> None:
+        """Flush and shut down what we own, waiting at most ``timeout_s`` in all."""
+        if not self.owned:
+            return
+        server, self._server = self._server, None
+        shutdown = getattr(self.provider, "shutdown", None)
+        if shutdown is not None:
+            bounded(lambda: shutdown(timeout_millis=timeout_s * 1000), timeout_s)
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
+
+def metrics_exporters() -> list[str]:
+    """``OTEL_METRICS_EXPORTER`` as a list (the spec's comma-separated form)."""
+    value = os.environ.get("OTEL_METRICS_EXPORTER", "")
+    return [name.strip().lower() for name in value.split(",") if name.strip()]
+
+
+def otlp_metrics_endpoint_configured() -> bool:
+    return bool(os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+
+
+def configure_metrics(meter_provider: metrics.MeterProvider | None,
+                      prometheus_port: int | None = None) -> MetricsSetup:
+    """Where metrics go.
+
+    - A meter provider passed to ``instrument()``, or one set globally, is used as it is.
+    - Otherwise we make one, with an OTLP exporter when ``OTEL_EXPORTER_OTLP_[METRICS_]ENDPOINT``
+      is set (and ``OTEL_METRICS_EXPORTER`` does not exclude ``otlp``), and a Prometheus
+      endpoint when ``OTEL_METRICS_EXPORTER`` names ``prometheus`` or ``prometheus_port`` is
+      given (``OTEL_EXPORTER_PROMETHEUS_HOST``/``_PORT``, default localhost:9464).
+    - With neither, metrics go to the global API's provider (a no-op until the user sets one).
+    """
+    if meter_provider is not None:
+        return MetricsSetup(meter_provider, False, "the meter provider passed to instrument()")
+    global_provider = metrics.get_meter_provider()
+    if _is_sdk_provider(global_provider):
+        return MetricsSetup(global_provider, False, "the globally configured meter provider")
+    names = metrics_exporters()
+    if "none" in names:
+        return MetricsSetup(global_provider, False, "OTEL_METRICS_EXPORTER=none")
+    readers = []
+    described = []
+    address = None
+    registry = None
+    if "prometheus" in names or prometheus_port is not None:
+        from opentelemetry.exporter.prometheus import PrometheusMetricReader
+        from prometheus_client import CollectorRegistry
+
+        # A registry of our own: the host's prometheus_client default registry stays its own.
+        registry = CollectorRegistry()
+        readers.append(PrometheusMetricReader(registry=registry))
+        host = os.environ.get("OTEL_EXPORTER_PROMETHEUS_HOST") or DEFAULT_PROMETHEUS_HOST
+        port = prometheus_port if prometheus_port is not None else int(
+            os.environ.get("OTEL_EXPORTER_PROMETHEUS_PORT") or DEFAULT_PROMETHEUS_PORT)
+        address = (host, port)
+    if ("otlp" in names or not names) and otlp_metrics_endpoint_configured():
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+        exporter = _otlp_metric_exporter()
+        push_reader = PeriodicExportingMetricReader(exporter)
+        readers.append(push_reader)
+        described.append(f"OTLP ({type(exporter).__module__.split('.')[-2]})")
+    if not readers:
+        return MetricsSetup(global_provider, False, "the global meter provider (none configured)")
+
+    from opentelemetry.sdk.metrics import MeterProvider
+
+    provider = MeterProvider(metric_readers=readers, resource=metrics_resource(), shutdown_on_exit=False)
+    setup = MetricsSetup(provider, True, " and ".join(described))
+    setup.push_readers = [r for r in readers if not _is_pull_reader(r)]
+    if address is not None:
+        from prometheus_client import start_http_server
+
+        try:
+            server, _thread = start_http_server(address[1], addr=address[0], registry=registry)
+        except OSError as exc:  # the port is taken: a configuration problem, not ours to raise
+            logger.warning("otel-coldstart: no Prometheus endpoint on %s:%s (%s); metrics still "
+                           "go to the other exporters", address[0], address[1], exc)
+        else:
+            setup._server = server
+            setup.prometheus_address = (address[0], server.server_address[1])
+            described.append(f"Prometheus endpoint http://{address[0]}:{setup.prometheus_address[1]}/metrics")
+            setup.description = " and ".join(described)
+    return setup
+
+
+def metrics_resource():
+    """The tracing default resource plus a ``service.instance.id``: a collector keys series
+    by it, and without one every restart of a service would overwrite the last one's."""
+    from opentelemetry.sdk.resources import Resource
+
+    from .export import default_resource
+
+    return Resource({"service.instance.id": str(uuid.uuid4())}).merge(default_resource())
+
+
+def _is_pull_reader(reader) -> bool:
+    # Collecting into the Prometheus reader outside a scrape queues a second copy of every
+    # series for the next scrape (the exporter emits each queued collection): pull readers
+    # are never flushed.
+    return type(reader).__name__ == "PrometheusMetricReader"
+
+
+def _is_sdk_provider(provider: metrics.MeterProvider) -> bool:
+    from opentelemetry.metrics._internal import _ProxyMeterProvider
+
+    return not isinstance(provider, (metrics.NoOpMeterProvider, _ProxyMeterProvider))
+
+
+def _otlp_metric_exporter():
+    protocol = (os.environ.get("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL") or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+                or "http/protobuf").strip().lower()
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+    else:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    return OTLPMetricExporter()
+
+
+def bounded(fn, timeout_s: float) -> None:
+    """Run ``fn`` on a daemon thread and wait at most ``timeout_s``: an exporter that ignores
+    its own timeout still cannot hold the host."""
+    def run() -> None:
+        try:
+            fn()
+        except Exception:
+            pass
+
+    thread = threading.Thread(target=run, name="otel-coldstart-metrics", daemon=True)
+    thread.start()
+    if timeout_s > 0:
+        thread.join(timeout_s)
+
+
+def flush(setup: MetricsSetup | None, timeout_s: float) -> None:
+    """Push buffered metrics out now (OTLP); waits at most ``timeout_s`` (0: do not wait)."""
+    if setup is None:
+        return
+    if setup.owned:
+        targets = setup.push_readers
+    else:
+        targets = [setup.provider] if hasattr(setup.provider, "force_flush") else []
+    millis = max(timeout_s, 1.0) * 1000  # the export itself gets time even when we do not wait
+    for target in targets:
+        bounded(lambda target=target: target.force_flush(timeout_millis=millis), timeout_s)

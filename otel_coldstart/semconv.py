@@ -108,3 +108,32 @@ METRIC_STARTUP_DURATION = "model.startup.duration"
 METRIC_PHASE_DURATION = "model.startup.phase.duration"
 METRIC_SHARD_DURATION = "model.startup.shard.duration"
 METRIC_BYTES = "model.startup.bytes"
+METRIC_COPY_BYTES = "model.startup.copy.bytes"  # By, counter, by coldstart.phase (direction) and memory
+METRIC_COPY_THROUGHPUT = "model.startup.copy.throughput"  # By/s, histogram, by direction
+METRIC_GRAPH_CAPTURES = "model.startup.graph.captures"  # {graph}, counter (0 recorded when none)
+METRIC_GRAPH_CAPTURE_TIME = "model.startup.graph.capture.time"  # s, counter (0 recorded when none)
+
+# Metric-only attributes (labels). Bounded value sets; see docs/metrics.md.
+MODEL_NAME = "coldstart.model.name"  # the model a deploy serves; set via OTEL_RESOURCE_ATTRIBUTES or options
+SHARD_POSITION = "coldstart.shard.position"  # first | rest: the first file read vs the others
+COPY_MEMORY = "coldstart.copy.memory"  # pinned | pageable | unknown (source memory of a copy)
+MEMORY_PINNED = "pinned"
+MEMORY_PAGEABLE = "pageable"
+
+# --- device phases (patches/tensor_ops, pinning, cuda_graphs, runtime, compile) -------------
+# Seconds from the first non-blocking copy of an aggregate being queued to the device
+# finishing the last one, resolved from CUDA events when the aggregate ends.
+COPY_ASYNC_S = "coldstart.copy.async_s"
+PIN_KIND = "coldstart.pin.kind"  # copy (Tensor.pin_memory) | alloc (torch.empty(..., pin_memory=True))
+PIN_KIND_COPY = "copy"
+PIN_KIND_ALLOC = "alloc"
+GRAPH_API = "coldstart.graph.api"  # torch.cuda.graph | torch.cuda.CUDAGraph | torch.accelerator.Graph
+GRAPH_BATCH_SIZES = "coldstart.graph.batch_sizes"  # distinct, in capture order, when known
+GRAPH_BATCH_SIZE = "coldstart.graph.batch_size"  # a single capture's, when known
+GRAPH_MAX_CAPTURE_S = "coldstart.graph.max_capture_s"  # the longest capture in an aggregate
+GRAPH_FAILED = "coldstart.graph.failed"  # true on the span of a capture that raised
+SPAN_MAKE_GRAPHED_CALLABLES = "coldstart.make_graphed_callables"
+RUNTIME_BACKEND = "coldstart.runtime.backend"  # cuda
+RUNTIME_DEVICE_COUNT = "coldstart.runtime.device_count"
+COMPILE_ID = "coldstart.compile.id"  # dynamo's compile id, e.g. "0/0"
+COMPILE_TRIGGER = "coldstart.compile.trigger"  # dynamo | lazy_backward | cudagraph_recording | ...
