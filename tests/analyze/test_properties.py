@@ -1,0 +1,113 @@
+"""Property tests: whatever bytes or JSON a file holds, the readers either return spans or
+raise TraceReadError, and the CLI returns a documented exit code with no traceback."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import tempfile
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from otel_coldstart.analyze.breakdown import breakdowns
+from otel_coldstart.analyze.findings import find
+from otel_coldstart.analyze.readers import TraceReadError, read_trace
+from otel_coldstart.cli import main
+
+DOCUMENTED_EXIT_CODES = {0, 2, 3, 4, 5, 6, 7, 8}
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+json_scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
+json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=4)
+                           | st.dictionaries(st.text(max_size=12), inner, max_size=4), max_leaves=25)
+id_like = st.one_of(st.text(max_size=40), st.integers(), st.sampled_from(["", "0", "AbC", "Sc130fnc2TY=", "zz"]))
+time_like = st.one_of(st.integers(min_value=-2**70, max_value=2**70), st.floats(), st.text(max_size=25),
+                      st.none(), st.just("1711138247024460625"))
+attribute = st.fixed_dictionaries({"key": st.sampled_from(
+    ["coldstart.phase", "coldstart.bytes", "coldstart.busy_s", "coldstart.aggregate", "thread.id",
+     "coldstart.rank", "coldstart.file.size", "coldstart.cache.state", "coldstart.io.read_bytes"]) | st.text(),
+    "value": st.dictionaries(st.sampled_from(["stringValue", "intValue", "doubleValue", "boolValue",
+                                              "arrayValue"]), json_values, max_size=2)})
+otlp_span = st.fixed_dictionaries({
+    "traceId": id_like, "spanId": id_like, "parentSpanId": id_like,
+    "name": st.sampled_from(["model.startup", "coldstart.deserialize", "x"]) | st.text(max_size=5),
+    "startTimeUnixNano": time_like, "endTimeUnixNano": time_like,
+    "attributes": st.lists(attribute, max_size=4), "status": json_values})
+otlp_doc = st.builds(lambda spans, key: {key: [{"resource": {}, "scopeSpans": [{"spans": spans}]}]},
+                     st.lists(otlp_span, max_size=6), st.sampled_from(["resourceSpans", "batches"]))
+jaeger_span = st.fixed_dictionaries({
+    "traceID": id_like, "spanID": id_like, "operationName": st.text(max_size=8), "startTime": time_like,
+    "duration": time_like, "references": st.lists(st.fixed_dictionaries(
+        {"refType": st.sampled_from(["CHILD_OF", "FOLLOWS_FROM", "x"]), "traceID": id_like, "spanID": id_like}),
+        max_size=2),
+    "tags": st.lists(st.fixed_dictionaries({"key": st.text(max_size=8), "type": st.sampled_from(
+        ["string", "bool", "int64", "float64", "binary", "x"]), "value": json_scalars}), max_size=3),
+    "processID": st.text(max_size=3)})
+jaeger_doc = st.builds(lambda spans: {"data": [{"traceID": "1", "spans": spans, "processes": {}}]},
+                       st.lists(jaeger_span, max_size=6))
+zipkin_doc = st.lists(st.fixed_dictionaries({
+    "traceId": id_like, "id": id_like, "parentId": id_like, "timestamp": time_like, "duration": time_like,
+    "shared": st.booleans(), "tags": st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=3)}),
+    min_size=1, max_size=6)
+
+
+def _read_bytes(data: bytes):
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "t.json")
+        with open(path, "wb") as handle:
+            handle.write(data)
+        try:
+            result = read_trace(path)
+        except TraceReadError as exc:
+            assert "\n" not in str(exc) and exc.kind in ("invalid", "too_large", "unreadable")
+            return None
+        results = breakdowns(result.spans)  # the analysis must survive whatever was read
+        find(results)
+        return result
+
+
+@SETTINGS
+@given(st.binary(max_size=300))
+def test_garbage_bytes(data):
+    _read_bytes(data)
+
+
+@SETTINGS
+@given(json_values)
+def test_any_json_value(value):
+    _read_bytes(json.dumps(value).encode())
+
+
+@SETTINGS
+@given(st.one_of(otlp_doc, jaeger_doc, zipkin_doc), st.booleans())
+def test_trace_shaped_documents_with_wrong_values(doc, as_lines):
+    text = json.dumps(doc)
+    if as_lines:
+        text = text + "\n" + text + "\n"
+    _read_bytes(text.encode())
+
+
+@SETTINGS
+@given(content=st.one_of(st.binary(max_size=200), otlp_doc.map(lambda d: json.dumps(d).encode()),
+                         jaeger_doc.map(lambda d: json.dumps(d).encode())),
+       command=st.sampled_from(["analyze", "compare", "capacity"]),
+       options=st.lists(st.sampled_from(["--format", "json", "markdown", "--budget", "total=1ms", "h2d=x",
+                                         "--trace-id", "ab", "--max-input-mb", "0", "-1", "--by", "host.type",
+                                         "--provisioning", "nonsense", "--limit"]), max_size=4))
+def test_cli_main_on_garbage_never_raises(content, command, options):
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "t.json")
+        with open(path, "wb") as handle:
+            handle.write(content)
+        argv = [command, path] + ([path] if command == "compare" else []) + options
+        out, errors = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(errors):
+            code = main(argv)
+    err = errors.getvalue()
+    assert code in DOCUMENTED_EXIT_CODES
+    assert "Traceback" not in err
+    if code not in (0, 2, 8):
+        assert len(err.strip().splitlines()) == 1 or "warning" in err
