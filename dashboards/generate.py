@@ -42,6 +42,7 @@ TRACES_VARIABLE = "traces"
 DURATION = "model_startup_duration_seconds"
 PHASE = "model_startup_phase_duration_seconds"
 SHARD = "model_startup_shard_duration_seconds"
+BYTES = "model_startup_bytes_total"
 COPY_BYTES = "model_startup_copy_bytes_total"
 COPY_THROUGHPUT = "model_startup_copy_throughput_bytes_per_second"
 GRAPH_CAPTURES = "model_startup_graph_captures_total"
@@ -202,6 +203,12 @@ def build() -> db.Dashboard:
             .description("The phase with the most busy time over the range (as `otel-coldstart analyze` "
                          "names it: unattributed time is shown in the breakdown, not ranked).")
             .unit("s").with_target(instant_table(dominant)))
+
+        .with_panel(series_panel(
+            "Throughput per phase (bytes over busy time)",
+            "Deserialize: how fast checkpoint bytes were produced; cast and copies: bytes read from the source.",
+            "Bps", query(f"sum by (coldstart_phase) ({latest(BYTES)}) / sum by (coldstart_phase) "
+                         f"({latest(PHASE + '_sum')})", "{{coldstart_phase}}"), width=24))
 
         .with_row(db.Row("Checkpoint shards"))
         .with_panel(series_panel(
