@@ -10,11 +10,12 @@ span count grows with shards and phases, never with tensors.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Hashable
+from typing import TYPE_CHECKING, Any, Callable, Hashable
 
 from opentelemetry.trace import SpanContext
 
 from . import probes, semconv
+from ._errors import report_internal_error
 
 if TYPE_CHECKING:  # pragma: no cover
     from .session import PendingParent, StartupSession
@@ -24,7 +25,7 @@ class Aggregate:
     __slots__ = (
         "phase", "parent", "detail", "thread_id", "thread_name", "calls", "bytes", "busy_ns",
         "first_ns", "last_ns", "read_bytes", "major_faults", "pinned_bytes", "pageable_bytes",
-        "non_blocking_calls", "attributes",
+        "non_blocking_calls", "attributes", "extras", "end_hooks",
     )
 
     def __init__(self, phase: str, parent, detail: Hashable, attributes: dict) -> None:
@@ -45,6 +46,21 @@ class Aggregate:
         self.pageable_bytes = 0
         self.non_blocking_calls = 0
         self.attributes = attributes
+        # Per-kind state a patch keeps across the calls of one aggregate (CUDA events of
+        # queued copies, graph batch sizes), and what it must do once when the aggregate
+        # ends: resolve those events, turn the state into attributes.
+        self.extras: dict[str, Any] = {}
+        self.end_hooks: list[Callable[["Aggregate"], None]] = []
+
+    def run_end_hooks(self) -> None:
+        """Called once, just before the aggregate becomes a span. A hook may move
+        ``last_ns`` (queued copies finish after the call returned) and set attributes."""
+        hooks, self.end_hooks = self.end_hooks, []
+        for hook in hooks:
+            try:
+                hook(self)
+            except Exception:
+                report_internal_error("aggregate end hook")
 
     def span_attributes(self) -> dict[str, Any]:
         attrs: dict[str, Any] = {
@@ -81,8 +97,12 @@ class Recorder:
 
     def add(self, phase: str, detail: Hashable, detail_attributes: dict | None, nbytes: int,
             start_ns: int, end_ns: int, read_bytes: int, major_faults: int,
-            pinned: bool | None = None, non_blocking: bool = False) -> None:
-        """Count one call. ``detail`` splits aggregates within a phase (a cast's dtype pair)."""
+            pinned: bool | None = None, non_blocking: bool = False,
+            on_add: Callable[[Aggregate], None] | None = None) -> None:
+        """Count one call. ``detail`` splits aggregates within a phase (a cast's dtype pair).
+
+        ``on_add`` runs under the recorder's lock with the aggregate the call joined, to keep
+        per-kind state in ``extras`` or register an end hook (it must be quick)."""
         parent = self._session.current_parent()
         key = (threading.get_ident(), _parent_key(parent), phase, detail)
         with self._lock:
@@ -103,6 +123,21 @@ class Recorder:
                 aggregate.pageable_bytes += nbytes
             if non_blocking:
                 aggregate.non_blocking_calls += 1
+            if on_add is not None:
+                try:
+                    on_add(aggregate)
+                except Exception:
+                    report_internal_error("aggregate on_add")
+
+    def child_phase_bytes(self, parent: "PendingParent") -> dict[str, int]:
+        """Bytes per phase recorded so far under a pending parent (its phase is only known
+        from the work it caused: ``Module.to("cuda")`` on a module already there is a cast)."""
+        with self._lock:
+            result: dict[str, int] = {}
+            for key, aggregate in self._aggregates.items():
+                if key[1] is parent:
+                    result[aggregate.phase] = result.get(aggregate.phase, 0) + aggregate.bytes
+            return result
 
     def _take(self, parent_key: Hashable | None) -> list[Aggregate]:
         with self._lock:
@@ -128,6 +163,7 @@ class Recorder:
             self.emit(aggregate, parent)
 
     def emit(self, aggregate: Aggregate, parent: SpanContext | None) -> None:
+        aggregate.run_end_hooks()
         self._session.emit_span(
             semconv.phase_span_name(aggregate.phase), aggregate.phase, parent,
             aggregate.first_ns, aggregate.last_ns, aggregate.span_attributes(),

@@ -94,6 +94,7 @@ class StartupSession:
         self.recorder = Recorder(self)
         self.ledger: list[SpanRecord] = []
         self.ended = False
+        self.end_ns: int | None = None  # when the start-up ended (set by end())
         self.ready_called = False
         self._lock = threading.Lock()
         self._on_end: list[Callable[[], None]] = []
@@ -173,7 +174,8 @@ class StartupSession:
                   attributes: dict) -> SpanContext:
         """Write a finished span after the fact (aggregates, pending parents)."""
         attrs = {semconv.PHASE: phase}
-        if self.ended:
+        # Aggregates flushed at the end cover work done before it: not after-ready.
+        if self.ended and (self.end_ns is None or start_ns >= self.end_ns):
             attrs[semconv.AFTER_READY] = True
         attrs.update(attributes)
         span = self.tracer.start_span(name, context=_context_with_parent(parent), start_time=start_ns,
@@ -243,7 +245,7 @@ class StartupSession:
             if self.ended:
                 return False
             self.ended = True
-        end_ns = time.time_ns()
+        end_ns = self.end_ns = time.time_ns()
         for callback in self._on_end:
             try:
                 callback()

@@ -8,6 +8,6 @@ puts back the exact original objects.
 
 from __future__ import annotations
 
-from . import safetensors, tensor_ops, threads, torch_load
+from . import compile, cuda_graphs, pinning, runtime, safetensors, tensor_ops, threads, torch_load
 
-ALL = (torch_load, safetensors, tensor_ops, threads)
+ALL = (torch_load, safetensors, tensor_ops, threads, pinning, cuda_graphs, runtime, compile)

@@ -1,0 +1,62 @@
+"""When the per-call device patches (tensor_ops, pinning) may record, shared between them.
+
+One thread-local flag says "one of our per-call wrappers is already on this thread's
+stack": a Tensor subclass with ``__torch_function__`` re-enters ``Tensor.to`` through our
+wrapper, ``Module.half`` reaches ``Tensor.half``, ``UntypedStorage.to`` allocates with
+``torch.empty(pin_memory=True)``. The outermost call is the one the host made; it is
+counted once. A second counter says a CUDA graph capture is running on this thread: work
+inside a capture is recorded into the graph, not executed, so it is not a copy or a cast.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from .. import session as _session
+
+_local = threading.local()
+
+
+def _not_compiling() -> bool:
+    return False
+
+
+# torch.compiler.is_compiling once torch is imported (bound by bind_torch, from patch()).
+is_compiling = _not_compiling
+
+
+def bind_torch() -> None:
+    global is_compiling
+    import torch
+
+    is_compiling = torch.compiler.is_compiling
+
+
+def recording_session() -> "_session.StartupSession | None":
+    """The session to report a per-call event to, or None when this call must pass through."""
+    session = _session.ACTIVE
+    if session is None or session.ended or getattr(_local, "busy", False) or getattr(_local, "capturing", 0):
+        return None
+    if is_compiling():  # fake tensors flow through our wrappers while dynamo traces
+        return None
+    return session
+
+
+def enter() -> None:
+    _local.busy = True
+
+
+def leave() -> None:
+    _local.busy = False
+
+
+def capture_started() -> None:
+    _local.capturing = getattr(_local, "capturing", 0) + 1
+
+
+def capture_ended() -> None:
+    _local.capturing = max(0, getattr(_local, "capturing", 0) - 1)
+
+
+def reset_captures() -> None:
+    _local.capturing = 0

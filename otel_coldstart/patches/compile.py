@@ -1,0 +1,113 @@
+"""torch.compile / dynamo compilation: phase ``compile``.
+
+torch provides the hook: ``torch._dynamo.callback``'s start and end callbacks run around
+each compilation (the outermost one when compilations nest), with a compile id and what
+triggered it (``dynamo`` for a new frame, ``lazy_backward``, ``cudagraph_recording``...).
+Each becomes one ``coldstart.compile`` span, current while it runs so that graph captures
+made by the compiler nest under it. Registering two callbacks is the whole patch
+(plus re-registering them when ``torch._dynamo.reset()`` clears them), so it stays after ``ready()``, where a compilation (a new
+shape on a first request) is marked ``coldstart.after_ready``.
+
+Not included: importing ``torch._dynamo`` itself, which happens before the first callback.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from .. import semconv
+from .. import session as _session
+from .._errors import report_internal_error
+from ._wrapping import PatchSet
+
+TARGETS = ("torch._dynamo",)
+HOT_PATH = False
+
+_handler = None  # the callback handler we registered with
+_patches = PatchSet()
+_lock = threading.Lock()
+# Compilations in progress, innermost last. Module-wide, not per thread: torch runs the end
+# callbacks of a compilation on whichever thread ends the last one pending.
+_open: list = []
+
+
+def get_version() -> str | None:
+    try:
+        import torch
+
+        return torch.__version__
+    except Exception:  # pragma: no cover
+        return None
+
+
+def is_patched() -> bool:
+    return _handler is not None
+
+
+def patch() -> None:
+    global _handler
+    if _handler is not None:
+        return
+    from torch._dynamo.callback import callback_handler
+
+    _register(callback_handler)
+    # torch._dynamo.reset() (which vLLM and test suites call) clears every callback.
+    _patches.wrap(callback_handler, "clear", _clear_then_register)
+    _handler = callback_handler
+
+
+def _register(handler) -> None:
+    handler.register_start_callback(_on_compile_start)
+    handler.register_end_callback(_on_compile_end)
+
+
+def _clear_then_register(wrapped, instance, args, kwargs):
+    result = wrapped(*args, **kwargs)
+    if _handler is not None:
+        try:
+            _register(_handler)
+        except Exception:
+            report_internal_error("compile callbacks")
+    return result
+
+
+def unpatch() -> None:
+    global _handler
+    handler, _handler = _handler, None
+    _patches.restore()
+    if handler is None:
+        return
+    for remove, callback in ((handler.remove_start_callback, _on_compile_start),
+                             (handler.remove_end_callback, _on_compile_end)):
+        try:
+            remove(callback)
+        except ValueError:
+            pass
+    with _lock:
+        _open.clear()
+
+
+def _on_compile_start(args) -> None:
+    try:
+        session = _session.ACTIVE
+        if session is None:
+            return
+        attrs = {semconv.COMPILE_ID: str(getattr(args, "compile_id", ""))}
+        trigger = getattr(args, "callback_trigger", None)
+        if trigger is not None:
+            attrs[semconv.COMPILE_TRIGGER] = getattr(trigger, "name", str(trigger)).lower()
+        container = session.start_container(semconv.PHASE_COMPILE, attrs)
+        with _lock:
+            _open.append(container)
+    except Exception:
+        report_internal_error("compile start")
+
+
+def _on_compile_end(args) -> None:
+    try:
+        with _lock:
+            container = _open.pop() if _open else None
+        if container is not None:
+            container.finish()
+    except Exception:
+        report_internal_error("compile end")

@@ -1,0 +1,128 @@
+"""Page-locked ("pinned") host memory: phase ``pin``.
+
+Pinning is what makes host-to-device copies fast (pageable memory goes through a staging
+buffer and can cost ~40% of PCIe bandwidth), and it is itself slow: the kernel has to lock
+every page. Two ways in, both recorded with their bytes:
+
+- ``Tensor.pin_memory()`` (and ``UntypedStorage.pin_memory()``): a copy of pageable data
+  into new pinned memory, ``coldstart.pin.kind=copy``. A tensor already pinned comes back
+  as itself and records nothing.
+- Allocation straight into pinned memory, ``torch.empty(..., pin_memory=True)`` as vLLM
+  does for its staging buffers (also ``zeros``, ``ones``, ``full``, ``empty_strided``,
+  ``tensor``): ``coldstart.pin.kind=alloc``. Calls without ``pin_memory=True`` cost one
+  dictionary lookup.
+
+Per-call patches on the allocation functions, so removed at ``ready()``.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .. import probes, semconv
+from .._errors import report_internal_error
+from . import _guard
+from ._wrapping import PatchSet
+
+TARGETS = ("torch",)
+HOT_PATH = True
+
+_ALLOCATORS = ("empty", "zeros", "ones", "full", "empty_strided", "tensor")
+
+_patches = PatchSet()
+_fake_types: tuple = ()
+
+
+def get_version() -> str | None:
+    try:
+        import torch
+
+        return torch.__version__
+    except Exception:  # pragma: no cover
+        return None
+
+
+def is_patched() -> bool:
+    return bool(_patches)
+
+
+def patch() -> None:
+    import torch
+
+    global _fake_types
+    _guard.bind_torch()
+    try:
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        _fake_types = (FakeTensor,)
+    except Exception:  # pragma: no cover - private API moved
+        _fake_types = ()
+    _patches.wrap(torch.Tensor, "pin_memory", _pin_copy("Tensor.pin_memory"))
+    _patches.wrap(torch.UntypedStorage, "pin_memory", _pin_copy("UntypedStorage.pin_memory"))
+    for name in _ALLOCATORS:
+        _patches.wrap(torch, name, _pinned_alloc)
+
+
+def unpatch() -> None:
+    _patches.restore()
+
+
+def _nbytes(obj) -> int:
+    nbytes = obj.nbytes
+    return nbytes() if callable(nbytes) else nbytes  # a storage's nbytes is a method
+
+
+def _pin_copy(where: str):
+    def wrapper(wrapped, instance, args, kwargs):
+        session = _guard.recording_session()
+        if session is None:
+            return wrapped(*args, **kwargs)
+        _guard.enter()  # UntypedStorage.pin_memory goes through Tensor.pin_memory: count once
+        try:
+            start = time.time_ns()
+            # The source may be a mmap of a checkpoint: the copy is where its pages fault in.
+            io_before = probes.thread_io()
+            result = wrapped(*args, **kwargs)
+            io_after = probes.thread_io()
+            end = time.time_ns()
+        finally:
+            _guard.leave()
+        if result is not instance:
+            try:
+                if not (_fake_types and isinstance(result, _fake_types)):
+                    _record(session, semconv.PIN_KIND_COPY, _nbytes(result), start, end,
+                            io_after.read_bytes - io_before.read_bytes,
+                            io_after.major_faults - io_before.major_faults)
+            except Exception:
+                report_internal_error(where)
+        return result
+
+    return wrapper
+
+
+def _pinned_alloc(wrapped, instance, args, kwargs):
+    if kwargs.get("pin_memory") is not True:
+        return wrapped(*args, **kwargs)
+    session = _guard.recording_session()
+    if session is None:
+        return wrapped(*args, **kwargs)
+    _guard.enter()
+    try:
+        start = time.time_ns()
+        result = wrapped(*args, **kwargs)
+        end = time.time_ns()
+    finally:
+        _guard.leave()
+    try:
+        if not (_fake_types and isinstance(result, _fake_types)):
+            _record(session, semconv.PIN_KIND_ALLOC, _nbytes(result), start, end)
+    except Exception:
+        report_internal_error("pinned allocation")
+    return result
+
+
+def _record(session, kind: str, nbytes: int, start: int, end: int, read_bytes: int = 0,
+            major_faults: int = 0) -> None:
+    # A fresh allocation touches no file: no storage reads to attribute.
+    session.recorder.add(semconv.PHASE_PIN, kind, {semconv.PIN_KIND: kind}, nbytes, start, end,
+                         read_bytes, major_faults)

@@ -1,0 +1,147 @@
+"""Runtime init, compile and pinning on CPU-only torch: what can run is tested for real; what
+needs a device is covered by scripts/gpu_check.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import otel_coldstart
+from otel_coldstart import semconv
+from otel_coldstart.patches import runtime
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
+                                reason="pinned memory needs a CUDA (or other accelerator) build and device")
+
+
+# --- runtime_init ------------------------------------------------------------------------------
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine can initialise CUDA")
+def test_failed_cuda_init_is_one_error_span_and_the_host_gets_its_exception(traced):
+    otel_coldstart.uninstrument()
+    with pytest.raises(AssertionError) as plain:
+        torch.cuda._lazy_init()
+    traced.reinstrument()
+    for _ in range(2):
+        with pytest.raises(AssertionError) as instrumented:
+            torch.cuda._lazy_init()
+        assert type(instrumented.value) is type(plain.value) and str(instrumented.value) == str(plain.value)
+    otel_coldstart.ready()
+    (span,) = traced.by_phase(semconv.PHASE_RUNTIME_INIT)  # once per start-up, not per retry
+    assert span.status.status_code.name == "ERROR"
+    assert span.attributes[semconv.RUNTIME_BACKEND] == "cuda"
+
+
+def test_first_successful_init_is_one_span_and_the_wrapper_removes_itself(monkeypatch, request):
+    """torch's _lazy_init cannot succeed without a GPU: a stand-in that flips torch's
+    "initialised" answer takes its place, under our real wrapper."""
+    state = {"initialised": False, "calls": 0}
+
+    def stand_in_lazy_init():
+        state["calls"] += 1
+        state["initialised"] = True
+
+    otel_coldstart.uninstrument()
+    monkeypatch.setattr(runtime, "_initialised_seen", False)
+    monkeypatch.setattr(torch.cuda, "_lazy_init", stand_in_lazy_init)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: state["initialised"])
+    traced = request.getfixturevalue("traced")
+    assert runtime.is_patched()
+    torch.cuda._lazy_init()
+    assert torch.cuda._lazy_init is stand_in_lazy_init  # removed at once: nothing left to see
+    torch.cuda._lazy_init()
+    otel_coldstart.ready()
+    (span,) = traced.by_phase(semconv.PHASE_RUNTIME_INIT)
+    assert span.status.status_code.name == "UNSET"
+    assert semconv.RUNTIME_DEVICE_COUNT in span.attributes
+    assert state["calls"] == 2
+
+
+# --- compile -----------------------------------------------------------------------------------
+
+def _cast_and_scale(x):
+    return x.to(torch.float16) * 3
+
+
+def test_fullgraph_compile_of_a_cast_gives_the_same_result_and_a_compile_span(traced):
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    x = torch.randn(8, 8, dtype=torch.bfloat16)
+    otel_coldstart.uninstrument()
+    expected = _cast_and_scale(x)
+    traced.reinstrument()
+    compiled = torch.compile(_cast_and_scale, fullgraph=True, backend="aot_eager")  # a graph break raises
+    result = compiled(x)
+    otel_coldstart.ready()
+    assert result.dtype == expected.dtype and torch.equal(result, expected)
+    (span,) = traced.by_phase(semconv.PHASE_COMPILE)
+    assert span.attributes[semconv.COMPILE_TRIGGER] == "dynamo"
+    assert span.attributes[semconv.COMPILE_ID]
+    # Fake and functional tensors flowed through Tensor.to while tracing: none recorded.
+    assert traced.by_phase(semconv.PHASE_CAST) == []
+
+
+def test_compile_after_ready_is_marked(traced):
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    otel_coldstart.ready()
+    torch.compile(_cast_and_scale, fullgraph=True, backend="eager")(torch.randn(3))
+    spans = traced.by_phase(semconv.PHASE_COMPILE)
+    assert spans and all(s.attributes[semconv.AFTER_READY] is True for s in spans)
+
+
+def test_fullgraph_compile_through_wrapped_allocators(traced):
+    import torch._dynamo
+
+    torch._dynamo.reset()
+
+    def fill(x):
+        return x + torch.zeros(x.shape[0]) + torch.empty(x.shape[0]).fill_(2)
+
+    x = torch.randn(5)
+    assert torch.equal(torch.compile(fill, fullgraph=True, backend="aot_eager")(x), x + 2)
+
+
+# --- pinning ------------------------------------------------------------------------------------
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="pinning works here: see the CUDA test")
+def test_pinning_without_an_accelerator_raises_the_host_error_unchanged(traced):
+    def attempts():
+        errors = []
+        for attempt in (lambda: torch.randn(4).pin_memory(), lambda: torch.empty(4, pin_memory=True),
+                        lambda: torch.zeros(2, 2, pin_memory=True)):
+            with pytest.raises(RuntimeError) as raised:
+                attempt()
+            errors.append((type(raised.value), str(raised.value)))
+        return errors
+
+    instrumented = attempts()
+    otel_coldstart.uninstrument()
+    assert instrumented == attempts()
+    assert traced.by_phase(semconv.PHASE_PIN) == []
+
+
+def test_allocations_without_pin_memory_pass_through_silently(traced):
+    a = torch.empty(3, 3)
+    b = torch.zeros(4, pin_memory=False)
+    c = torch.tensor([1.0, 2.0])
+    otel_coldstart.ready()
+    assert a.shape == (3, 3) and torch.equal(b, torch.zeros(4)) and c.tolist() == [1.0, 2.0]
+    assert traced.by_phase(semconv.PHASE_PIN) == []
+
+
+@needs_cuda
+def test_pinning_is_one_aggregate_per_kind_with_bytes(traced):
+    sources = [torch.randn(256) for _ in range(10)]
+    pinned = [s.pin_memory() for s in sources]
+    buffers = [torch.empty(1024, dtype=torch.uint8, pin_memory=True) for _ in range(3)]
+    assert all(p.is_pinned() for p in pinned + buffers)
+    assert all(torch.equal(p, s) for p, s in zip(pinned, sources))
+    assert pinned[0].pin_memory() is pinned[0]  # already pinned: a no-op, not counted
+    otel_coldstart.ready()
+    by_kind = {s.attributes[semconv.PIN_KIND]: s for s in traced.by_phase(semconv.PHASE_PIN)}
+    assert by_kind[semconv.PIN_KIND_COPY].attributes[semconv.BYTES] == 10 * 256 * 4
+    assert by_kind[semconv.PIN_KIND_COPY].attributes[semconv.CALLS] == 10
+    assert by_kind[semconv.PIN_KIND_ALLOC].attributes[semconv.BYTES] == 3 * 1024
