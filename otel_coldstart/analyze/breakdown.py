@@ -184,9 +184,10 @@ def _root_ancestor(span: Span, by_id: dict[str, Span], memo: dict[str, Span | No
     """The ``model.startup`` above ``span``. ``memo`` remembers the answer for every span on
     the walked path, so a whole trace costs time linear in its spans, however deep."""
     path = [span.span_id]
+    on_path = {span.span_id}  # a set beside the list: membership stays O(1) on deep chains
     parent_id = span.parent_id
     owner: Span | None = None
-    while parent_id is not None and parent_id not in path:
+    while parent_id is not None and parent_id not in on_path:
         if parent_id in memo:
             owner = memo[parent_id]
             break
@@ -197,6 +198,7 @@ def _root_ancestor(span: Span, by_id: dict[str, Span], memo: dict[str, Span | No
             owner = parent
             break
         path.append(parent_id)
+        on_path.add(parent_id)
         parent_id = parent.parent_id
     for span_id in path:
         memo[span_id] = owner
@@ -208,9 +210,10 @@ def _nearest_phased_ancestor(span: Span, by_id: dict[str, Span], root_id: str,
     """The id of the closest ancestor that is phased or the root; None if the chain breaks.
     ``memo`` holds the answer for unphased spans already walked through (linear time)."""
     path: list[str] = []
+    on_path = {span.span_id}
     parent_id = span.parent_id
     result: str | None = None
-    while parent_id is not None and parent_id != span.span_id and parent_id not in path:
+    while parent_id is not None and parent_id not in on_path:
         if parent_id == root_id:
             result = root_id
             break
@@ -224,6 +227,7 @@ def _nearest_phased_ancestor(span: Span, by_id: dict[str, Span], root_id: str,
             result = parent_id
             break
         path.append(parent_id)
+        on_path.add(parent_id)
         parent_id = parent.parent_id
     for unphased_id in path:
         memo[unphased_id] = result
@@ -343,16 +347,19 @@ _CONTEXT_LIMIT = 50  # the longest foreign spans are enough to read the phases i
 
 def _context(root: Span, members: Sequence[Span], foreign: Sequence[Span],
              by_id: dict[str, Span]) -> tuple[ContextSpan, ...]:
-    enclosing = set()
-    parent_id = root.parent_id
     foreign_by_id = {s.span_id: s for s in foreign}
-    while parent_id in foreign_by_id and parent_id not in enclosing:
-        enclosing.add(parent_id)
-        parent_id = foreign_by_id[parent_id].parent_id
-    candidates = [s for s in members if s.phase is None and not s.is_root
+    enclosing: dict[str, Span] = {}
+    parent_id = root.parent_id
+    while parent_id is not None and parent_id not in enclosing:
+        parent = foreign_by_id.get(parent_id) or by_id.get(parent_id)
+        if parent is None or parent.phase is not None or parent.is_root:
+            break
+        enclosing[parent_id] = parent
+        parent_id = parent.parent_id
+    candidates = [s for s in members if s.phase is None and not s.is_root and s.span_id not in enclosing
                   and not s.name.startswith(semconv.SPAN_PREFIX)
                   and s.end_ns > root.start_ns and s.start_ns < root.end_ns]
-    candidates += [foreign_by_id[i] for i in enclosing]
+    candidates += list(enclosing.values())
     candidates.sort(key=lambda s: (-s.duration_ns, s.start_ns))
     candidates = candidates[:_CONTEXT_LIMIT]
     wanted = {s.span_id for s in candidates}
