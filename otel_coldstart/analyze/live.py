@@ -43,7 +43,11 @@ def redact(url: str) -> str:
 
 def fetch_json(url: str, timeout: float = DEFAULT_TIMEOUT_S) -> Any:
     shown = redact(url)
-    parts = urllib.parse.urlsplit(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a port out of range
+    except ValueError:
+        raise LiveSourceError(f"{shown}: not a valid URL") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise LiveSourceError(f"{shown}: not an http(s) URL")
     headers = {"Accept": "application/json", "User-Agent": "otel-coldstart"}
@@ -76,8 +80,14 @@ def fetch_json(url: str, timeout: float = DEFAULT_TIMEOUT_S) -> Any:
 
 
 def _join(base: str, path: str, query: dict | None = None) -> str:
-    url = base.rstrip("/") + path
-    return url + ("?" + urllib.parse.urlencode(query) if query else "")
+    """``base`` may carry a path prefix (behind a proxy) and its own query (a token)."""
+    try:
+        parts = urllib.parse.urlsplit(base)
+    except ValueError:
+        raise LiveSourceError(f"{redact(base)}: not a valid URL") from None
+    params = urllib.parse.parse_qsl(parts.query) + list((query or {}).items())
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/") + path,
+                                    urllib.parse.urlencode(params), ""))
 
 
 def jaeger_documents(base: str, *, trace_id: str | None = None, service: str | None = None,

@@ -104,10 +104,16 @@ def test_many_graph_captures_suggest_powers_of_two_or_lazy():
     assert graph_captures.check(only(spans[:4])) == []
 
 
-def test_graph_captures_counted_from_calls_on_an_aggregate():
+def test_graph_captures_counted_from_calls_on_an_aggregate_with_batch_sizes():
     r = root(10_000)
-    spans = [r, aggregate(r, "graph_capture", 0, 5000, 5000, 67, 0)]
-    assert graph_captures.check(only(spans))[0].title.startswith("67 ")
+    sizes = [1, 2, 4] + list(range(8, 520, 8))  # vLLM's default capture list up to 512: 67 sizes
+    spans = [r, aggregate(r, "graph_capture", 0, 6700, 6700, len(sizes), 0, **{
+        semconv.GRAPH_BATCH_SIZES: tuple(sizes), semconv.GRAPH_MAX_CAPTURE_S: 0.2})]
+    [f] = graph_captures.check(only(spans))
+    assert f.title.startswith("67 ")
+    assert any("batch sizes: 1, 2, 4, 8" in line for line in f.evidence)
+    assert any("longest capture 200.0 ms" in line for line in f.evidence)
+    assert f.saving_ns == 6700 * MS * (67 - 10) // 67  # 10 powers of two cover 1..512
 
 
 def test_runtime_init_dominating_a_small_model():

@@ -14,27 +14,21 @@ from ._attrs import int_attr
 from ._finding import Finding
 
 MIN_CAPTURES = 8
-# The instrumentor's graph-capture spans carry these (semconv); read defensively so a
-# trace from an older plugin still gives the count from coldstart.calls.
-COUNT_KEYS = tuple(getattr(semconv, name) for name in ("GRAPH_COUNT",) if hasattr(semconv, name)) + (semconv.CALLS,)
-SIZES_KEYS = tuple(getattr(semconv, name) for name in ("GRAPH_BATCH_SIZES",) if hasattr(semconv, name))
 
 
 def _count(span) -> int:
-    for key in COUNT_KEYS:
-        value = int_attr(span, key)
-        if value:
-            return value
-    return 1
+    """Captures during start-up are aggregated per thread with ``coldstart.calls``; a lone
+    capture span (a failed one) counts one."""
+    return int_attr(span, semconv.CALLS) if span.is_aggregate else 1
 
 
 def _sizes(spans) -> list[int]:
     sizes: set[int] = set()
     for span in spans:
-        for key in SIZES_KEYS:
-            value = span.attributes.get(key)
-            if isinstance(value, (tuple, list)):
-                sizes.update(v for v in value if isinstance(v, int) and not isinstance(v, bool) and v > 0)
+        many = span.attributes.get(semconv.GRAPH_BATCH_SIZES)
+        values = list(many) if isinstance(many, (tuple, list)) else []
+        values.append(span.attributes.get(semconv.GRAPH_BATCH_SIZE))
+        sizes.update(v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0)
     return sorted(sizes)
 
 
@@ -46,7 +40,11 @@ def check(breakdown: Breakdown) -> list[Finding]:
     phase = breakdown.phase(semconv.PHASE_GRAPH_CAPTURE)
     busy = phase.busy_ns if phase else sum(s.busy_ns for s in spans)
     sizes = _sizes(spans)
-    evidence = [f"{count} graph captures in {format_seconds(busy)} ({format_seconds(busy // count)} each)"]
+    evidence = [f"{count} graph captures in {format_seconds(busy)} ({format_seconds(busy // count)} each on average)"]
+    longest = max((s.attributes.get(semconv.GRAPH_MAX_CAPTURE_S) for s in spans
+                   if isinstance(s.attributes.get(semconv.GRAPH_MAX_CAPTURE_S), (int, float))), default=None)
+    if longest is not None:
+        evidence.append(f"longest capture {format_seconds(int(longest * 1e9))}")
     if sizes:
         needed = min(len(sizes), (max(sizes) - 1).bit_length() + 1)  # 1, 2, 4, ... >= the largest
         shown = ", ".join(map(str, sizes[:12])) + (" ..." if len(sizes) > 12 else "")
