@@ -1,12 +1,13 @@
 """A model server's start-up, instrumented, that keeps serving its metrics until told to stop.
 
 Run by the metrics tests in a fresh process (so the root span starts at a real process
-start): ``python startup_app.py CHECKPOINT_DIR``. It reads every shard of the checkpoint with
-safetensors, copies the weights into an allocated CPU model (``load_state_dict`` -> ``copy_``),
-casts it to float16, runs a warm-up forward, calls ``ready()``, prints one JSON line (the
-Prometheus endpoint and the root trace id) and serves until stdin closes (at most
-``OTEL_COLDSTART_TEST_SERVE_S`` seconds). Configuration comes from the standard OTEL_*
-environment variables the test sets.
+start): ``python startup_app.py CHECKPOINT_DIR [ready|exit]``. It reads every shard of the
+checkpoint with safetensors, copies the weights into an allocated CPU model
+(``load_state_dict`` -> ``copy_``), casts it to float16 and runs a warm-up forward. Then,
+with ``ready`` (the default), it calls ``ready()``, prints one JSON line (the Prometheus
+endpoint, if any, and the root trace id) and serves until stdin closes (at most
+``OTEL_COLDSTART_TEST_SERVE_S`` seconds); with ``exit`` it exits without ``ready()``.
+Configuration comes from the standard OTEL_* environment variables the test sets.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from otel_coldstart import demo  # noqa: E402
 TEST_SHAPE = demo.LlamaShape(vocab=1024, hidden=128, intermediate=256, layers=2, shards=3)
 
 
-def main(checkpoint_dir: str) -> int:
+def main(checkpoint_dir: str, end: str = "ready") -> int:
     with otel_coldstart.phase("build_model"):
         model = demo.build_model(TEST_SHAPE).to_empty(device="cpu")
     state = {}
@@ -42,6 +43,8 @@ def main(checkpoint_dir: str) -> int:
         tokens = torch.arange(8) % TEST_SHAPE.vocab
         hidden = model.model.embed_tokens(tokens).float()
         (hidden @ model.lm_head.weight.float().t()).sum().item()
+    if end == "exit":  # a start-up that never becomes ready: recorded and exported at exit
+        return 0
     otel_coldstart.ready()
 
     instrumentor = otel_coldstart.ColdstartInstrumentor()
@@ -58,4 +61,4 @@ def main(checkpoint_dir: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(*sys.argv[1:3]))
