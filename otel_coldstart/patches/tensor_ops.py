@@ -1,5 +1,5 @@
-"""Tensor moves and casts: ``Tensor.to/.cuda/.half/.bfloat16/.float/.copy_``,
-``UntypedStorage.to`` and ``Module.to/.cuda/.half/.bfloat16/.float``.
+"""Tensor moves and casts: ``Tensor.to/.cuda/.cpu/.half/.bfloat16/.float/.copy_``,
+``UntypedStorage.to`` and ``Module.to/.cuda/.cpu/.half/.bfloat16/.float``.
 
 Why these: accelerate moves weights with ``.to(device)``, transformers 5 with
 ``.to(device, dtype)``, vLLM with ``param.data.copy_(w)``, ``torch.load(map_location="cuda")``
@@ -9,11 +9,11 @@ by its arguments: h2d, d2h, d2d, h2h, cast, or a no-op, which costs one identity
 records nothing. Calls are aggregated by the recorder, never one span each.
 
 Copies queued with ``non_blocking=True`` return before the device has moved a byte, so their
-call time says nothing about the transfer. For those, a CUDA event is recorded on the copy's
-stream before the first and after each such call; when the aggregate ends (its parent span
-ends), the last event is waited for once and the device-side window is read from the events
-(``coldstart.copy.async_s``), which also extends the span to when the copies finished and
-gives the achieved bandwidth. No synchronisation per tensor.
+call time says nothing about the transfer. For those, CUDA events are recorded on the copy's
+stream around the calls (two re-used events per device, never a wait); when the aggregate
+ends (its parent span ends), the last event is waited for once and the device time of the
+queued copies is read from the events (``coldstart.copy.async_s``). That extends the span to
+when the copies finished and gives the achieved bandwidth. No synchronisation per tensor.
 
 These wrappers sit on the hottest paths torch has, so they are removed at ``ready()``:
 after it, ``torch.Tensor.to is`` the original.
@@ -36,10 +36,9 @@ _patches = PatchSet()
 _fake_types: tuple = ()
 _local = threading.local()  # .spare_events: {device key: CUDA event not yet owned by an aggregate}
 
-# Tensor methods that move or cast: name -> where its non_blocking flag is.
-_TENSOR_METHODS = ("to", "cuda", "half", "bfloat16", "float")
-_MODULE_METHODS = (("to", None), ("cuda", semconv.PHASE_H2D), ("half", semconv.PHASE_CAST),
-                   ("bfloat16", semconv.PHASE_CAST), ("float", semconv.PHASE_CAST))
+_TENSOR_METHODS = ("to", "cuda", "cpu", "half", "bfloat16", "float")
+_MODULE_METHODS = (("to", None), ("cuda", semconv.PHASE_H2D), ("cpu", semconv.PHASE_D2H),
+                   ("half", semconv.PHASE_CAST), ("bfloat16", semconv.PHASE_CAST), ("float", semconv.PHASE_CAST))
 _DEVICE_PHASES = frozenset((semconv.PHASE_H2D, semconv.PHASE_D2H, semconv.PHASE_D2D))
 
 
@@ -61,7 +60,7 @@ def patch() -> None:
 
     _guard.bind_torch()
     _resolve_fake_types()
-    # Module.half/.bfloat16/.float reach tensors through the Tensor methods of the same name.
+    # Module.half/.bfloat16/.float/.cpu reach tensors through the Tensor methods of the same name.
     for name in _TENSOR_METHODS:
         _patches.wrap(torch.Tensor, name, _tensor_move(name))
     _patches.wrap(torch.Tensor, "copy_", _tensor_copy)
@@ -257,7 +256,7 @@ def _dtype_name(dtype) -> str:
 
 def _move_is_non_blocking(method: str, args, kwargs) -> bool:
     if method not in ("to", "cuda"):
-        return False  # .half()/.float()/.bfloat16() have no non_blocking
+        return False  # .cpu()/.half()/.float()/.bfloat16() have no non_blocking
     if kwargs.get("non_blocking") is True:
         return True
     if method == "cuda":  # cuda(device=None, non_blocking=False)
@@ -314,21 +313,28 @@ class _AsyncStart:
 
 
 class _AsyncCopies:
-    """The non-blocking copies of one aggregate on one device."""
+    """The non-blocking copies of one aggregate on one device, as segments of device time.
 
-    __slots__ = ("start_event", "start_ns", "end_event", "bytes", "host_busy_ns")
+    A segment runs from the start event recorded before a copy to the end event re-recorded
+    after each later copy, as long as the device stayed busy. When a new copy finds the last
+    one already done (a cheap ``query()``, no wait), the device went idle in between (the host
+    was reading the next shard): that segment is closed and summed, so host gaps never count
+    as copy time."""
+
+    __slots__ = ("start_event", "segment_start_ns", "end_event", "bytes", "host_busy_ns", "device_ns")
 
     def __init__(self, start_event, start_ns: int, end_event) -> None:
         self.start_event = start_event
-        self.start_ns = start_ns
+        self.segment_start_ns = start_ns
         self.end_event = end_event
         self.bytes = 0
         self.host_busy_ns = 0
+        self.device_ns = 0  # closed segments
 
 
 def _async_start(device) -> _AsyncStart | None:
-    """Mark the stream before a non-blocking copy. The event is a per-thread spare until an
-    aggregate takes it as its start, so a copy that joins an open window costs one re-record."""
+    """Mark the stream before a non-blocking copy. The event is a per-thread spare until a
+    window takes it as a segment start, so most copies cost one re-record."""
     if device is None:
         return None
     import torch
@@ -350,11 +356,17 @@ def _join_async(aggregate, start: _AsyncStart, nbytes: int, busy_ns: int) -> Non
     if windows is None:
         windows = aggregate.extras["async_copies"] = {}
         aggregate.end_hooks.append(_resolve_async)
+    spares = _local.__dict__.setdefault("spare_events", {})
     window = windows.get(start.key)
     if window is None:
-        window = windows[start.key] = _AsyncCopies(start.event, start.wall_ns,
-                                                   torch.cuda.Event(enable_timing=True))
-        _local.__dict__.get("spare_events", {}).pop(start.key, None)  # now this window's start
+        window = windows[start.key] = _AsyncCopies(start.event, start.wall_ns, torch.cuda.Event(enable_timing=True))
+        spares.pop(start.key, None)  # now this window's segment start
+    elif window.end_event.query():
+        # The device finished everything queued before this copy: close that segment and
+        # open the next one at the event recorded just before this copy.
+        window.device_ns += int(window.start_event.elapsed_time(window.end_event) * 1e6)
+        spares[start.key], window.start_event = window.start_event, start.event
+        window.segment_start_ns = start.wall_ns
     window.end_event.record(torch.cuda.current_stream(start.device))
     window.bytes += nbytes
     window.host_busy_ns += busy_ns
@@ -362,21 +374,21 @@ def _join_async(aggregate, start: _AsyncStart, nbytes: int, busy_ns: int) -> Non
 
 def _resolve_async(aggregate) -> None:
     """End of the aggregate: wait once for its last queued copy on each device, then read how
-    long the device took from the events."""
+    long the device spent on them from the events."""
     windows = aggregate.extras.pop("async_copies", None) or {}
-    longest_ns = 0
+    if not windows:
+        return
+    device_ns = 0
     host_busy_ns = 0
     for window in windows.values():
         window.end_event.synchronize()
-        device_ns = int(window.start_event.elapsed_time(window.end_event) * 1e6)
-        longest_ns = max(longest_ns, device_ns)
+        last_segment_ns = int(window.start_event.elapsed_time(window.end_event) * 1e6)
+        device_ns = max(device_ns, window.device_ns + last_segment_ns)  # devices copy in parallel
         host_busy_ns += window.host_busy_ns
-        aggregate.last_ns = max(aggregate.last_ns, window.start_ns + device_ns)
-    if not windows:
-        return
-    aggregate.attributes[semconv.COPY_ASYNC_S] = longest_ns / 1e9
-    # Achieved bandwidth: the blocking calls' own time plus the device window of the queued ones.
-    effective_ns = max(0, aggregate.busy_ns - host_busy_ns) + longest_ns
+        aggregate.last_ns = max(aggregate.last_ns, window.segment_start_ns + last_segment_ns)
+    aggregate.attributes[semconv.COPY_ASYNC_S] = device_ns / 1e9
+    # Achieved bandwidth: the blocking calls' own time plus the device time of the queued ones.
+    effective_ns = max(0, aggregate.busy_ns - host_busy_ns) + device_ns
     if effective_ns > 0 and aggregate.bytes > 0:
         aggregate.attributes[semconv.THROUGHPUT] = aggregate.bytes / (effective_ns / 1e9)
 

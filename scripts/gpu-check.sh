@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# GPU check of the device phases (docs/device-phases.md). Needs a CUDA GPU and a CUDA build of
+# torch with safetensors and opentelemetry-sdk; CI has no GPU and runs the CPU tests instead.
+# Exit codes: 0 passed, 1 a check failed, 2 bad arguments, 3 no CUDA device,
+# 4 missing dependency, 124 over the time limit.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-}"
+if [ -z "$PYTHON" ]; then
+  if [ -x .venv/bin/python ] && .venv/bin/python -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    PYTHON=.venv/bin/python
+  else
+    PYTHON=python3
+  fi
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# Well inside the 5 minutes the check is allowed; it takes under a minute on current GPUs.
+exec timeout "${GPU_CHECK_TIMEOUT_S:-240}" "$PYTHON" scripts/gpu_check.py "$@"
