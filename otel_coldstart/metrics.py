@@ -327,16 +327,20 @@ def configure_metrics(meter_provider: metrics.MeterProvider | None,
     address = None
     registry = None
     if "prometheus" in names or prometheus_port is not None:
-        from opentelemetry.exporter.prometheus import PrometheusMetricReader
-        from prometheus_client import CollectorRegistry
-
-        # A registry of our own: the host's prometheus_client default registry stays its own.
-        registry = CollectorRegistry()
-        readers.append(PrometheusMetricReader(registry=registry))
-        host = os.environ.get("OTEL_EXPORTER_PROMETHEUS_HOST") or DEFAULT_PROMETHEUS_HOST
-        port = prometheus_port if prometheus_port is not None else int(
-            os.environ.get("OTEL_EXPORTER_PROMETHEUS_PORT") or DEFAULT_PROMETHEUS_PORT)
-        address = (host, port)
+        try:
+            from opentelemetry.exporter.prometheus import PrometheusMetricReader
+            from prometheus_client import CollectorRegistry
+        except ImportError:
+            logger.warning("otel-coldstart: a Prometheus endpoint was asked for, but "
+                           "opentelemetry-exporter-prometheus is not installed")
+        else:
+            # A registry of our own: the host's prometheus_client default registry stays its own.
+            registry = CollectorRegistry()
+            readers.append(PrometheusMetricReader(registry=registry))
+            host = os.environ.get("OTEL_EXPORTER_PROMETHEUS_HOST") or DEFAULT_PROMETHEUS_HOST
+            port = prometheus_port if prometheus_port is not None else int(
+                os.environ.get("OTEL_EXPORTER_PROMETHEUS_PORT") or DEFAULT_PROMETHEUS_PORT)
+            address = (host, port)
     if ("otlp" in names or not names) and otlp_metrics_endpoint_configured():
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
