@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -40,14 +41,20 @@ def run_child(side: str, fmt: str, files: list[str], trace_dir: str) -> dict:
     for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "TRACEPARENT"):
         env.pop(name, None)
     env["OTEL_COLDSTART_OUTPUT_DIR"] = trace_dir
+    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     began = time.perf_counter()
     completed = subprocess.run([common.python(), CHILD, side, fmt, *files], env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     process_s = time.perf_counter() - began
+    children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if completed.returncode != 0:
         raise RuntimeError(f"{side}/{fmt} child failed ({completed.returncode}):\n{completed.stderr[-3000:]}")
     result = json.loads(completed.stdout.strip().splitlines()[-1])
     result["process_s"] = process_s
+    # CPU the child used (user + system): less disturbed by other tenants than wall time,
+    # quoted next to it, never instead of it.
+    result["cpu_s"] = ((children_after.ru_utime - children_before.ru_utime)
+                       + (children_after.ru_stime - children_before.ru_stime))
     return result
 
 
@@ -84,17 +91,24 @@ def analyse_block(fmt: str, state: str, rounds: list[dict], sides, load_before, 
             "process_s": common.summary([r["process_s"] for r in runs]),
             "region_s": common.summary([r["region_s"] for r in runs]),
             "load_s": common.summary([r["load_s"] for r in runs]),
+            "cpu_s": common.summary([r["cpu_s"] for r in runs]),
             "maxrss_mib": common.summary([r["maxrss_kib"] / 1024 for r in runs]),
         }
         if side == "profiler":
             block["sides"][side]["first_profile_s"] = common.summary([r["first_profile_s"] for r in runs])
+        if side == "coldstart":
+            for key in ("instrument_s", "ready_s"):
+                block["sides"][side][key] = common.summary([r[key] for r in runs])
     for side in sides:
         if side == "plain":
             continue
         block["ratios"][side] = {
             "process": common.summary(common.paired_ratios(rounds, side, "plain", lambda r: r["process_s"])),
             "region": common.summary(common.paired_ratios(rounds, side, "plain", lambda r: r["region_s"])),
+            "cpu": common.summary(common.paired_ratios(rounds, side, "plain", lambda r: r["cpu_s"])),
         }
+        block["added_s"] = block.get("added_s", {})
+        block["added_s"][side] = common.summary([r[side]["process_s"] - r["plain"]["process_s"] for r in rounds])
         block["rss_added_mib"][side] = common.summary(
             [(r[side]["maxrss_kib"] - r["plain"]["maxrss_kib"]) / 1024 for r in rounds])
         if side == "profiler":
@@ -106,29 +120,48 @@ def analyse_block(fmt: str, state: str, rounds: list[dict], sides, load_before, 
 
 def render(result: dict, checkpoint: common.Checkpoint, out) -> None:
     out.write(f"Checkpoint: {checkpoint.tensors} tensors, {checkpoint.weight_bytes / (1 << 30):.2f} GiB bf16 "
-              f"({checkpoint.directory})\n\n")
-    out.write("| format | cache | pairs | plain process | coldstart/plain process | coldstart/plain region "
-              "| profiler/plain process | profiler/plain region (no first-profile set-up) "
-              "| profiler/plain region (with it) | load avg before -> after |\n")
-    out.write("|---|---|---|---|---|---|---|---|---|---|\n")
+              f"({checkpoint.directory}). Ratios: median (min-max) over rounds of the side's time divided by "
+              f"the plain run's time in the same round.\n\n")
+    out.write("otel-coldstart (embedded default exporter) vs plain:\n\n")
+    out.write("| format | cache | pairs | plain process wall | coldstart/plain process wall | added wall "
+              "| coldstart/plain load+cast region | coldstart/plain process CPU | import+instrument() "
+              "| ready() | load avg before -> after |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
     for block in result["blocks"]:
-        ratios = block["ratios"]
-        prof = ratios.get("profiler", {})
-        cold = ratios.get("coldstart", {})
+        ratios = block["ratios"].get("coldstart", {})
+        side = block["sides"].get("coldstart", {})
+        added = block.get("added_s", {}).get("coldstart", {})
         out.write(f"| {block['format']} | {block['cache']} | {block['pairs']} "
                   f"| {common.fmt_seconds(block['sides']['plain']['process_s'])} "
-                  f"| {common.fmt_ratio(cold.get('process', {}))} | {common.fmt_ratio(cold.get('region', {}))} "
-                  f"| {common.fmt_ratio(prof.get('process', {}))} | {common.fmt_ratio(prof.get('region', {}))} "
-                  f"| {common.fmt_ratio(prof.get('region_with_first_profile', {}))} "
+                  f"| {common.fmt_ratio(ratios.get('process', {}))} | {_fmt_signed_s(added)} "
+                  f"| {common.fmt_ratio(ratios.get('region', {}))} | {common.fmt_ratio(ratios.get('cpu', {}))} "
+                  f"| {common.fmt_seconds(side.get('instrument_s', {}))} | {common.fmt_seconds(side.get('ready_s', {}))} "
                   f"| {block['load_average_before']} -> {block['load_average_after']} |\n")
-    out.write("\nRatios: median (min-max) over pairs of the side's time / the plain run's time in the same round.\n")
-    out.write("\nPeak RSS (ru_maxrss) added over the plain run of the same round, MiB: median (min-max)\n\n")
+    out.write("\ntorch.profiler.profile() vs plain (the peer):\n\n")
+    out.write("| format | cache | profiler/plain process wall | profiler/plain region, first profile() set-up "
+              "excluded | same, included | first profile() set-up | profiler/plain process CPU |\n"
+              "|---|---|---|---|---|---|---|\n")
+    for block in result["blocks"]:
+        ratios = block["ratios"].get("profiler", {})
+        side = block["sides"].get("profiler", {})
+        out.write(f"| {block['format']} | {block['cache']} | {common.fmt_ratio(ratios.get('process', {}))} "
+                  f"| {common.fmt_ratio(ratios.get('region', {}))} "
+                  f"| {common.fmt_ratio(ratios.get('region_with_first_profile', {}))} "
+                  f"| {common.fmt_seconds(side.get('first_profile_s', {}))} "
+                  f"| {common.fmt_ratio(ratios.get('cpu', {}))} |\n")
+    out.write("\nPeak RSS (ru_maxrss of the child) added over the plain run of the same round, MiB: "
+              "median (min to max)\n\n")
     out.write("| format | cache | plain peak RSS | coldstart added | profiler added |\n|---|---|---|---|---|\n")
     for block in result["blocks"]:
         added = block["rss_added_mib"]
         plain = block["sides"]["plain"]["maxrss_mib"]
         out.write(f"| {block['format']} | {block['cache']} | {plain['median']:.0f} MiB "
                   f"| {_fmt_mib(added.get('coldstart'))} | {_fmt_mib(added.get('profiler'))} |\n")
+
+
+def _fmt_signed_s(s: dict) -> str:
+    if not s or not s.get("n"):
+        return "n/a"
+    return f"{s['median'] * 1e3:+.0f} ms ({s['min'] * 1e3:+.0f} to {s['max'] * 1e3:+.0f})"
 
 
 def _fmt_mib(s: dict | None) -> str:
