@@ -108,6 +108,16 @@ def coerce_string(value: str):
     return number if math.isfinite(number) else value
 
 
+def finite_float(value: object) -> float | None:
+    """A double attribute, or None for NaN/Infinity (json accepts them; no analysis can use
+    them, and they would make the JSON output invalid)."""
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None
+
+
 def as_list(value: object) -> list:
     return value if isinstance(value, list) else []
 

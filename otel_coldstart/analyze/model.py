@@ -58,7 +58,9 @@ class Span:
         if self.is_aggregate:
             busy = self.attributes.get(semconv.BUSY_S)
             if isinstance(busy, (int, float)) and busy >= 0:
-                return min(self.duration_ns, int(round(busy * 1e9)))
+                if busy * 1e9 >= self.duration_ns:  # also catches a huge or infinite busy_s
+                    return self.duration_ns
+                return int(round(busy * 1e9))
         return self.duration_ns
 
 

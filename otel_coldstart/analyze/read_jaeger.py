@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from ._values import TraceReadError, as_dict, as_list, coerce_string, duration_ns, hex_id, unix_ns
+from ._values import (TraceReadError, as_dict, as_list, coerce_string, duration_ns, finite_float, hex_id,
+                      unix_ns)
 from .model import Span
 
 
@@ -99,10 +100,9 @@ def _tag_value(kind: Any, value: Any) -> Any:
         except (TypeError, ValueError):
             return None
     if kind == "float64":
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            return None
+        return finite_float(value)
     if isinstance(value, str) and kind is None:
         return coerce_string(value)
-    return value if isinstance(value, (str, int, float, bool)) else None
+    if isinstance(value, float):
+        return finite_float(value)
+    return value if isinstance(value, (str, int, bool)) else None

@@ -9,9 +9,10 @@ removed by the caller (readers.py).
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Iterator
 
-from ._values import TraceReadError, as_dict, as_list, hex_id, unix_ns
+from ._values import TraceReadError, as_dict, as_list, finite_float, hex_id, unix_ns
 from .model import Span
 
 _STATUS = {0: "unset", 1: "ok", 2: "error", "STATUS_CODE_UNSET": "unset",
@@ -62,7 +63,10 @@ def attributes(items: Any) -> dict:
     result = {}
     for item in as_list(items):
         if isinstance(item, dict) and isinstance(item.get("key"), str):
-            result[item["key"]] = any_value(item.get("value"))
+            value = any_value(item.get("value"))
+            if isinstance(value, str) and len(value) <= 64:
+                value = sys.intern(value)  # phases, thread names, cache states repeat on every span
+            result[sys.intern(item["key"])] = value
     return result
 
 
@@ -79,10 +83,7 @@ def any_value(value: Any, depth: int = 0) -> Any:
         except (TypeError, ValueError):
             return None
     if "doubleValue" in value:
-        try:
-            return float(value["doubleValue"])
-        except (TypeError, ValueError):
-            return None
+        return finite_float(value["doubleValue"])
     if "arrayValue" in value:
         items = as_list(as_dict(value["arrayValue"]).get("values"))
         return tuple(any_value(v, depth + 1) for v in items)

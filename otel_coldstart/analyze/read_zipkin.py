@@ -39,8 +39,8 @@ def _span(raw: dict, shared_ids: set) -> Span:
             span_id = span_id + ".client"
     start = unix_ns(raw.get("timestamp", 0), f"span {span_id} timestamp", 1000)
     length = duration_ns(raw.get("duration"), f"span {span_id} duration", 1000)
-    attrs = {k: coerce_string(v) if isinstance(v, str) else v
-             for k, v in as_dict(raw.get("tags")).items() if isinstance(k, str)}
+    attrs = {k: coerce_string(v) if isinstance(v, str) else None
+             for k, v in as_dict(raw.get("tags")).items() if isinstance(k, str)}  # v2 tags are strings
     if raw.get("kind"):
         attrs.setdefault("span.kind", str(raw["kind"]).lower())
     service = as_dict(raw.get("localEndpoint")).get("serviceName")

@@ -84,6 +84,11 @@ def analysis_document(results: Sequence[Breakdown], findings: Sequence[Finding],
     return doc
 
 
+PRETTY_LIMIT = 2000  # shards beyond which the document is written compact (C encoder, 5x faster)
+
+
 def render_json(doc: dict, out: TextIO) -> None:
-    json.dump(doc, out, indent=2, sort_keys=False, allow_nan=False, default=str)
+    shards = sum(len(s["shards"]) for s in doc.get("startups", ()))
+    indent = 2 if shards <= PRETTY_LIMIT else None
+    json.dump(doc, out, indent=indent, allow_nan=False, default=str)
     out.write("\n")

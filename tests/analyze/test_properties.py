@@ -54,6 +54,29 @@ zipkin_doc = st.lists(st.fixed_dictionaries({
     min_size=1, max_size=6)
 
 
+extreme_numbers = st.one_of(st.floats(), st.integers(min_value=-2**80, max_value=2**80),
+                            st.sampled_from([1e300, -1e300, 2**63, 2**64 + 1, 0, -1]))
+our_attribute = st.builds(
+    lambda key, number, kind: {"key": key, "value": {kind: str(number) if kind == "intValue" else number}},
+    st.sampled_from(["coldstart.busy_s", "coldstart.bytes", "coldstart.file.size", "coldstart.io.read_bytes",
+                     "coldstart.cache.resident_ratio", "coldstart.calls", "coldstart.rank", "thread.id",
+                     "coldstart.copy.pageable_bytes", "coldstart.shard.index", "coldstart.graph.batch_sizes"]),
+    extreme_numbers, st.sampled_from(["doubleValue", "intValue"]))
+
+
+def _our_trace(attrs_per_span, phases):
+    spans = [{"traceId": "ab" * 16, "spanId": "01", "name": "model.startup", "startTimeUnixNano": "1000",
+              "endTimeUnixNano": "1000000000000", "attributes": []}]
+    for number, (attrs, phase) in enumerate(zip(attrs_per_span, phases), start=2):
+        attrs = attrs + [{"key": "coldstart.phase", "value": {"stringValue": phase}},
+                         {"key": "coldstart.aggregate", "value": {"boolValue": number % 2 == 0}}]
+        spans.append({"traceId": "ab" * 16, "spanId": f"{number:x}", "parentSpanId": "01",
+                      "name": "coldstart." + phase, "startTimeUnixNano": str(number * 1000),
+                      "endTimeUnixNano": str(number * 10**9), "attributes": attrs})
+    return {"resourceSpans": [{"resource": {"attributes": attrs_per_span[0] if attrs_per_span else []},
+                               "scopeSpans": [{"spans": spans}]}]}
+
+
 def _read_bytes(data: bytes):
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "t.json")
@@ -111,3 +134,25 @@ def test_cli_main_on_garbage_never_raises(content, command, options):
     assert "Traceback" not in err
     if code not in (0, 2, 8):
         assert len(err.strip().splitlines()) == 1 or "warning" in err
+
+
+@SETTINGS
+@given(st.lists(st.lists(our_attribute, max_size=5), min_size=1, max_size=5),
+       st.lists(st.sampled_from(["deserialize", "h2d", "cast", "graph_capture", "runtime_init", "x"]),
+                min_size=5, max_size=5),
+       st.sampled_from(["json", "markdown", "text"]))
+def test_our_spans_with_extreme_numbers_render_in_every_format(attrs_per_span, phases, fmt):
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "t.json")
+        with open(path, "w") as handle:
+            json.dump(_our_trace(attrs_per_span, phases), handle)
+        out, errors = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(errors):
+            code = main(["analyze", path, "--format", fmt, "--waterfall", os.path.join(directory, "wf")])
+    assert code == 0, errors.getvalue()
+    if fmt == "json":
+        json.loads(out.getvalue(), parse_constant=_reject_constant)  # strict: no NaN or Infinity
+
+
+def _reject_constant(name):
+    raise AssertionError(f"{name} in the JSON output")
