@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from otel_coldstart import metrics as coldstart_metrics
 from otel_coldstart import semconv
 
-from conftest import (DASHBOARDS, IDENTITY, REPO, committed_dashboards, load_generator, panel_expressions,
+from metrics_testlib import (DASHBOARDS, IDENTITY, REPO, committed_dashboards, load_generator, panel_expressions,
                       promql_names, variable_queries)
 
 DOC = os.path.join(REPO, "docs", "metrics.md")

@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from conftest import (ALL_VARIABLES, CONCRETE_VARIABLES, PROMETHEUS_JOB, committed_dashboards,
+from metrics_testlib import (ALL_VARIABLES, CONCRETE_VARIABLES, PROMETHEUS_JOB, committed_dashboards,
                       panel_expressions, substitute, variable_queries)
 
 CASES = [

@@ -27,7 +27,7 @@ from otel_coldstart import semconv
 from otel_coldstart.analyze.breakdown import compute_breakdown
 from otel_coldstart.analyze.model import Span
 
-from conftest import HERE, STARTUP_TIMEOUT_S
+from metrics_testlib import HERE, STARTUP_TIMEOUT_S
 
 SHARDS = 3
 TENSORS_PER_SHARD = 4
@@ -363,3 +363,64 @@ def test_exit_does_not_hang_on_a_collector_that_never_answers(checkpoint_dir, tm
         process = _app(directory, "exit", env)
         _, err = process.communicate(timeout=STARTUP_TIMEOUT_S)
         assert process.returncode == 0, err
+
+
+# --- the embedded default ------------------------------------------------------------------------
+
+@pytest.fixture
+def clean_otel_env(monkeypatch):
+    for name in list(os.environ):
+        if name.startswith("OTEL_EXPORTER_") or name == "OTEL_METRICS_EXPORTER":
+            monkeypatch.delenv(name)
+    return monkeypatch
+
+
+def test_a_passed_meter_provider_is_used_as_it_is(clean_otel_env):
+    provider = MeterProvider()
+    setup = coldstart_metrics.configure_metrics(provider)
+    assert setup.provider is provider and not setup.owned
+
+
+def test_nothing_configured_means_the_global_api(clean_otel_env):
+    setup = coldstart_metrics.configure_metrics(None)
+    assert not setup.owned and setup.prometheus_address is None
+
+
+def test_otel_metrics_exporter_none_turns_the_default_off(clean_otel_env):
+    clean_otel_env.setenv("OTEL_METRICS_EXPORTER", "none")
+    clean_otel_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    assert not coldstart_metrics.configure_metrics(None).owned
+
+
+def test_prometheus_port_option_serves_until_uninstrument(clean_otel_env):
+    clean_otel_env.setenv("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1")
+    otel_coldstart.uninstrument()
+    otel_coldstart.instrument(tracer_provider=TracerProvider(), start_at="instrument", summary=False,
+                              handle_sigterm=False, prometheus_port=0)
+    try:
+        setup = otel_coldstart.ColdstartInstrumentor()._state.metrics
+        host, port = setup.prometheus_address
+        otel_coldstart.ready()
+        with socket.create_connection((host, port), timeout=10) as conn:
+            conn.sendall(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+            body = b""
+            while chunk := conn.recv(65536):
+                body += chunk
+        assert b"model_startup_duration_seconds_count" in body
+    finally:
+        otel_coldstart.uninstrument()
+    with pytest.raises(OSError):
+        socket.create_connection((host, port), timeout=5).close()
+
+
+def test_a_taken_port_is_logged_not_raised(clean_otel_env, caplog):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        clean_otel_env.setenv("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1")
+        setup = coldstart_metrics.configure_metrics(None, prometheus_port=taken.getsockname()[1])
+        try:
+            assert setup.prometheus_address is None
+            assert "no Prometheus endpoint" in caplog.text
+        finally:
+            setup.close(1.0)

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 import yaml
 
-from conftest import DASHBOARDS, REPO, committed_dashboards
+from metrics_testlib import DASHBOARDS, REPO, committed_dashboards
 
 STACK = os.path.join(REPO, "examples", "stack")
 
