@@ -33,39 +33,79 @@ _hooks_registered = False
 _atexit_registered = False
 
 
+def _env_carrier_context(parent_var: str, state_var: str):
+    """The context one spelling of the environment carrier holds, or None."""
+    value = os.environ.get(parent_var)
+    if not value:
+        return None
+    carrier = {"traceparent": value}
+    if os.environ.get(state_var):
+        carrier["tracestate"] = os.environ[state_var]
+    ctx = TraceContextTextMapPropagator().extract(carrier)
+    return ctx if trace.get_current_span(ctx).get_span_context().is_valid else None
+
+
 def _launcher_context():
-    """The parent a launcher passed down: TRACEPARENT (OTel's environment-carrier spec), or
-    vLLM's lowercase ``traceparent``; else whatever span is current."""
-    carrier = {}
-    for name in ("TRACEPARENT", "traceparent"):
-        if os.environ.get(name):
-            carrier["traceparent"] = os.environ[name]
-            break
-    for name in ("TRACESTATE", "tracestate"):
-        if os.environ.get(name):
-            carrier["tracestate"] = os.environ[name]
-            break
-    if carrier:
-        ctx = TraceContextTextMapPropagator().extract(carrier)
-        if trace.get_current_span(ctx).get_span_context().is_valid:
-            return ctx
+    """The parent a launcher passed down, else whatever span is current.
+
+    ``TRACEPARENT`` is OTel's environment-carrier spelling; vLLM writes a lowercase
+    ``traceparent`` into ``os.environ`` while each of its start-up spans runs, so that the
+    processes it spawns there inherit it. When both are set and share a trace, the lowercase
+    one was derived from the uppercase one in between (vLLM reads ``TRACEPARENT`` when it
+    has nothing better) and is the nearer parent; when they disagree the spec's spelling wins
+    over a stray variable.
+    """
+    upper = _env_carrier_context("TRACEPARENT", "TRACESTATE")
+    lower = _env_carrier_context("traceparent", "tracestate")
+    if upper is not None and lower is not None:
+        upper_trace = trace.get_current_span(upper).get_span_context().trace_id
+        lower_trace = trace.get_current_span(lower).get_span_context().trace_id
+        return lower if lower_trace == upper_trace else upper
+    if upper is not None or lower is not None:
+        return upper if upper is not None else lower
     if trace.get_current_span().get_span_context().is_valid:
         return otel_context.get_current()
     return None
 
 
+# Launchers' variables, most specific first: torchrun/torch.distributed, Open MPI, MPICH/
+# Intel MPI, Slurm.
+_RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+_WORLD_SIZE_VARS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
+_LOCAL_RANK_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
+
+
+def _first_int(names) -> int | None:
+    for name in names:
+        value = os.environ.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return None
+
+
 def _rank_attributes() -> dict[str, Any]:
+    """Rank, world size and local rank of this process: from torch.distributed once its
+    process group is up (the truth, and the only source where a framework such as vLLM passes
+    ranks as arguments, not variables), else from the launcher's environment variables.
+
+    Called at instrument() and again when the start-up ends, because the process group is
+    usually created after instrument(). torch is never imported here.
+    """
     attrs: dict[str, Any] = {}
-    for rank_var in ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"):
-        value = os.environ.get(rank_var, "")
-        if value.isdigit():
-            attrs[semconv.RANK] = int(value)
-            break
-    for size_var in ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"):
-        value = os.environ.get(size_var, "")
-        if value.isdigit():
-            attrs[semconv.WORLD_SIZE] = int(value)
-            break
+    rank, world_size = _first_int(_RANK_VARS), _first_int(_WORLD_SIZE_VARS)
+    local_rank = _first_int(_LOCAL_RANK_VARS)
+    distributed = sys.modules.get("torch.distributed")
+    try:
+        if distributed is not None and distributed.is_available() and distributed.is_initialized():
+            rank, world_size = distributed.get_rank(), distributed.get_world_size()
+    except Exception:  # a half-torn-down process group: keep what the environment says
+        pass
+    if rank is not None:
+        attrs[semconv.RANK] = rank
+    if world_size is not None:
+        attrs[semconv.WORLD_SIZE] = world_size
+    if local_rank is not None:
+        attrs[semconv.LOCAL_RANK] = local_rank
     return attrs
 
 
@@ -109,6 +149,8 @@ class ColdstartInstrumentor(BaseInstrumentor):
         except Exception:
             report_internal_error("metrics setup")
         self._state = _State(session, setup, options, summary, metrics_setup)
+        # The process group is usually created after instrument(): read the rank again at the end.
+        session.on_end(lambda: session.root_attributes.update(_rank_attributes()))
         for module in patches.ALL:
             end_hook = getattr(module, "end_of_startup", None)
             if end_hook is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 SPAN_ROOT = "model.startup"
 SPAN_PREFIX = "coldstart."  # every other span is "coldstart.<phase>" or "coldstart.<op>"
 SPAN_MODULE_TO = "coldstart.module.to"
+SPAN_LAUNCH = "coldstart.launch"  # a launcher's span, parent of every rank's model.startup
 
 
 def phase_span_name(phase: str) -> str:
@@ -89,6 +90,7 @@ TORCH_LOAD_MMAP = "coldstart.torch_load.mmap"
 
 RANK = "coldstart.rank"
 WORLD_SIZE = "coldstart.world_size"
+LOCAL_RANK = "coldstart.local_rank"  # the rank on its node (which GPU, usually)
 PROCESS_START_SOURCE = "coldstart.process_start.source"  # proc | instrument
 
 # Standard OTel attributes we set (general semantic conventions).

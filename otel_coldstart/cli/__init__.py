@@ -17,10 +17,11 @@ from . import capacity as capacity_cmd
 from . import compare as compare_cmd
 from . import demo as demo_cmd
 from . import floor as floor_cmd
+from . import run as run_cmd
 from .errors import CliError
 
 COMMANDS = {"demo": demo_cmd, "analyze": analyze_cmd, "floor": floor_cmd,
-            "compare": compare_cmd, "capacity": capacity_cmd}
+            "compare": compare_cmd, "capacity": capacity_cmd, "run": run_cmd}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,54 @@
+"""Instrument this Python process at start-up, for ``otel-coldstart run -- CMD``.
+
+Python imports ``sitecustomize`` from the first directory on ``sys.path`` that has one, so
+ours shadows any other (a distribution's, a virtualenv's, OpenTelemetry's). That one is run
+first, then ``otel_coldstart.instrument()``. Nothing here may stop the host program: every
+failure is reported and swallowed.
+"""
+
+import os
+import sys
+
+
+def _run_shadowed_sitecustomize() -> None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    ours = sys.modules.pop("sitecustomize", None)
+    saved_path = list(sys.path)
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    try:
+        import importlib
+
+        importlib.import_module("sitecustomize")
+    except ImportError:
+        pass
+    finally:
+        shadowed = sys.modules.get("sitecustomize")
+        sys.path[:] = saved_path
+        if ours is not None:
+            sys.modules["sitecustomize"] = ours
+        if shadowed is not None and shadowed is not ours:
+            sys.modules["otel_coldstart._bootstrap.shadowed_sitecustomize"] = shadowed
+
+
+def _disabled() -> bool:
+    names = os.environ.get("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "")
+    return any(name.strip() in ("coldstart", "*") for name in names.split(","))
+
+
+try:
+    _run_shadowed_sitecustomize()
+except Exception:  # another package's sitecustomize failed: its problem, not the host's
+    pass
+
+if not _disabled():
+    try:
+        import otel_coldstart
+
+        otel_coldstart.instrument()
+    except Exception:
+        try:
+            from otel_coldstart._errors import report_internal_error
+
+            report_internal_error("otel-coldstart run: instrument()")
+        except Exception:
+            pass

@@ -1,0 +1,122 @@
+"""vLLM general plugin: instrument every vLLM process (API server, engine core, workers).
+
+vLLM calls the functions registered under the ``vllm.general_plugins`` entry point group in
+every process it creates, before that process does any work (``load_general_plugins``; in
+a worker it runs inside vLLM's "Worker init" span). :func:`register` is ours:
+
+- It calls ``otel_coldstart.instrument()``. The root ``model.startup`` of a worker is a
+  child of the lowercase ``traceparent`` vLLM puts in the environment while its start-up
+  spans run; our shard, cast and copy spans nest under vLLM's current span ("Load
+  weights", "Capture model", ...).
+- It ends each process's start-up where vLLM's does: a worker's when its
+  ``compile_or_warm_up_model`` returns, the engine core's when ``EngineCore.__init__``
+  returns, the front end's when ``LLMEngine``/``AsyncLLM`` is constructed. So the per-tensor
+  patches are gone before the first request, as with ``ready()``.
+
+When: vLLM loads every installed general plugin unless ``VLLM_PLUGINS`` names a list, so
+installing otel-coldstart must not by itself change a vLLM deployment. The plugin acts
+when vLLM's own start-up tracing is on (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set;
+vLLM puts it in the environment its processes inherit) or ``OTEL_COLDSTART_VLLM=1``;
+``OTEL_COLDSTART_VLLM=0`` or ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=coldstart`` turn it off.
+
+Export: a tracer provider vLLM (or anyone) set globally is used. Otherwise, when vLLM's
+endpoint is set without ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL``, spans go over OTLP/gRPC as
+vLLM's do (vLLM's default; the OTel spec's is http/protobuf), so both land in one collector.
+"""
+
+from __future__ import annotations
+
+import os
+
+import wrapt
+
+from ._errors import report_internal_error
+
+# (module, attribute path) whose return means "this process can serve". Several exist in
+# one process (a single-process engine has a worker inside its engine core): ready() is
+# idempotent, the first one ends the start-up.
+READY_POINTS = (
+    ("vllm.v1.worker.gpu_worker", "Worker.compile_or_warm_up_model"),
+    ("vllm.v1.worker.cpu_worker", "CPUWorker.compile_or_warm_up_model"),
+    ("vllm.v1.engine.core", "EngineCore.__init__"),
+    ("vllm.v1.engine.llm_engine", "LLMEngine.__init__"),
+    ("vllm.v1.engine.async_llm", "AsyncLLM.__init__"),
+)
+
+_hooks_registered = False
+
+
+def enabled() -> bool:
+    """Whether the plugin instruments this vLLM process (see the module docstring)."""
+    disabled = os.environ.get("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "")
+    if any(name.strip() in ("coldstart", "*") for name in disabled.split(",")):
+        return False
+    choice = os.environ.get("OTEL_COLDSTART_VLLM", "").strip().lower()
+    if choice:
+        return choice not in ("0", "false", "no", "off")
+    return bool(os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+
+
+def register() -> None:
+    """The ``vllm.general_plugins`` entry point. Never raises into vLLM."""
+    try:
+        if not enabled():
+            return
+        import otel_coldstart
+
+        otel_coldstart.instrument(tracer_provider=_provider_like_vllms())
+        _register_ready_points()
+    except Exception:
+        report_internal_error("vllm plugin")
+
+
+def _provider_like_vllms():
+    """None (the plugin's usual choice) unless vLLM's gRPC default must be matched."""
+    from opentelemetry import trace
+
+    if not isinstance(trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
+        return None
+    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    protocol = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+    if not endpoint or protocol:
+        return None
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from .export import default_resource
+
+    provider = TracerProvider(resource=default_resource())
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, insecure=True)))
+    return provider
+
+
+def _register_ready_points() -> None:
+    global _hooks_registered
+    if _hooks_registered:
+        return
+    _hooks_registered = True
+    for module_name, attribute in READY_POINTS:
+        wrapt.register_post_import_hook(
+            lambda module, attribute=attribute: _wrap_ready_point(module, attribute), module_name)
+
+
+def _wrap_ready_point(module, attribute: str) -> None:
+    owner_name, _, method = attribute.rpartition(".")
+    if getattr(getattr(module, owner_name, None), method, None) is None:
+        return  # another vLLM version: this point does not exist there
+    try:
+        wrapt.wrap_function_wrapper(module, attribute, _ready_after)
+    except Exception:
+        report_internal_error(f"vllm plugin: wrap {module.__name__}.{attribute}")
+
+
+def _ready_after(wrapped, instance, args, kwargs):
+    result = wrapped(*args, **kwargs)  # vLLM's exception passes through untouched
+    try:
+        import otel_coldstart
+
+        otel_coldstart.ready()
+    except Exception:
+        report_internal_error("vllm plugin: ready")
+    return result

