@@ -52,7 +52,7 @@ def generate_spans(total: int):
     """Yield ``total`` OTLP span dicts of one start-up (single thread: phases tile the root)."""
     trace = "c0ffee" + "0" * 26
     thread = {"thread.id": 140000000000001, "thread.name": "MainThread"}
-    shards = max(1, (total - 2) // 3)  # each shard: deserialize + h2d + cast
+    shards = max(1, -(-(total - 2) // 3))  # each shard: deserialize + h2d + cast (last may be cut)
     step = 3_000_000  # ns per shard
     end = T0 + 200_000_000 + shards * step + 50_000_000
     yield _span(trace, 1, None, "model.startup", T0, end, {
