@@ -28,7 +28,8 @@ from grafana_foundation_sdk.builders import common as common_builders, dashboard
 from grafana_foundation_sdk.builders import prometheus, stat, table, timeseries
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common
-from grafana_foundation_sdk.models.dashboard import DataSourceRef, VariableOption, VariableRefresh, VariableSort
+from grafana_foundation_sdk.models.dashboard import (DataSourceRef, DataTransformerConfig, VariableOption,
+                                                     VariableRefresh, VariableSort)
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -91,6 +92,16 @@ def query(expr: str, legend: str = "", ref: str = "A", exemplar: bool = False) -
 def instant_table(expr: str, ref: str = "A") -> prometheus.Dataquery:
     return (prometheus.Dataquery().expr(expr).ref_id(ref).datasource(PROMETHEUS)
             .instant().format(PromQueryFormat.TABLE))
+
+
+def table_panel(title: str, description: str, expr: str, value_name: str, width: int,
+                height: int = 8) -> table.Panel:
+    """An instant query as a table, largest value first, its value column named."""
+    return (table.Panel().title(title).description(description).datasource(PROMETHEUS).span(width).height(height)
+            .unit("s").show_header(True).with_target(instant_table(expr))
+            .sort_by([common_builders.TableSortByFieldState().display_name(value_name).desc(True)])
+            .with_transformation(DataTransformerConfig(id_val="organize", options={
+                "excludeByName": {"Time": True}, "renameByName": {"Value": value_name}})))
 
 
 def series_panel(title: str, description: str, unit: str, *targets, stacked: bool = False,
@@ -184,6 +195,8 @@ def build() -> db.Dashboard:
             width=16))
         .with_panel(
             stat.Panel().title("Start-ups by outcome").datasource(PROMETHEUS).span(8).height(8)
+            .reduce_options(common_builders.ReduceDataOptions().calcs(["lastNotNull"]))
+            .graph_mode(common.BigValueGraphMode.NONE)
             .description("Processes that reported a start-up in the time range; ready=false means the "
                          "process exited (or got SIGTERM) before ready().")
             .with_target(query(f"sum by (coldstart_ready) ({latest(DURATION + '_count', window=WHOLE)})",
@@ -198,11 +211,10 @@ def build() -> db.Dashboard:
             "Busy time per phase, stacked. With thread pools phases can add up to more than the wall time.",
             "s", query(per_startup(latest(PHASE + "_sum"), by="coldstart_phase"), "{{coldstart_phase}}"),
             stacked=True, width=16))
-        .with_panel(
-            table.Panel().title("Dominant phase by model").datasource(PROMETHEUS).span(8).height(8)
-            .description("The phase with the most busy time over the range (as `otel-coldstart analyze` "
-                         "names it: unattributed time is shown in the breakdown, not ranked).")
-            .unit("s").with_target(instant_table(dominant)))
+        .with_panel(table_panel(
+            "Dominant phase by model",
+            "The phase with the most busy time over the range (as `otel-coldstart analyze` names it: "
+            "unattributed time is shown in the breakdown, not ranked).", dominant, "Busy time", width=8))
 
         .with_panel(series_panel(
             "Throughput per phase (bytes over busy time)",
@@ -249,10 +261,11 @@ def build() -> db.Dashboard:
 
         .with_row(db.Row("Slowest start-ups"))
         .with_panel(
-            table.Panel().title("Slowest recent start-ups").datasource(PROMETHEUS).span(24).height(10)
-            .description("The 20 slowest start-ups in the range, one row per process. The link opens the "
-                         "process's model.startup trace in the ${traces} data source.")
-            .unit("s").with_target(instant_table(slowest)).data_links([trace_search_link()]))
+            table_panel("Slowest recent start-ups",
+                        "The 20 slowest start-ups in the range, one row per process. The link opens the "
+                        "process's model.startup trace in the ${traces} data source.",
+                        slowest, "Start-up time", width=24, height=10)
+            .data_links([trace_search_link()]))
     )
 
 

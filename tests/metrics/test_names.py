@@ -154,3 +154,26 @@ def test_dashboards_use_the_datasource_variables_and_no_uid():
         # The trace link goes through the traces variable too.
         assert "%24%7Btraces%7D" in text or "${traces}" in text
     assert os.path.exists(os.path.join(DASHBOARDS, "generate.py"))
+
+
+def test_committed_dashboards_load_into_grafanas_typed_model():
+    """The JSON reads back into the foundation SDK's dashboard types (Grafana's own schema,
+    generated from its CUE) and loses nothing on the way."""
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.cog.plugins import register_default_plugins
+    from grafana_foundation_sdk.models.dashboard import Dashboard
+
+    register_default_plugins()
+
+    def without_empty_custom(node):
+        if isinstance(node, dict):
+            return {k: without_empty_custom(v) for k, v in node.items() if not (k == "custom" and v == {})}
+        if isinstance(node, list):
+            return [without_empty_custom(v) for v in node]
+        return node
+
+    for name, dashboard in committed_dashboards().items():
+        typed = Dashboard.from_json(dashboard)
+        again = json.loads(JSONEncoder().encode(typed))
+        assert without_empty_custom(again) == dashboard, name
+        assert len(typed.panels) >= 15
