@@ -214,9 +214,11 @@ class ColdstartInstrumentor(BaseInstrumentor):
                 report_internal_error("metrics")
         # A local file is quick to write; a remote collector gets a bounded wait at exit only.
         wait = flush_wait if flush_wait is not None else state.setup.file_path is not None
-        if not flush_wait:  # at exit, at_exit's bounded shutdown does the final export
+        # At ready(): push now, in the background. At exit: a bounded wait, except for a
+        # provider we own, whose bounded shutdown in at_exit() does the final export.
+        if state.metrics is not None and not (flush_wait and state.metrics.owned):
             try:
-                flush_metrics(state.metrics, 0.0)  # push now, in the background
+                flush_metrics(state.metrics, state.options.export_timeout_s if flush_wait else 0.0)
             except Exception:
                 report_internal_error("metrics flush")
         try:

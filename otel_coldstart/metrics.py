@@ -427,7 +427,13 @@ def flush(setup: MetricsSetup | None, timeout_s: float) -> None:
     if setup.owned:
         targets = setup.push_readers
     else:
-        targets = [setup.provider] if hasattr(setup.provider, "force_flush") else []
+        # The SDK provider's readers where they can be seen (a private attribute, read
+        # defensively): flushing a Prometheus reader would double the next scrape.
+        readers = getattr(setup.provider, "_metric_readers", None)
+        if isinstance(readers, (list, tuple)) and all(hasattr(r, "force_flush") for r in readers):
+            targets = [r for r in readers if not _is_pull_reader(r)]
+        else:
+            targets = [setup.provider] if hasattr(setup.provider, "force_flush") else []
     millis = max(timeout_s, 1.0) * 1000  # the export itself gets time even when we do not wait
     for target in targets:
         bounded(lambda target=target: target.force_flush(timeout_millis=millis), timeout_s)

@@ -424,3 +424,21 @@ def test_a_taken_port_is_logged_not_raised(clean_otel_env, caplog):
             assert "no Prometheus endpoint" in caplog.text
         finally:
             setup.close(1.0)
+
+
+def test_flushing_a_users_provider_skips_its_prometheus_reader(clean_otel_env):
+    """Collecting a Prometheus reader outside a scrape would make its next scrape list every
+    series twice; the push readers beside it are flushed."""
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry()
+    pull, push = PrometheusMetricReader(registry=registry), InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[pull, push])
+    try:
+        provider.get_meter("t").create_counter("c").add(1)
+        coldstart_metrics.flush(coldstart_metrics.configure_metrics(provider), 10.0)
+        assert push.get_metrics_data() is not None
+        assert generate_latest(registry).decode().count("\nc_total") == 1
+    finally:
+        provider.shutdown()
