@@ -86,3 +86,16 @@ def test_deep_parent_chain_is_linear_and_needs_no_recursion():
     spans.append(child(parent, "coldstart.cast", "cast", 100, 200))
     b = only(spans)
     assert b.phase("cast").busy_ns == 100 * MS
+
+
+def test_real_two_rank_trace_gives_one_breakdown_per_rank_and_a_straggler():
+    from otel_coldstart.analyze.findings import find
+
+    result = read_trace(data_file("demo-two-ranks.otlp.jsonl"))
+    assert any("not in the input" in w for w in result.warnings)  # the launcher's span
+    group = by_trace(breakdowns(result.spans))["7a11c0de00000000000000000000beef"]
+    assert [(b.rank, b.world_size) for b in group] == [(0, 2), (1, 2)]
+    for b in group:
+        assert sum(p.busy_ns for p in b.phases) + b.unattributed_ns == b.duration_ns
+    [straggler] = [f for f in find(group) if f.rule == "straggler_rank"]
+    assert straggler.rank == 0 and straggler.saving_ns == group[0].duration_ns - group[1].duration_ns
