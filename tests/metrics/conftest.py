@@ -70,17 +70,22 @@ def served_startup(checkpoint_dir, tmp_path_factory):
         "OTEL_COLDSTART_SUMMARY": "0",
         "OTEL_COLDSTART_TEST_SERVE_S": "600",
     })
+    # stderr to a file: a pipe nobody reads could fill up and stall the app.
+    err_path = tmp_path_factory.mktemp("startup-app") / "stderr.txt"
+    err_file = open(err_path, "w", encoding="utf-8")
     process = subprocess.Popen(
         [sys.executable, os.path.join(HERE, "startup_app.py"), directory],
-        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err_file, text=True,
     )
     try:
         ready, _, _ = select.select([process.stdout], [], [], STARTUP_TIMEOUT_S)
         line = process.stdout.readline() if ready else ""
         if not line:
             process.kill()
-            _, err = process.communicate(timeout=30)
-            pytest.fail(f"the instrumented start-up printed nothing (rc={process.returncode}):\n{err[-4000:]}")
+            process.wait(timeout=30)
+            err_file.flush()
+            pytest.fail(f"the instrumented start-up printed nothing (rc={process.returncode}):\n"
+                        f"{err_path.read_text()[-4000:]}")
         info = json.loads(line)
         assert info["metrics_url"], "the start-up serves no Prometheus endpoint"
         yield ServedStartup(info["metrics_url"], info["trace_id"], directory, tensor_names, process)
@@ -92,8 +97,8 @@ def served_startup(checkpoint_dir, tmp_path_factory):
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(timeout=30)
-        for stream in (process.stdout, process.stderr):
-            stream.close()
+        process.stdout.close()
+        err_file.close()
 
 
 # --- a real Prometheus ---------------------------------------------------------------------

@@ -319,9 +319,9 @@ def _otlp_env(endpoint: str, tmp_path) -> dict:
     return env
 
 
-def _app(checkpoint, end: str, env: dict, **kwargs) -> subprocess.Popen:
+def _app(checkpoint, end: str, env: dict) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, os.path.join(HERE, "startup_app.py"), checkpoint, end], env=env,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
 def test_metrics_are_pushed_at_ready_while_the_process_lives(checkpoint_dir, tmp_path):
@@ -330,16 +330,14 @@ def test_metrics_are_pushed_at_ready_while_the_process_lives(checkpoint_dir, tmp
         process = _app(directory, "ready", _otlp_env(collector.endpoint, tmp_path))
         try:
             # The periodic reader's own interval is 60 s: a push now can only be ready()'s flush.
-            assert collector.got_metrics.wait(STARTUP_TIMEOUT_S), process.stderr.read() if process.poll() else ""
+            got = collector.got_metrics.wait(STARTUP_TIMEOUT_S)
+            assert got, process.stderr.read() if process.poll() is not None else "no push within the timeout"
             assert process.poll() is None, "the push must come before exit"
             ((seconds, attrs),) = collector.startup_durations()
             assert attrs[semconv.READY].bool_value is True
             assert attrs[semconv.MODEL_NAME].string_value == "otlp-model" and seconds > 0
         finally:
-            process.stdin.close()
-            process.wait(timeout=60)
-            process.stdout.close()
-            process.stderr.close()
+            process.communicate(timeout=60)  # closes stdin: the app's signal to stop serving
 
 
 def test_a_start_up_that_never_becomes_ready_is_pushed_at_exit(checkpoint_dir, tmp_path):
