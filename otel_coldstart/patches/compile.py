@@ -18,6 +18,7 @@ import threading
 from .. import semconv
 from .. import session as _session
 from .._errors import report_internal_error
+from . import pinning
 from ._wrapping import PatchSet
 
 TARGETS = ("torch._dynamo",)
@@ -88,6 +89,10 @@ def unpatch() -> None:
 
 
 def _on_compile_start(args) -> None:
+    try:
+        pinning.suspend_allocators()  # before dynamo traces (and guards on) torch.empty
+    except Exception:
+        report_internal_error("compile start")
     try:
         session = _session.ACTIVE
         if session is None:

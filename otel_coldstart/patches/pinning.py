@@ -12,7 +12,11 @@ every page. Two ways in, both recorded with their bytes:
   ``tensor``): ``coldstart.pin.kind=alloc``. Calls without ``pin_memory=True`` cost one
   dictionary lookup.
 
-Per-call patches on the allocation functions, so removed at ``ready()``.
+Per-call patches, so removed at ``ready()``. The ``torch.*`` allocation functions are removed
+earlier, when torch.compile starts its first compilation (patches/compile.py calls
+:func:`suspend_allocators`): dynamo guards on the identity of a ``torch`` attribute it traces
+through, so a function compiled while ``torch.empty`` was our wrapper would recompile when
+``ready()`` put the original back. ``Tensor`` methods are not guarded that way.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ HOT_PATH = True
 _ALLOCATORS = ("empty", "zeros", "ones", "full", "empty_strided", "tensor")
 
 _patches = PatchSet()
+_allocator_patches = PatchSet()  # the torch.* functions: removed at the first compilation
 _fake_types: tuple = ()
 
 
@@ -43,7 +48,7 @@ def get_version() -> str | None:
 
 
 def is_patched() -> bool:
-    return bool(_patches)
+    return bool(_patches) or bool(_allocator_patches)
 
 
 def patch() -> None:
@@ -59,12 +64,27 @@ def patch() -> None:
         _fake_types = ()
     _patches.wrap(torch.Tensor, "pin_memory", _pin_copy("Tensor.pin_memory"))
     _patches.wrap(torch.UntypedStorage, "pin_memory", _pin_copy("UntypedStorage.pin_memory"))
-    for name in _ALLOCATORS:
-        _patches.wrap(torch, name, _pinned_alloc)
+    if not _compiled_already():
+        for name in _ALLOCATORS:
+            _allocator_patches.wrap(torch, name, _pinned_alloc)
 
 
 def unpatch() -> None:
     _patches.restore()
+    _allocator_patches.restore()
+
+
+def suspend_allocators() -> None:
+    """Put the original ``torch.empty`` and friends back before dynamo traces anything."""
+    _allocator_patches.restore()
+
+
+def _compiled_already() -> bool:
+    """A compilation has happened in this process: its guards hold the original functions."""
+    import sys
+
+    convert_frame = sys.modules.get("torch._dynamo.convert_frame")
+    return bool(getattr(convert_frame, "FRAME_COUNTER", 0))
 
 
 def _nbytes(obj) -> int:

@@ -201,7 +201,10 @@ def test_after_ready_every_per_tensor_patch_is_the_original_object():
                               handle_sigterm=False)
     try:
         assert isinstance(vars(torch.Tensor)["to"], ColdstartWrapper)
-        assert torch.empty is not originals[(torch, "empty")][2]
+        from otel_coldstart.patches import pinning
+
+        if not pinning._compiled_already():  # else dynamo's guards hold the originals: left alone
+            assert torch.empty is not originals[(torch, "empty")][2]
         otel_coldstart.ready()
         for (owner, name), (own, stored, looked_up) in originals.items():
             assert (name in vars(owner)) == own, (owner, name)

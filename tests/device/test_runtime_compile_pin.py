@@ -9,6 +9,7 @@ import torch
 import otel_coldstart
 from otel_coldstart import semconv
 from otel_coldstart.patches import runtime
+from otel_coldstart.patches._wrapping import ColdstartWrapper
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="pinned memory needs a CUDA (or other accelerator) build and device")
@@ -92,16 +93,31 @@ def test_compile_after_ready_is_marked(traced):
     assert spans and all(s.attributes[semconv.AFTER_READY] is True for s in spans)
 
 
-def test_fullgraph_compile_through_wrapped_allocators(traced):
+def test_compiling_during_start_up_never_recompiles_after_ready(traced):
+    """dynamo guards on the identity of torch.empty when it traces through it: the allocator
+    wrappers are taken off before the first compilation, so ready() restoring the originals
+    invalidates nothing. Tensor methods are not guarded that way."""
     import torch._dynamo
 
+    from otel_coldstart.patches import pinning
+
     torch._dynamo.reset()
+    traced.reinstrument()  # FRAME_COUNTER is 0 again: the allocator wrappers go back on
+    assert pinning._allocator_patches, "the allocator wrappers were not installed"
 
     def fill(x):
-        return x + torch.zeros(x.shape[0]) + torch.empty(x.shape[0]).fill_(2)
+        return x.to(torch.float16) + torch.zeros(x.shape[0]) + torch.empty(x.shape[0]).fill_(2)
 
+    compiled = torch.compile(fill, fullgraph=True, backend="aot_eager")
     x = torch.randn(5)
-    assert torch.equal(torch.compile(fill, fullgraph=True, backend="aot_eager")(x), x + 2)
+    first = compiled(x)
+    assert not pinning._allocator_patches  # taken off before dynamo traced
+    assert isinstance(vars(torch.Tensor)["pin_memory"], ColdstartWrapper)  # the rest stays until ready
+    otel_coldstart.ready()
+    second = compiled(x)
+    assert torch.equal(first, second) and torch.equal(first, fill(x))
+    compiles = traced.by_phase(semconv.PHASE_COMPILE)
+    assert len(compiles) == 1 and not compiles[0].attributes.get(semconv.AFTER_READY)
 
 
 # --- pinning ------------------------------------------------------------------------------------
