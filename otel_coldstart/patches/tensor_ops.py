@@ -141,7 +141,7 @@ def _tensor_copy(wrapped, instance, args, kwargs):
         from_host = source.device.type == "cpu"
         queued = bool(args[1]) if len(args) > 1 else bool(kwargs.get("non_blocking", False))
         if queued:
-            async_start = _async_start(instance.device if instance.is_cuda else source.device)
+            async_start = _async_start(_cuda_or_none(instance.device if instance.is_cuda else source.device))
     except Exception:
         report_internal_error("Tensor.copy_")
     _guard.enter()
@@ -339,6 +339,8 @@ def _async_start(device) -> _AsyncStart | None:
         return None
     import torch
 
+    if device.index is None:  # one key per physical device, however the caller named it
+        device = torch.device("cuda", torch.cuda.current_device())
     spares = _local.__dict__.setdefault("spare_events", {})
     key = str(device)
     event = spares.get(key)

@@ -5,6 +5,7 @@ completes when the work queued before it has), under the real helpers of tensor_
 from __future__ import annotations
 
 import pytest
+import torch
 
 from otel_coldstart import semconv
 from otel_coldstart.patches import tensor_ops
@@ -61,7 +62,7 @@ def timeline(monkeypatch):
 
 def _copy(line: Timeline, aggregate: Aggregate, nbytes: int, device_ns: int, host_ns: int = 10_000) -> None:
     """What the Tensor.to wrapper does around one non-blocking copy."""
-    start = tensor_ops._async_start("cuda:0")
+    start = tensor_ops._async_start(torch.device("cuda", 0))
     line.queue_copy(device_ns)
     line.host_ns += host_ns  # the call returns at once
     aggregate.bytes += nbytes

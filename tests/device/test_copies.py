@@ -218,3 +218,15 @@ def test_after_ready_every_per_tensor_patch_is_the_original_object():
         otel_coldstart.uninstrument()
     for (owner, name), (own, stored, _) in originals.items():
         assert vars(owner).get(name) is stored, (owner, name)
+
+
+def test_non_blocking_host_copy_is_recorded_without_device_timing(traced):
+    source = torch.randn(8, 8)
+    target = torch.empty(8, 8)
+    target.copy_(source, non_blocking=True)
+    target.copy_(source, True)
+    otel_coldstart.ready()
+    assert torch.equal(target, source)
+    (copies,) = traced.by_phase(semconv.PHASE_H2H)
+    assert copies.attributes[semconv.CALLS] == 2
+    assert semconv.COPY_ASYNC_S not in copies.attributes
