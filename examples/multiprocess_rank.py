@@ -3,6 +3,7 @@
 Started by ``examples/multiprocess_launch.py`` (or any launcher that sets ``TRACEPARENT``):
 
     python examples/multiprocess_rank.py CHECKPOINT_DIR RANK WORLD_SIZE INIT_METHOD
+    torchrun --standalone --nproc-per-node 2 examples/multiprocess_rank.py CHECKPOINT_DIR
 
 Each rank reads its share of the checkpoint's shards, casts them to fp16, joins the process
 group and checks with an all-reduce that every rank loaded its part. Its ``model.startup``
@@ -44,4 +45,6 @@ def main(directory: str, rank: int, world_size: int, init_method: str) -> int:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 2:  # under torchrun: RANK, WORLD_SIZE, MASTER_ADDR/PORT are in the environment
+        sys.exit(main(sys.argv[1], int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), "env://"))
     sys.exit(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]))

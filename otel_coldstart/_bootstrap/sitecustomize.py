@@ -30,9 +30,25 @@ def _run_shadowed_sitecustomize() -> None:
             sys.modules["otel_coldstart._bootstrap.shadowed_sitecustomize"] = shadowed
 
 
+# Programs that only start other processes: their children are the start-ups. Instrumenting
+# the launcher itself would add a start-up that loads nothing and never becomes ready.
+_LAUNCHERS = frozenset({"torchrun", "torch.distributed.run", "torch.distributed.launch", "deepspeed",
+                        "accelerate", "mpirun"})
+
+
+def _is_launcher() -> bool:
+    argv = list(getattr(sys, "orig_argv", []))[1:]
+    while argv and argv[0].startswith("-") and argv[0] != "-m":
+        argv.pop(0)  # interpreter options such as -u or -X
+    if not argv:
+        return False
+    program = argv[1] if argv[0] == "-m" and len(argv) > 1 else os.path.basename(argv[0])
+    return program in _LAUNCHERS
+
+
 def _disabled() -> bool:
     names = os.environ.get("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "")
-    return any(name.strip() in ("coldstart", "*") for name in names.split(","))
+    return any(name.strip() in ("coldstart", "*") for name in names.split(",")) or _is_launcher()
 
 
 try:

@@ -98,3 +98,28 @@ def _in_memory_provider():
     from opentelemetry.sdk.trace import TracerProvider
 
     return TracerProvider()
+
+
+def test_otel_coldstart_run_torchrun_is_one_trace_of_the_ranks(tmp_path):
+    """``otel-coldstart run -- torchrun ...``: the ranks are instrumented, torchrun itself is
+    not (it loads nothing), and the run's launch span is the parent of both ranks."""
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    if not os.path.exists(torchrun):
+        pytest.skip("torchrun is not installed beside this Python")
+    checkpoint = str(tmp_path / "ckpt")
+    generate_checkpoint(checkpoint, LlamaShape(vocab=512, hidden=64, intermediate=128, layers=2, shards=2))
+    traces = str(tmp_path / "traces")
+    result = subprocess.run(
+        [sys.executable, "-m", "otel_coldstart", "run", "--output-dir", traces, "--", torchrun, "--standalone",
+         f"--nproc-per-node={WORLD_SIZE}", os.path.join(EXAMPLES, "multiprocess_rank.py"), checkpoint],
+        env=clean_env(OTEL_COLDSTART_SUMMARY="0"), cwd=str(tmp_path), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    spans = read_trace_dir(traces)
+    launch = [s for s in spans if s.name == semconv.SPAN_LAUNCH]
+    roots = [s for s in spans if s.is_root]
+    assert len(launch) == 1 and len(roots) == WORLD_SIZE
+    assert {r.parent_id for r in roots} == {launch[0].span_id}
+    assert sorted(r.attributes[semconv.RANK] for r in roots) == [0, 1]
+    assert {r.attributes[semconv.LOCAL_RANK] for r in roots} == {0, 1}
+    assert len({s.trace_id for s in spans}) == 1
+    assert_no_orphans(spans)
