@@ -34,6 +34,7 @@ HOT_PATH = True
 
 _patches = PatchSet()
 _fake_types: tuple = ()
+_cast_attributes: dict = {}  # (from dtype, to dtype) -> span attributes
 _local = threading.local()  # .spare_events: {device key: CUDA event not yet owned by an aggregate}
 
 _TENSOR_METHODS = ("to", "cuda", "cpu", "half", "bfloat16", "float")
@@ -209,7 +210,10 @@ def _record_tensors(session, source, destination, nbytes, start, end, io_before,
         return
     if cast:
         detail = (src_dtype, dst_dtype)
-        detail_attrs = {semconv.CAST_FROM: _dtype_name(src_dtype), semconv.CAST_TO: _dtype_name(dst_dtype)}
+        detail_attrs = _cast_attributes.get(detail)
+        if detail_attrs is None:  # built once per dtype pair; the recorder copies it per aggregate
+            detail_attrs = _cast_attributes[detail] = {semconv.CAST_FROM: _dtype_name(src_dtype),
+                                                       semconv.CAST_TO: _dtype_name(dst_dtype)}
     else:
         detail, detail_attrs = None, None
     # is_pinned() on a CPU tensor is only asked when the target is a GPU: elsewhere it can
@@ -259,6 +263,8 @@ def _move_is_non_blocking(method: str, args, kwargs) -> bool:
         return False  # .cpu()/.half()/.float()/.bfloat16() have no non_blocking
     if kwargs.get("non_blocking") is True:
         return True
+    if len(args) < 2:  # the common .to(dtype) / .to(device): nothing positional to look at
+        return False
     if method == "cuda":  # cuda(device=None, non_blocking=False)
         return len(args) > 1 and args[1] is True
     # to(device, dtype, non_blocking, copy) | to(dtype, non_blocking, copy) | to(tensor, non_blocking, copy)
