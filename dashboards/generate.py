@@ -13,7 +13,7 @@ Why queries look the way they do (docs/metrics.md has the long form):
 - Every query carries the same filters (model, instance type, version), all template
   variables whose "All" value is ``.*`` (which also matches a label that is not set).
 - No data source uid is written anywhere: panels use the ``${datasource}`` variable
-  (Prometheus) and trace links use ``${traces}`` (Jaeger or Tempo).
+  (Prometheus) and trace links use ``${traces}`` (Jaeger; exemplars can point anywhere).
 """
 
 from __future__ import annotations
