@@ -104,3 +104,46 @@ def test_real_vllm_loads_the_plugin():
         assert "coldstart" in vllm_plugins.load_plugins_by_group(vllm_plugins.DEFAULT_PLUGINS_GROUP)
     finally:
         del os.environ["OTEL_COLDSTART_VLLM"]
+
+
+def test_forked_process_gets_its_own_startup(tmp_path):
+    """vLLM forks its engine core from an instrumented front end: the child must not end (and
+    export a copy of) the parent's root, and must get a start-up of its own."""
+    script = tmp_path / "forking.py"
+    script.write_text(textwrap.dedent("""
+        import json, os, sys
+        from importlib.metadata import entry_points
+        def load_general_plugins():  # what vLLM runs in every process it starts
+            for plugin in entry_points(group="vllm.general_plugins"):
+                plugin.load()()
+        load_general_plugins()
+        import torch
+        from safetensors.torch import save_file, load_file
+        import otel_coldstart
+        path = sys.argv[1]
+        save_file({"w": torch.arange(64, dtype=torch.float32)}, path)
+        pid = os.fork()
+        if pid == 0:
+            load_general_plugins()
+            load_file(path)["w"].to(torch.float16)
+            otel_coldstart.ready()
+            os._exit(0)  # as multiprocessing's forked children exit: no atexit
+        _, status = os.waitpid(pid, 0)
+        otel_coldstart.ready()
+        print(json.dumps({"child": pid, "status": status}))
+    """))
+    result = run_python([str(script), str(tmp_path / "w.safetensors")],
+                        clean_env(OTEL_COLDSTART_OUTPUT_DIR=str(tmp_path / "traces"), OTEL_COLDSTART_SUMMARY="0",
+                                  OTEL_COLDSTART_VLLM="1"), cwd=str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["status"] == 0
+    spans = read_trace_dir(str(tmp_path / "traces"))
+    roots = [s for s in spans if s.is_root]
+    assert len(roots) == 2 and len({r.span_id for r in roots}) == 2
+    child_root = next(r for r in roots if r.resource["process.pid"] == report["child"])
+    assert child_root.attributes[semconv.READY] is True
+    child_shards = [s for s in by_phase(spans, semconv.PHASE_DESERIALIZE)
+                    if s.resource["process.pid"] == report["child"]]
+    assert len(child_shards) == 1
+    assert all(r.attributes[semconv.READY] is True for r in roots)
