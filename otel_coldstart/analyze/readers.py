@@ -27,8 +27,8 @@ from .read_jaeger import is_jaeger_envelope, is_jaeger_trace, spans_from_jaeger_
 from .read_otlp import is_otlp, spans_from_otlp
 from .read_zipkin import is_zipkin, spans_from_zipkin
 
-__all__ = ["TraceReadError", "ReadResult", "read_trace_file", "read_trace", "parse_document",
-           "parse_otlp_json", "read_documents", "DEFAULT_MAX_BYTES"]
+__all__ = ["TraceReadError", "ReadResult", "read_trace_file", "read_trace", "read_documents",
+           "DEFAULT_MAX_BYTES"]
 
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024  # single JSON documents; raise with --max-input-mb
 
@@ -124,24 +124,6 @@ def _loads(data: bytes, where: str) -> Any:
         raise TraceReadError(f"{where} is nested too deeply to be a trace") from None
     except ValueError as exc:  # e.g. an integer literal with thousands of digits
         raise TraceReadError(f"{where} holds a number Python refuses: {str(exc)[:60]}") from None
-
-
-def parse_document(doc: Any) -> list[Span]:
-    """Spans from one parsed JSON document of any supported format (used by live sources)."""
-    return list(_spans(doc, set(), ""))
-
-
-def parse_otlp_json(text: str, source: str = "<input>") -> list[Span]:
-    """Kept for callers of the first reader: any supported JSON text, lines or document."""
-    docs = [line for line in text.splitlines() if line.strip()]
-    try:
-        return parse_document(json.loads(text))
-    except ValueError:
-        pass
-    spans: list[Span] = []
-    for number, line in enumerate(docs, start=1):
-        spans.extend(_spans(_loads(line.encode(), f"{source} line {number}"), set(), ""))
-    return spans
 
 
 def _spans(doc: Any, formats: set, where: str) -> Iterator[Span]:
