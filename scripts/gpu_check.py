@@ -39,6 +39,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_CUDA, EXIT_MISSING_DEPENDENCY = 0, 1, 
 # (PCIe 3 x16 pageable is ~3 GB/s at worst; NVLink-C2C peaks near 900 GB/s).
 PLAUSIBLE_BANDWIDTH = (0.2e9, 2.0e12)
 GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32)
+TIED_BASE, TIED_VIEW = "layers.0.w0", "tied.w0_half"
 
 
 class CheckFailed(Exception):
@@ -104,7 +105,10 @@ def run(workdir: str, trace_path: str, shards: int, shard_bytes: int) -> str:
 
     files, torch_file, expected = write_checkpoint(workdir, shards, shard_bytes)
     model_bytes = sum(t.nbytes for t in expected.values())
-    torch_file_bytes = sum(t.nbytes for t in torch.load(torch_file, map_location="cpu").values())
+    # torch.load moves storages, not tensors: a tied view shares its base's storage and bytes.
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                for t in torch.load(torch_file, map_location="cpu").values()}
+    torch_file_bytes = sum(storages.values())
 
     with otel_coldstart.phase("cuda_start"):
         # The first CUDA touch: runtime init, then the device's context on the first
@@ -143,8 +147,12 @@ def run(workdir: str, trace_path: str, shards: int, shard_bytes: int) -> str:
             _check(torch.equal(loaded[name].cpu().view(torch.uint8), tensor.view(torch.uint8)),
                    f"{label} load changed the bits of {name}")
         _check(torch.equal(casted[name].cpu(), tensor.half()), f"cast of {name} differs from a plain cast")
+    tied_base, tied_view = from_torch_load[TIED_BASE], from_torch_load[TIED_VIEW]
+    _check(tied_view.untyped_storage().data_ptr() == tied_base.untyped_storage().data_ptr(),
+           "torch.load(map_location='cuda') broke the storage sharing of a tied view")
     for name, tensor in from_torch_load.items():
-        _check(tensor.is_cuda and torch.equal(tensor.cpu().view(torch.uint8), expected[name].view(torch.uint8)),
+        original = expected[TIED_BASE][: tensor.shape[0]] if name == TIED_VIEW else expected[name]
+        _check(tensor.is_cuda and torch.equal(tensor.cpu().view(torch.uint8), original.view(torch.uint8)),
                f"torch.load(map_location='cuda') changed {name}")
     _check(ready_ok, "Tensor.to is not the original after ready()")
     otel_coldstart.uninstrument()
@@ -182,7 +190,9 @@ def write_checkpoint(workdir: str, shards: int, shard_bytes: int):
     with open(os.path.join(workdir, "model.safetensors.index.json"), "w") as handle:
         json.dump({"metadata": {}, "weight_map": weight_map}, handle)
     torch_file = os.path.join(workdir, "extra.pt")
-    torch.save({k: v for k, v in list(expected.items())[:per_shard]}, torch_file)
+    saved = dict(list(expected.items())[:per_shard])
+    saved[TIED_VIEW] = expected[TIED_BASE][: rows // 2]  # a tied weight: a view of another tensor
+    torch.save(saved, torch_file)
     return files, torch_file, expected
 
 

@@ -127,3 +127,21 @@ def test_trace_checks_fail_on_a_wrong_trace(broken, message):
     spans = _healthy_trace(**broken)
     with pytest.raises(gpu_check.CheckFailed, match=message):
         gpu_check.check_trace(spans, 4096, 1024, 8, {"batch_sizes": [1, 2, 4, 8, 16, 32]})
+
+
+def test_the_checkpoint_it_writes_is_multi_shard_with_a_tied_view(tmp_path):
+    from safetensors.torch import load_file
+
+    gpu_check = _gpu_check_module()
+    files, torch_file, expected = gpu_check.write_checkpoint(str(tmp_path), 2, 8 * 1024 * 1024)
+    assert [os.path.basename(f) for f in files] == ["model-00001-of-00002.safetensors",
+                                                    "model-00002-of-00002.safetensors"]
+    assert (tmp_path / "model.safetensors.index.json").exists()
+    loaded = {}
+    for path in files:
+        loaded.update(load_file(path))
+    assert loaded.keys() == expected.keys()
+    assert all(torch.equal(loaded[k], expected[k]) and loaded[k].dtype == torch.bfloat16 for k in expected)
+    saved = torch.load(torch_file)
+    base, view = saved[gpu_check.TIED_BASE], saved[gpu_check.TIED_VIEW]
+    assert view.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
