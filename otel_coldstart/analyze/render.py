@@ -13,7 +13,10 @@ def render_text(breakdown: Breakdown, out: TextIO) -> None:
     """One screen: the phases, their shares, the dominant one flagged, unattributed shown."""
     total = breakdown.duration_ns
     state = "ready" if breakdown.ready else "NOT READY (process ended before ready())"
-    out.write(f"model.startup {format_seconds(total)} ({state}) trace {breakdown.root.trace_id}\n")
+    rank = ""
+    if breakdown.rank is not None:
+        rank = f" rank {breakdown.rank}" + (f"/{breakdown.world_size}" if breakdown.world_size else "")
+    out.write(f"model.startup {format_seconds(total)} ({state}){rank} trace {breakdown.root.trace_id}\n")
     out.write(f"  {'phase':<16}{'time':>10}{'share':>8}{'bytes':>12}{'throughput':>14}{'spans':>7}\n")
     dominant = breakdown.dominant
     for item in breakdown.phases:

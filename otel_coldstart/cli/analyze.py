@@ -85,7 +85,9 @@ def _text(results, findings, out) -> None:
     for number, (trace_id, group) in enumerate(by_trace(results).items()):
         if number:
             out.write("\n")
-        for item in group:
+        for index, item in enumerate(group):
+            if index:
+                out.write("\n")
             render_text(item, out)
         if len(group) > 1:
             render_ranks_text(group, out)

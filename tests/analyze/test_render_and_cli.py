@@ -3,6 +3,7 @@ commands on real demo traces: budgets, selection, never overwriting."""
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import xml.etree.ElementTree as ET
@@ -12,6 +13,7 @@ import pytest
 from analyze_records import child, data_file, only, root
 from otel_coldstart.analyze.breakdown import breakdowns
 from otel_coldstart.analyze.readers import read_trace_file
+from otel_coldstart.analyze.render import render_text
 from otel_coldstart.analyze.render_svg import render_svg
 from otel_coldstart.cli import main
 
@@ -133,3 +135,21 @@ def test_capacity_p50_p95_per_instance_type_and_lead_time(capsys, tmp_path):
     code, out, _ = run(capsys, "capacity", COLD, WARM, "--by", "host.name")
     assert code == 0 and "host.name=" in out and "autoscaler lead time" in out
     assert run(capsys, "capacity", COLD, "--provisioning", "soon")[0] == 2
+
+
+def test_two_rank_trace_text_has_rank_headers_table_and_straggler(capsys):
+    code, out, _ = run(capsys, "analyze", data_file("demo-two-ranks.otlp.jsonl"))
+    assert code == 0
+    assert "(ready) rank 0/2 trace" in out and "(ready) rank 1/2 trace" in out
+    assert "ranks of trace 7a11c0de00000000000000000000beef:" in out
+    assert "rank 0 is a straggler" in out
+
+
+def test_context_spans_show_in_text():
+    r = root(1000)
+    load = child(r, "Load weights", None, 100, 900)
+    spans = [r, load, child(load, "coldstart.deserialize", "deserialize", 150, 800)]
+    text = io.StringIO()
+    render_text(only(spans), text)
+    assert "context (spans that are not ours):" in text.getvalue()
+    assert "Load weights" in text.getvalue() and "contains deserialize" in text.getvalue()
