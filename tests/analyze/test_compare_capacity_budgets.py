@@ -1,0 +1,78 @@
+"""compare, capacity and budgets as pure functions over hand-built start-ups."""
+
+from __future__ import annotations
+
+import pytest
+
+from analyze_records import MS, child, only, root
+from otel_coldstart.analyze.budgets import check_budgets, parse_budget_file, parse_budget_specs
+from otel_coldstart.analyze.capacity import capacity_summary
+from otel_coldstart.analyze.compare import compare
+from otel_coldstart.analyze.stats import percentile
+from otel_coldstart.analyze.units import parse_duration_ns
+
+
+def startup(total_ms, deserialize_ms, h2d_ms=0, host_type=None):
+    r = root(total_ms, resource={"host.type": host_type} if host_type else {})
+    spans = [r, child(r, "coldstart.deserialize", "deserialize", 0, deserialize_ms)]
+    if h2d_ms:
+        spans.append(child(r, "coldstart.h2d", "h2d", deserialize_ms, deserialize_ms + h2d_ms))
+    return only(spans)
+
+
+def test_percentile_interpolates_between_ranks():
+    assert percentile([10, 20, 30, 40], 0.5) == 25
+    assert percentile([10, 20, 30, 40], 0.95) == pytest.approx(38.5)
+    assert percentile([7], 0.95) == 7
+    with pytest.raises(ValueError):
+        percentile([], 0.5)
+
+
+def test_compare_medians_deltas_and_what_got_slower():
+    a = [startup(1000, 400, 100), startup(1100, 420, 100), startup(900, 380, 100)]
+    b = [startup(1500, 900, 100), startup(1600, 950, 100)]
+    result = compare(a, b)
+    assert (result.total.a_ns, result.total.b_ns) == (1000 * MS, 1550 * MS)
+    rows = {r.phase: r for r in result.rows}
+    assert rows["deserialize"].delta_ns == 925 * MS - 400 * MS
+    assert rows["h2d"].ratio == 1.0
+    assert [r.phase for r in result.slower()] == ["deserialize"]
+    assert result.rows[0].phase == "deserialize"  # largest increase first
+
+
+def test_compare_marks_a_new_phase():
+    result = compare([startup(1000, 400)], [startup(1000, 400, 200)])
+    [new] = result.slower()
+    assert new.phase == "h2d" and new.ratio is None
+
+
+def test_capacity_per_instance_type_and_lead_time():
+    results = [startup(1000 + i * 100, 500, host_type="g5.xlarge") for i in range(5)] + \
+        [startup(3000, 2500, host_type="p4d.24xlarge"), startup(2000, 1500)]
+    overall, *groups = capacity_summary(results, ["host.type"])
+    assert overall.count == 7 and overall.value == "all"
+    by_value = {g.value: g for g in groups}
+    assert set(by_value) == {"g5.xlarge", "p4d.24xlarge", "(not set)"}
+    g5 = by_value["g5.xlarge"]
+    assert g5.total.p50_ns == 1200 * MS and g5.total.p95_ns == 1380 * MS
+    assert g5.phases["deserialize"].p95_ns == 500 * MS
+    assert g5.lead_time_ns(90_000 * MS) == 90_000 * MS + 1380 * MS
+    assert groups[0].value == "p4d.24xlarge"  # slowest p95 first
+
+
+def test_budget_specs_files_and_violations():
+    assert parse_duration_ns("1.5m") == 90_000 * MS and parse_duration_ns("250ms") == 250 * MS
+    assert parse_duration_ns("2") == 2000 * MS
+    budget = parse_budget_specs(["total=1s", "deserialize=300ms"])
+    assert parse_budget_file('{"total": "1s", "deserialize": 0.3}') == budget
+    assert parse_budget_file("# gate\ntotal = 1s\ndeserialize=300ms  # reads\n") == budget
+    for bad in (["total"], ["=1s"], ["total=soon"]):
+        with pytest.raises(ValueError):
+            parse_budget_specs(bad)
+    with pytest.raises(ValueError):
+        parse_budget_file('{"total": [1]}')
+    [violation] = check_budgets([startup(900, 400)], budget)
+    assert violation.key == "deserialize" and violation.actual_ns == 400 * MS
+    assert "deserialize 400.0 ms > budget 300.0 ms" in violation.describe()
+    assert check_budgets([startup(900, 200)], budget) == []
+    assert check_budgets([startup(900, 200)], {"unattributed": 100 * MS})[0].actual_ns == 700 * MS
