@@ -42,7 +42,8 @@ def render_svg(b: Breakdown, out: TextIO) -> None:
     def x(ns: int) -> float:
         return LABEL_W + max(0.0, min(1.0, (ns - origin) / total)) * CHART_W
 
-    height = TOP + ROW * len(rows) + 40
+    phases = sorted({r[1] for r in rows if r[1]})
+    height = TOP + ROW * len(rows) + 60
     width = LABEL_W + CHART_W + 20
     rank = f", rank {b.rank}" if b.rank is not None else ""
     title = f"model.startup {format_seconds(b.duration_ns)}{rank}, trace {b.trace_id}"
@@ -61,7 +62,7 @@ def render_svg(b: Breakdown, out: TextIO) -> None:
     for number, (name, phase, start, end, kind) in enumerate(rows):
         y = TOP + number * ROW
         x0, x1 = x(start), x(end)
-        label = f"{name} [{kind}]" if kind and kind != name else name
+        label = name if not kind or kind in name else f"{name} [{kind}]"
         tip = f"{name} ({kind}) +{format_seconds(start - origin)} for {format_seconds(max(0, end - start))}"
         w(f'<text x="{LABEL_W - 6}" y="{y + 12}" text-anchor="end">{escape(label[:42])}</text>')
         w(f'<rect x="{x0:.2f}" y="{y + 2}" width="{max(1.0, x1 - x0):.2f}" height="{ROW - 4}" '
@@ -73,6 +74,11 @@ def render_svg(b: Breakdown, out: TextIO) -> None:
                     w(f'<rect x="{gx0:.2f}" y="{y + 2}" width="{gx1 - gx0:.2f}" height="{ROW - 4}" '
                       f'fill="url(#gap)"><title>unattributed {escape(format_seconds(gap.duration_ns))}'
                       f'</title></rect>\n')
+    legend_y, legend_x = height - 40, 8.0
+    for phase in phases:  # one swatch per phase present, in name order
+        w(f'<rect x="{legend_x:.0f}" y="{legend_y}" width="10" height="10" fill="{phase_colour(phase)}"/>'
+          f'<text x="{legend_x + 14:.0f}" y="{legend_y + 9}">{escape(phase)}</text>\n')
+        legend_x += 24 + 7 * len(phase)
     note = f"{hidden} shorter spans not shown; " if hidden else ""
     w(f'<text x="8" y="{height - 12}" fill="#666">{escape(note)}hatched: unattributed time on the '
       f'start-up thread; grey: spans that are not otel-coldstart phases</text>\n')
