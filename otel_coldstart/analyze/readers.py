@@ -66,6 +66,8 @@ def read_trace(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> ReadResult:
 def _read_handle(handle: BinaryIO, size: int, max_bytes: int, path: str) -> tuple[list[Span], set]:
     first = handle.readline(max_bytes + 1)
     rest_start = handle.tell()
+    if first.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark, as some Windows tools write
+        first = first[3:]
     lines_mode = False
     if first.strip() and size > len(first) and _complete_json(first):
         lines_mode = bool(handle.read(4096).strip())

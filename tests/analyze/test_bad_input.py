@@ -146,3 +146,9 @@ def test_unreadable_directory_entry_and_budget_usage_errors(tmp_path, capsys):
     assert main(["analyze"]) == 2
     err = capsys.readouterr().err
     assert "KEY=DURATION" in err and "Traceback" not in err
+
+
+def test_utf8_byte_order_mark_is_accepted(tmp_path):
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(otlp(raw_span("01"))).encode())
+    assert len(read_trace(str(path)).spans) == 1
