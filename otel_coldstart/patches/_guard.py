@@ -50,13 +50,32 @@ def leave() -> None:
     _local.busy = False
 
 
+# Captures open in the whole process. While any runs, CUDA event queries and syncs from
+# another thread can invalidate it (capture mode "global"), so device timing stands aside.
+_open_captures = 0
+_count_lock = threading.Lock()
+
+
 def capture_started() -> None:
+    global _open_captures
     _local.capturing = getattr(_local, "capturing", 0) + 1
+    with _count_lock:
+        _open_captures += 1
 
 
 def capture_ended() -> None:
+    global _open_captures
     _local.capturing = max(0, getattr(_local, "capturing", 0) - 1)
+    with _count_lock:
+        _open_captures = max(0, _open_captures - 1)
+
+
+def any_capture_open() -> bool:
+    return _open_captures > 0
 
 
 def reset_captures() -> None:
+    global _open_captures
     _local.capturing = 0
+    with _count_lock:
+        _open_captures = 0

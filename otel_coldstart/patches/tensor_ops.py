@@ -341,10 +341,12 @@ class _AsyncCopies:
 def _async_start(device) -> _AsyncStart | None:
     """Mark the stream before a non-blocking copy. The event is a per-thread spare until a
     window takes it as a segment start, so most copies cost one re-record."""
-    if device is None:
+    if device is None or _guard.any_capture_open():
         return None
     import torch
 
+    if torch.cuda.is_current_stream_capturing():  # a capture we did not see: record nothing into it
+        return None
     if device.index is None:  # one key per physical device, however the caller named it
         device = torch.device("cuda", torch.cuda.current_device())
     spares = _local.__dict__.setdefault("spare_events", {})
@@ -384,8 +386,8 @@ def _resolve_async(aggregate) -> None:
     """End of the aggregate: wait once for its last queued copy on each device, then read how
     long the device spent on them from the events."""
     windows = aggregate.extras.pop("async_copies", None) or {}
-    if not windows:
-        return
+    if not windows or _guard.any_capture_open():
+        return  # waiting now could break a capture on another thread: host times stand
     device_ns = 0
     host_busy_ns = 0
     for window in windows.values():

@@ -55,6 +55,7 @@ def timeline(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "Event", StandInEvent)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.setattr(tensor_ops, "time", line)
     yield line
     tensor_ops._local.__dict__.pop("spare_events", None)
@@ -108,3 +109,19 @@ def test_blocking_calls_in_the_same_aggregate_keep_their_own_time(timeline):
     aggregate.busy_ns += 20 * MS
     aggregate.run_end_hooks()
     assert aggregate.attributes[semconv.THROUGHPUT] == pytest.approx(2_000_000 / 0.030, rel=1e-3)
+
+
+def test_no_device_timing_while_a_graph_capture_is_open(timeline):
+    """A query or a wait from this thread could invalidate a capture running elsewhere."""
+    from otel_coldstart.patches import _guard
+
+    aggregate = _aggregate(timeline)
+    _copy(timeline, aggregate, 1_000_000, 10 * MS)
+    _guard.capture_started()
+    try:
+        assert tensor_ops._async_start(torch.device("cuda", 0)) is None
+        aggregate.run_end_hooks()
+    finally:
+        _guard.capture_ended()
+    assert timeline.waits == 0
+    assert semconv.COPY_ASYNC_S not in aggregate.attributes
