@@ -57,7 +57,8 @@ import contextlib
 import threading
 from typing import Any
 
-from opentelemetry import metrics, trace
+from opentelemetry import metrics as otel_metrics
+from opentelemetry import trace
 
 from . import session as _session
 from ._errors import report_internal_error
@@ -68,7 +69,7 @@ __all__ = ["ColdstartInstrumentor", "instrument", "uninstrument", "ready", "phas
 
 
 def instrument(tracer_provider: trace.TracerProvider | None = None,
-               meter_provider: metrics.MeterProvider | None = None, **options: Any) -> ColdstartInstrumentor:
+               meter_provider: otel_metrics.MeterProvider | None = None, **options: Any) -> ColdstartInstrumentor:
     """Start tracing the start-up. Idempotent: a second call does nothing.
 
     Options:
@@ -81,7 +82,10 @@ def instrument(tracer_provider: trace.TracerProvider | None = None,
       export_timeout_s: the most the exit flush may wait for an exporter (default 5).
       handle_sigterm: end and export the start-up on SIGTERM when the process has no
         SIGTERM handler of its own (default True).
-      metric_attributes: attributes for every metric series (e.g. model, deploy).
+      metric_attributes: attributes for every metric series (e.g. model, deploy); only
+        bounded ones are kept (docs/metrics.md).
+      prometheus_port: serve the start-up metrics for Prometheus on this port (also
+        ``OTEL_METRICS_EXPORTER=prometheus``); needs ``otel-coldstart[prometheus]``.
     """
     instrumentor = ColdstartInstrumentor()
     if not instrumentor.is_instrumented_by_opentelemetry:

@@ -25,6 +25,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
+from ._bounded import run_bounded
+
 DEFAULT_OUTPUT_DIR = "otel-coldstart-traces"
 FILE_SUFFIX = ".otlp.jsonl"
 
@@ -135,23 +137,18 @@ def _otlp_exporter() -> SpanExporter:
     return OTLPSpanExporter()
 
 
-def flush(setup: ExportSetup, timeout_s: float) -> None:
-    """Push out what is buffered, waiting at most ``timeout_s``: an unreachable collector must
-    not hold the host's start-up or exit longer than that."""
-    provider = setup.provider
-    force_flush = getattr(provider, "force_flush", None)
-    if force_flush is None:
-        return
-    done = threading.Event()
+def flush(setup: ExportSetup, timeout_s: float, *, wait: bool = True) -> None:
+    """Push out what is buffered, giving the exporter ``timeout_s``; wait for it only if
+    ``wait`` (never longer than ``timeout_s``)."""
+    force_flush = getattr(setup.provider, "force_flush", None)
+    if force_flush is not None:
+        millis = int(max(timeout_s, 0.001) * 1000)
+        run_bounded(lambda: force_flush(millis), timeout_s if wait else 0.0)
 
-    def run() -> None:
-        try:
-            force_flush(int(timeout_s * 1000))
-        except Exception:
-            pass
-        finally:
-            done.set()
 
-    # A daemon thread: if the exporter ignores its own timeout, we still return in time.
-    threading.Thread(target=run, name="otel-coldstart-flush", daemon=True).start()
-    done.wait(timeout_s)
+def finish(setup: ExportSetup, timeout_s: float) -> None:
+    """The exit: flush, and shut down the provider if we made it. Blocks up to ~timeout_s."""
+    flush(setup, timeout_s)
+    shutdown = getattr(setup.provider, "shutdown", None)
+    if setup.owned and shutdown is not None:
+        run_bounded(shutdown, timeout_s)

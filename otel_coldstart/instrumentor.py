@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Any, Collection
 
 import wrapt
@@ -21,6 +22,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from . import export, patches, semconv
 from . import session as _session
+from ._bounded import in_background
 from ._errors import report_internal_error
 from .analyze.breakdown import compute_breakdown
 # Imported by name: the package attribute ``otel_coldstart.metrics`` may still be the
@@ -187,7 +189,7 @@ class ColdstartInstrumentor(BaseInstrumentor):
             return
         self._end(ready=True, reason="ready")
 
-    def _end(self, *, ready: bool, reason: str, flush_wait: bool | None = None) -> None:
+    def _end(self, *, ready: bool, reason: str, at_exit: bool = False) -> None:
         state = self._state
         if state is None or not state.session.end(ready=ready, reason=reason):
             return
@@ -212,19 +214,19 @@ class ColdstartInstrumentor(BaseInstrumentor):
                     breakdown, labels, session.records(), trace_context=session.root_context)
             except Exception:
                 report_internal_error("metrics")
-        # A local file is quick to write; a remote collector gets a bounded wait at exit only.
-        wait = flush_wait if flush_wait is not None else state.setup.file_path is not None
-        # At ready(): push now, in the background. At exit: a bounded wait, except for a
-        # provider we own, whose bounded shutdown in at_exit() does the final export.
-        if state.metrics is not None and not (flush_wait and state.metrics.owned):
+        if not at_exit:  # at exit, at_exit() drains everything under one deadline
+            timeout = state.options.export_timeout_s
+            if state.metrics is not None:
+                try:
+                    flush_metrics(state.metrics, timeout, wait=False)  # push now, in the background
+                except Exception:
+                    report_internal_error("metrics flush")
             try:
-                flush_metrics(state.metrics, state.options.export_timeout_s if flush_wait else 0.0)
+                # A local file is quick to write, and the summary names it: wait for it. A
+                # remote collector never holds ready().
+                export.flush(state.setup, timeout, wait=state.setup.file_path is not None)
             except Exception:
-                report_internal_error("metrics flush")
-        try:
-            export.flush(state.setup, state.options.export_timeout_s if wait else 0.0)
-        except Exception:
-            report_internal_error("flush")
+                report_internal_error("flush")
         if state.summary and breakdown is not None:
             try:
                 from .analyze.render import render_text
@@ -240,23 +242,23 @@ class ColdstartInstrumentor(BaseInstrumentor):
                 report_internal_error("summary")
 
     def at_exit(self, reason: str = "exit") -> None:
+        """End the start-up if still open and export everything, all within one
+        ``export_timeout_s`` deadline (traces and metrics drain side by side)."""
         state = self._state
         if state is None:
             return
-        self._end(ready=False, reason=reason, flush_wait=True)
-        try:
-            export.flush(state.setup, state.options.export_timeout_s)
-            if state.setup.owned:
-                shutdown = getattr(state.setup.provider, "shutdown", None)
-                if shutdown is not None:
-                    _bounded(shutdown, state.options.export_timeout_s)
-        except Exception:
-            report_internal_error("exit flush")
-        try:
-            if state.metrics is not None:
-                state.metrics.close(state.options.export_timeout_s)
-        except Exception:
-            report_internal_error("metrics exit")
+        self._end(ready=False, reason=reason, at_exit=True)
+        timeout = state.options.export_timeout_s
+        deadline = time.monotonic() + timeout
+        jobs = [in_background(lambda: export.finish(state.setup, timeout))]
+        if state.metrics is not None:
+            metrics_setup = state.metrics
+            if metrics_setup.owned:
+                jobs.append(in_background(lambda: metrics_setup.close(timeout)))
+            else:
+                jobs.append(in_background(lambda: flush_metrics(metrics_setup, timeout)))
+        for job in jobs:
+            job.join(max(0.0, deadline - time.monotonic()))
 
 
 class _Options:
@@ -286,12 +288,6 @@ class _State:
         self.options = options
         self.summary = summary
         self.metrics = metrics  # a metrics.MetricsSetup, or None if it could not be made
-
-
-def _bounded(fn, timeout_s: float) -> None:
-    thread = threading.Thread(target=fn, name="otel-coldstart-shutdown", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
 
 
 def _patch_module(module) -> None:

@@ -34,7 +34,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from . import export, semconv
 from ._errors import report_internal_error
-from .instrumentor import _bounded, _launcher_context
+from .instrumentor import _launcher_context
 
 # The lowercase spellings vLLM writes: a child given our parent must not prefer a stale one.
 _CARRIER_VARS = ("TRACEPARENT", "TRACESTATE", "traceparent", "tracestate")
@@ -122,9 +122,7 @@ class Launch:
                 self._span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
             self._span.end()
             # Bounded: an unreachable collector must not hold the launcher's exit.
-            export.flush(self._setup, self.export_timeout_s)
-            if self._setup.owned:
-                _bounded(self._setup.provider.shutdown, self.export_timeout_s)
+            export.finish(self._setup, self.export_timeout_s)
         except Exception:
             report_internal_error("launch span end")
         return False

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from opentelemetry import trace as otel_trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext
 
 from . import semconv
+from ._bounded import run_bounded
 from ._errors import logger
 from .analyze.breakdown import Breakdown
 from .analyze.model import Span
@@ -287,7 +287,7 @@ class MetricsSetup:
         server, self._server = self._server, None
         shutdown = getattr(self.provider, "shutdown", None)
         if shutdown is not None:
-            bounded(lambda: shutdown(timeout_millis=timeout_s * 1000), timeout_s)
+            run_bounded(lambda: shutdown(timeout_millis=timeout_s * 1000), timeout_s)
         if server is not None:
             server.shutdown()
             server.server_close()
@@ -405,23 +405,9 @@ def _otlp_metric_exporter():
     return OTLPMetricExporter()
 
 
-def bounded(fn, timeout_s: float) -> None:
-    """Run ``fn`` on a daemon thread and wait at most ``timeout_s``: an exporter that ignores
-    its own timeout still cannot hold the host."""
-    def run() -> None:
-        try:
-            fn()
-        except Exception:
-            pass
-
-    thread = threading.Thread(target=run, name="otel-coldstart-metrics", daemon=True)
-    thread.start()
-    if timeout_s > 0:
-        thread.join(timeout_s)
-
-
-def flush(setup: MetricsSetup | None, timeout_s: float) -> None:
-    """Push buffered metrics out now (OTLP); waits at most ``timeout_s`` (0: do not wait)."""
+def flush(setup: MetricsSetup | None, timeout_s: float, *, wait: bool = True) -> None:
+    """Push buffered metrics out now (OTLP), giving the export ``timeout_s``; wait for it
+    only if ``wait`` (never longer than ``timeout_s``)."""
     if setup is None:
         return
     if setup.owned:
@@ -436,4 +422,4 @@ def flush(setup: MetricsSetup | None, timeout_s: float) -> None:
             targets = [setup.provider] if hasattr(setup.provider, "force_flush") else []
     millis = max(timeout_s, 1.0) * 1000  # the export itself gets time even when we do not wait
     for target in targets:
-        bounded(lambda target=target: target.force_flush(timeout_millis=millis), timeout_s)
+        run_bounded(lambda target=target: target.force_flush(timeout_millis=millis), timeout_s if wait else 0.0)
