@@ -32,6 +32,14 @@ def test_dominant_phase_names_phase_share_and_lever():
     assert any("next: cast" in line for line in f.evidence)
 
 
+def test_dominant_cast_names_the_dtypes():
+    r = root(1000)
+    spans = [r, aggregate(r, "cast", 0, 800, 700, 300, 100 * MiB, **{
+        semconv.CAST_FROM: "torch.bfloat16", semconv.CAST_TO: "torch.float16"})]
+    [f] = dominant_phase.check(only(spans))
+    assert "casts: torch.bfloat16 -> torch.float16" in f.evidence and "serving dtype" in f.lever
+
+
 def test_dominant_phase_quiet_when_nothing_dominates():
     r = root(1000)
     assert dominant_phase.check(only([r, child(r, "coldstart.cast", "cast", 0, 100)])) == []

@@ -41,6 +41,11 @@ def check(breakdown: Breakdown) -> list[Finding]:
                 f"({top.share_of(total) * 100:.0f}%) over {top.spans} span(s)"]
     if top.bytes:
         evidence.append(f"{format_bytes(top.bytes)} at {format_rate(top.throughput)}")
+    if top.phase == semconv.PHASE_CAST:
+        pairs = sorted({(str(s.attributes.get(semconv.CAST_FROM)), str(s.attributes.get(semconv.CAST_TO)))
+                        for s in breakdown.spans if s.phase == top.phase and semconv.CAST_FROM in s.attributes})
+        if pairs:
+            evidence.append("casts: " + ", ".join(f"{a} -> {b}" for a, b in pairs[:4]))
     runner_up = breakdown.phases[1] if len(breakdown.phases) > 1 else None
     if runner_up is not None:
         evidence.append(f"next: {runner_up.phase} {format_seconds(runner_up.busy_ns)}")
