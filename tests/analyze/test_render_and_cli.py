@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -17,6 +20,7 @@ from otel_coldstart.analyze.render import render_text
 from otel_coldstart.analyze.render_svg import render_svg
 from otel_coldstart.cli import main
 
+BENCHMARKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks")
 COLD = data_file("demo-cold-first-shard.otlp.jsonl")
 WARM = data_file("demo-warm.otlp.jsonl")
 
@@ -153,3 +157,18 @@ def test_context_spans_show_in_text():
     render_text(only(spans), text)
     assert "context (spans that are not ours):" in text.getvalue()
     assert "Load weights" in text.getvalue() and "contains deserialize" in text.getvalue()
+
+
+def test_closed_pipe_ends_quietly(tmp_path):
+    sys.path.insert(0, BENCHMARKS)
+    import analyzer_scale  # the benchmark's generator of big start-up traces
+
+    path = tmp_path / "big.jsonl"
+    analyzer_scale.write_trace(str(path), 6000)  # ~2000 shard lines: more than a pipe buffer
+    process = subprocess.Popen([sys.executable, "-m", "otel_coldstart", "analyze", str(path)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout.readline().startswith(b"model.startup")
+    process.stdout.close()  # like `| head -1`
+    err = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 0
+    assert "Traceback" not in err and "BrokenPipe" not in err
