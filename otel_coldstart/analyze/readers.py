@@ -63,8 +63,14 @@ def read_trace(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> ReadResult:
     return ReadResult(repaired, "+".join(sorted(formats)), warnings)
 
 
+FIRST_LINE_PROBE = 64 * 1024 * 1024  # a file over the limit is only read if it is JSON Lines
+
+
 def _read_handle(handle: BinaryIO, size: int, max_bytes: int, path: str) -> tuple[list[Span], set]:
-    first = handle.readline(max_bytes + 1)
+    # Whether the file is JSON Lines shows in its first line. For a file over the limit, look
+    # at no more than the probe: a 500 MB single document is refused without reading it.
+    probe = max_bytes if size <= max_bytes else min(max_bytes, FIRST_LINE_PROBE)
+    first = handle.readline(probe + 1)
     rest_start = handle.tell()
     if first.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark, as some Windows tools write
         first = first[3:]

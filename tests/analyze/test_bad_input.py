@@ -152,3 +152,13 @@ def test_utf8_byte_order_mark_is_accepted(tmp_path):
     path = tmp_path / "bom.json"
     path.write_bytes(b"\xef\xbb\xbf" + json.dumps(otlp(raw_span("01"))).encode())
     assert len(read_trace(str(path)).spans) == 1
+
+
+def test_a_500_mb_single_document_is_refused_without_reading_it(tmp_path, capsys):
+    path = tmp_path / "huge.json"
+    with open(path, "wb") as handle:  # sparse: 500 MiB on paper, nothing on disk
+        handle.write(b'{"resourceSpans": [')
+        handle.truncate(500 * 2**20)
+    assert main(["analyze", str(path)]) == 7
+    err = capsys.readouterr().err
+    assert "500 MiB is over the 256 MiB limit" in err and len(err.strip().splitlines()) == 1
