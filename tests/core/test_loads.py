@@ -161,9 +161,19 @@ def test_torch_load_from_file_object_and_buffer(traced, torch_checkpoints):
 
 
 def test_thread_pool_shards_nest_under_the_submitting_span(traced, small_checkpoint):
+    import threading
+
+    # The barrier makes the pool run all four loads at once, on four threads: without it a
+    # fast worker may take every task and the test would prove nothing about threads.
+    together = threading.Barrier(4, timeout=60)
+
+    def load_on_its_own_thread(path):
+        together.wait()
+        return load_file(path)
+
     with otel_coldstart.phase("load_weights"):
         with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
-            results = list(pool.map(load_file, small_checkpoint))
+            results = list(pool.map(load_on_its_own_thread, small_checkpoint))
     assert len(results) == 4
     (parent,) = traced.named("coldstart.load_weights")
     shards = traced.by_phase(semconv.PHASE_DESERIALIZE)
@@ -172,7 +182,7 @@ def test_thread_pool_shards_nest_under_the_submitting_span(traced, small_checkpo
     for shard in shards:
         assert shard.parent.span_id == parent.context.span_id
         assert shard.context.trace_id == parent.context.trace_id
-    assert len({s.attributes[semconv.THREAD_ID] for s in shards}) >= 2
+    assert len({s.attributes[semconv.THREAD_ID] for s in shards}) == 4
 
 
 def test_spans_nest_under_the_users_current_span(traced, small_checkpoint):
