@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence, TextIO
 
+from .. import semconv
 from .breakdown import Breakdown
 from .findings import Finding
 
@@ -30,7 +31,7 @@ def startup_to_dict(b: Breakdown) -> dict:
         "rank": b.rank,
         "world_size": b.world_size,
         "ready": b.ready,
-        "end_reason": b.root.attributes.get("coldstart.end_reason"),
+        "end_reason": b.root.attributes.get(semconv.END_REASON),
         "start_unix_ns": b.root.start_ns,
         "duration_s": _s(total),
         "unattributed_s": _s(b.unattributed_ns),
