@@ -10,7 +10,7 @@ from .. import semconv
 AttrValue = Union[str, bool, int, float, tuple]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Span:
     """One finished span, whatever format it was read from.
 

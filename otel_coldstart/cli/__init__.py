@@ -1,14 +1,13 @@
 """The ``otel-coldstart`` command: one module per sub-command, each ``main(args) -> int``.
 
-Exit codes (docs/cli.md): 0 success; 2 usage error; 3 input missing or unreadable;
-4 input is not a trace we can read; 5 the trace holds no otel-coldstart start-up;
-6 the output would overwrite an existing file. Bad input gets one line on stderr, never a
+Exit codes: see docs/cli.md and cli/errors.py. Bad input gets one line on stderr, never a
 traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Sequence
 
@@ -46,3 +45,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `otel-coldstart ... | head` closed the pipe: the reader has what it wanted. Point
+        # stdout at /dev/null so the interpreter's final flush does not complain either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

@@ -140,13 +140,8 @@ def warn(loaded: list[Loaded]) -> None:
 def output(path: str | None) -> Iterator[TextIO]:
     """stdout, or a new file: an existing file is never overwritten."""
     if not path or path == "-":
-        try:
-            yield sys.stdout
-            sys.stdout.flush()
-        except BrokenPipeError:
-            # `analyze ... | head` closed the pipe: the reader has what it wanted. Point stdout
-            # at /dev/null so the interpreter's final flush does not complain either.
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        yield sys.stdout  # a closed pipe (`analyze ... | head`) is handled in cli.main
+        sys.stdout.flush()
         return
     try:
         handle = open(path, "x", encoding="utf-8")
