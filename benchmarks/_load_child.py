@@ -110,6 +110,9 @@ def main() -> None:
         "ready_s": ready_s,
         "cast_elements": cast,
         "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        # Wall clock when the work is done: the parent subtracts it from the moment the
+        # process has exited, giving the exit tail (atexit handlers, interpreter teardown).
+        "done_wall": time.time(),
     }), flush=True)
 
 

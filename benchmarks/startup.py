@@ -46,11 +46,13 @@ def run_child(side: str, fmt: str, files: list[str], trace_dir: str) -> dict:
     completed = subprocess.run([common.python(), CHILD, side, fmt, *files], env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     process_s = time.perf_counter() - began
+    exited_wall = time.time()
     children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if completed.returncode != 0:
         raise RuntimeError(f"{side}/{fmt} child failed ({completed.returncode}):\n{completed.stderr[-3000:]}")
     result = json.loads(completed.stdout.strip().splitlines()[-1])
     result["process_s"] = process_s
+    result["exit_tail_s"] = exited_wall - result["done_wall"]
     # CPU the child used (user + system): less disturbed by other tenants than wall time,
     # quoted next to it, never instead of it.
     result["cpu_s"] = ((children_after.ru_utime - children_before.ru_utime)
@@ -92,6 +94,7 @@ def analyse_block(fmt: str, state: str, rounds: list[dict], sides, load_before, 
             "region_s": common.summary([r["region_s"] for r in runs]),
             "load_s": common.summary([r["load_s"] for r in runs]),
             "cpu_s": common.summary([r["cpu_s"] for r in runs]),
+            "exit_tail_s": common.summary([r["exit_tail_s"] for r in runs]),
             "maxrss_mib": common.summary([r["maxrss_kib"] / 1024 for r in runs]),
         }
         if side == "profiler":
@@ -109,6 +112,8 @@ def analyse_block(fmt: str, state: str, rounds: list[dict], sides, load_before, 
         }
         block["added_s"] = block.get("added_s", {})
         block["added_s"][side] = common.summary([r[side]["process_s"] - r["plain"]["process_s"] for r in rounds])
+        block.setdefault("exit_tail_added_s", {})[side] = common.summary(
+            [r[side]["exit_tail_s"] - r["plain"]["exit_tail_s"] for r in rounds])
         block["rss_added_mib"][side] = common.summary(
             [(r[side]["maxrss_kib"] - r["plain"]["maxrss_kib"]) / 1024 for r in rounds])
         if side == "profiler":
@@ -136,6 +141,21 @@ def render(result: dict, checkpoint: common.Checkpoint, out) -> None:
                   f"| {common.fmt_ratio(ratios.get('region', {}))} | {common.fmt_ratio(ratios.get('cpu', {}))} "
                   f"| {common.fmt_seconds(side.get('instrument_s', {}))} | {common.fmt_seconds(side.get('ready_s', {}))} "
                   f"| {block['load_average_before']} -> {block['load_average_after']} |\n")
+    out.write("\nWhere otel-coldstart's time goes, measured inside the instrumented process (medians, "
+              "min-max): the fixed costs, as a share of the plain process wall of the same block.\n\n")
+    out.write("| format | cache | import+instrument() | ready() | exit tail added vs plain | sum | sum / plain process "
+              "wall |\n|---|---|---|---|---|---|---|\n")
+    for block in result["blocks"]:
+        side = block["sides"].get("coldstart")
+        if not side:
+            continue
+        tail = block.get("exit_tail_added_s", {}).get("coldstart", {})
+        parts = [side["instrument_s"].get("median"), side["ready_s"].get("median"), tail.get("median")]
+        total = sum(p for p in parts if p is not None)
+        plain_wall = block["sides"]["plain"]["process_s"]["median"]
+        out.write(f"| {block['format']} | {block['cache']} | {common.fmt_seconds(side['instrument_s'])} "
+                  f"| {common.fmt_seconds(side['ready_s'])} | {_fmt_signed_s(tail)} | {total * 1e3:.0f} ms "
+                  f"| {total / plain_wall:.3f} |\n")
     out.write("\ntorch.profiler.profile() vs plain (the peer):\n\n")
     out.write("| format | cache | profiler/plain process wall | profiler/plain region, first profile() set-up "
               "excluded | same, included | first profile() set-up | profiler/plain process CPU |\n"
