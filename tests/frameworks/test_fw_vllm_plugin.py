@@ -147,3 +147,20 @@ def test_forked_process_gets_its_own_startup(tmp_path):
                     if s.resource["process.pid"] == report["child"]]
     assert len(child_shards) == 1
     assert all(r.attributes[semconv.READY] is True for r in roots)
+
+
+def test_exports_where_vllm_does(monkeypatch):
+    """vLLM sends OTLP over gRPC unless a protocol is set (the spec's default is http)."""
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+
+    for name in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://127.0.0.1:4317")
+    provider = vllm_plugin._provider_like_vllms()
+    try:
+        exporters = [p.span_exporter for p in provider._active_span_processor._span_processors]
+        assert [type(e) for e in exporters] == [GrpcExporter]
+    finally:
+        provider.shutdown()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")
+    assert vllm_plugin._provider_like_vllms() is None  # our usual choice honours the protocol
