@@ -48,5 +48,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         # `otel-coldstart ... | head` closed the pipe: the reader has what it wanted. Point
         # stdout at /dev/null so the interpreter's final flush does not complain either.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        # (Commands turn network errors into CliError; only stdout's pipe gets here.)
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):  # stdout is not a file descriptor
+            pass
         return 0
