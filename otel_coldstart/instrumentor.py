@@ -311,6 +311,26 @@ def _register_hooks() -> None:
             wrapt.register_post_import_hook(lambda _imported, m=module: _patch_module(m), target)
 
 
+def _forget_after_fork() -> None:
+    """In a forked child: drop the parent's start-up without ending or exporting it.
+
+    The child inherits the parent's root span and half-done aggregates; ending that copy (at
+    the child's exit) would export a second span with the parent root's id. The wrappers stay
+    installed (they do nothing without a session) and a later instrument() in the child
+    (vLLM's plugin hook, say) starts the child's own start-up, rooted at the fork."""
+    try:
+        _session.ACTIVE = None
+        instrumentor = ColdstartInstrumentor()
+        instrumentor._state = None
+        instrumentor._is_instrumented_by_opentelemetry = False  # BaseInstrumentor's own flag
+    except Exception:
+        report_internal_error("after fork")
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 def _register_exit_handlers(handle_sigterm: bool) -> None:
     global _atexit_registered
     if not _atexit_registered:

@@ -19,11 +19,10 @@ when vLLM's own start-up tracing is on (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` i
 vLLM puts it in the environment its processes inherit) or ``OTEL_COLDSTART_VLLM=1``;
 ``OTEL_COLDSTART_VLLM=0`` or ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=coldstart`` turn it off.
 
-Forked processes: vLLM forks its engine core and workers by default. A forked child
-inherits the parent's start-up (its root span, half-done aggregates); ending that copy would
-export a second span with the parent root's id. So a process forked from an instrumented
-one forgets the inherited start-up, and ``register()`` (which vLLM calls in the child) starts
-the child's own, rooted at the child's start (the fork).
+Forked processes: vLLM forks its engine core and workers by default. The instrumentor makes
+a forked child forget the start-up it inherited (see ``instrumentor._forget_after_fork``),
+and ``register()`` (which vLLM calls in the child) starts the child's own, rooted at the
+child's start (the fork).
 
 Export: a tracer provider vLLM (or anyone) set globally is used. Otherwise, when vLLM's
 endpoint is set without ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL``, spans go over OTLP/gRPC as
@@ -50,32 +49,6 @@ READY_POINTS = (
 )
 
 _hooks_registered = False
-
-
-def _forget_inherited_startup() -> None:
-    """After fork, in the child: drop the parent's start-up without ending or exporting it.
-    The wrappers stay installed (they do nothing without an active session) and the next
-    instrument() reuses them."""
-    from . import session as _session
-    from .instrumentor import ColdstartInstrumentor
-
-    instrumentor = ColdstartInstrumentor()
-    if _session.ACTIVE is None and not instrumentor.is_instrumented_by_opentelemetry:
-        return
-    _session.ACTIVE = None
-    instrumentor._state = None
-    instrumentor._is_instrumented_by_opentelemetry = False  # BaseInstrumentor's own flag
-
-
-def _after_fork_in_child() -> None:
-    try:
-        _forget_inherited_startup()
-    except Exception:
-        report_internal_error("vllm plugin: after fork")
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def enabled() -> bool:
