@@ -37,8 +37,16 @@ What you get
   call counts, bytes and busy time: span count grows with shards and phases, never with
   tensors. These per-tensor patches are removed at ``ready()``: steady-state serving runs
   the original functions.
-- Spans nest under whatever span is current (yours, vLLM's), and a ``TRACEPARENT``
-  environment variable makes the root a child of a launcher's span.
+- Device work: host-to-device copies with pinned vs pageable bytes and achieved bandwidth
+  (non-blocking copies resolved from CUDA events once per aggregate), ``pin_memory`` and
+  pinned allocations, the first CUDA runtime initialisation, torch.compile compilations,
+  and one ``coldstart.graph_capture`` span per CUDA graph capture (aggregated with count and
+  batch sizes when captures repeat; name sizes with ``graph_batch_size(n)``). Captures
+  after ``ready()`` are recorded too, marked ``coldstart.after_ready``.
+- Spans nest under whatever span is current (yours, vLLM's), thread-pool work nests under
+  the span that submitted it, and a ``TRACEPARENT`` (or vLLM's ``traceparent``)
+  environment variable makes the root a child of a launcher's span, so every rank of a
+  tensor-parallel start shares one trace (``otel_coldstart.launch.Launch`` starts that span).
 - Metrics ``model.startup.duration``, ``model.startup.phase.duration``,
   ``model.startup.shard.duration`` and ``model.startup.bytes`` on the meter provider.
 
@@ -63,9 +71,11 @@ from opentelemetry import trace
 from . import session as _session
 from ._errors import report_internal_error
 from .instrumentor import ColdstartInstrumentor
+from .patches.cuda_graphs import batch_size as graph_batch_size
 
 __version__ = "0.1.0"
-__all__ = ["ColdstartInstrumentor", "instrument", "uninstrument", "ready", "phase", "trace_file", "__version__"]
+__all__ = ["ColdstartInstrumentor", "instrument", "uninstrument", "ready", "phase", "trace_file",
+           "graph_batch_size", "__version__"]
 
 
 def instrument(tracer_provider: trace.TracerProvider | None = None,
