@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+from importlib import metadata
 from typing import Any, Callable
 
 import wrapt
+
+
+def installed_version(distribution: str) -> str | None:
+    """The installed version of a library, read from its metadata: asking never imports it
+    (importing torch takes seconds and must stay the host's decision)."""
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 class ColdstartWrapper(wrapt.FunctionWrapper):

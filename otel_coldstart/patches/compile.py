@@ -19,7 +19,7 @@ from .. import semconv
 from .. import session as _session
 from .._errors import report_internal_error
 from . import pinning
-from ._wrapping import PatchSet
+from ._wrapping import PatchSet, installed_version
 
 TARGETS = ("torch._dynamo",)
 HOT_PATH = False
@@ -33,12 +33,7 @@ _open: list = []
 
 
 def get_version() -> str | None:
-    try:
-        import torch
-
-        return torch.__version__
-    except Exception:  # pragma: no cover
-        return None
+    return installed_version("torch")
 
 
 def is_patched() -> bool:

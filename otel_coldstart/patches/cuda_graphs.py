@@ -36,7 +36,7 @@ from .. import semconv
 from .. import session as _session
 from .._errors import report_internal_error
 from . import _guard
-from ._wrapping import PatchSet
+from ._wrapping import PatchSet, installed_version
 
 TARGETS = ("torch",)
 HOT_PATH = False
@@ -55,12 +55,7 @@ _local = threading.local()  # .batch_sizes: stack of hints from batch_size() / m
 
 
 def get_version() -> str | None:
-    try:
-        import torch
-
-        return torch.__version__
-    except Exception:  # pragma: no cover
-        return None
+    return installed_version("torch")
 
 
 def is_patched() -> bool:

@@ -26,7 +26,7 @@ import time
 from .. import semconv
 from .. import session as _session
 from .._errors import report_internal_error
-from ._wrapping import PatchSet
+from ._wrapping import PatchSet, installed_version
 
 TARGETS = ("torch",)
 HOT_PATH = True
@@ -39,12 +39,7 @@ _failure_recorded_for: object = None  # the session that already has a failed-in
 
 
 def get_version() -> str | None:
-    try:
-        import torch
-
-        return torch.__version__
-    except Exception:  # pragma: no cover
-        return None
+    return installed_version("torch")
 
 
 def is_patched() -> bool:

@@ -31,7 +31,7 @@ from .. import probes, semconv
 from .. import session as _session
 from .._errors import report_internal_error
 from ._files import FileRead, in_file_read, traced_read
-from ._wrapping import PatchSet
+from ._wrapping import PatchSet, installed_version
 
 TARGETS = ("safetensors", "safetensors.torch")
 HOT_PATH = False
@@ -44,12 +44,7 @@ _header_keys: dict[tuple, frozenset | None] = {}  # (path, size, mtime) -> tenso
 
 
 def get_version() -> str | None:
-    try:
-        import safetensors
-
-        return safetensors.__version__
-    except Exception:  # pragma: no cover
-        return None
+    return installed_version("safetensors")
 
 
 def is_patched() -> bool:

@@ -27,7 +27,7 @@ import time
 from .. import probes, semconv
 from .._errors import report_internal_error
 from . import _guard
-from ._wrapping import PatchSet
+from ._wrapping import PatchSet, installed_version
 
 TARGETS = ("torch",)
 HOT_PATH = True
@@ -44,12 +44,7 @@ _DEVICE_PHASES = frozenset((semconv.PHASE_H2D, semconv.PHASE_D2H, semconv.PHASE_
 
 
 def get_version() -> str | None:
-    try:
-        import torch
-
-        return torch.__version__
-    except Exception:  # pragma: no cover - torch missing or broken
-        return None
+    return installed_version("torch")
 
 
 def is_patched() -> bool:
@@ -98,6 +93,24 @@ def _resolve_fake_types() -> None:
 
 # --- wrappers -------------------------------------------------------------------------------
 
+def _timed_call(wrapped, args, kwargs, from_host: bool):
+    """The host's call, timed, with this thread's storage reads around it when the source is
+    in host memory (an mmap'd checkpoint is read on first touch, often right here).
+
+    The guard is held across the call: a ``__torch_function__`` subclass re-enters our
+    wrapper, and the inner call must count nothing."""
+    _guard.enter()
+    try:
+        start = time.time_ns()
+        io_before = probes.thread_io() if from_host else None
+        result = wrapped(*args, **kwargs)
+        io_after = probes.thread_io() if from_host else None
+        end = time.time_ns()
+    finally:
+        _guard.leave()
+    return result, start, end, io_before, io_after
+
+
 def _tensor_move(method: str):
     def wrapper(wrapped, instance, args, kwargs):
         session = _guard.recording_session()
@@ -111,15 +124,7 @@ def _tensor_move(method: str):
         except Exception:
             report_internal_error(f"Tensor.{method}")
             async_start = None
-        _guard.enter()  # a __torch_function__ subclass re-enters this wrapper: count once
-        try:
-            start = time.time_ns()
-            io_before = probes.thread_io() if from_host else None
-            result = wrapped(*args, **kwargs)
-            io_after = probes.thread_io() if from_host else None
-            end = time.time_ns()
-        finally:
-            _guard.leave()
+        result, start, end, io_before, io_after = _timed_call(wrapped, args, kwargs, from_host)
         if result is not instance:
             try:
                 _record_tensors(session, instance, result, instance.nbytes, start, end, io_before, io_after,
@@ -145,15 +150,7 @@ def _tensor_copy(wrapped, instance, args, kwargs):
             async_start = _async_start(_cuda_or_none(instance.device if instance.is_cuda else source.device))
     except Exception:
         report_internal_error("Tensor.copy_")
-    _guard.enter()
-    try:
-        start = time.time_ns()
-        io_before = probes.thread_io() if from_host else None
-        result = wrapped(*args, **kwargs)
-        io_after = probes.thread_io() if from_host else None
-        end = time.time_ns()
-    finally:
-        _guard.leave()
+    result, start, end, io_before, io_after = _timed_call(wrapped, args, kwargs, from_host)
     try:
         # Bytes read from the source: for a copy_ that broadcasts, what the destination holds.
         nbytes = instance.numel() * source.element_size()
@@ -176,15 +173,7 @@ def _storage_to(wrapped, instance, args, kwargs):
             async_start = _async_start(_storage_target_gpu(instance, kwargs))
     except Exception:
         report_internal_error("UntypedStorage.to")
-    _guard.enter()
-    try:
-        start = time.time_ns()
-        io_before = probes.thread_io() if from_host else None
-        result = wrapped(*args, **kwargs)
-        io_after = probes.thread_io() if from_host else None
-        end = time.time_ns()
-    finally:
-        _guard.leave()
+    result, start, end, io_before, io_after = _timed_call(wrapped, args, kwargs, from_host)
     if result is not instance:
         try:
             phase = _phase_for(instance.device.type, result.device.type, False)

@@ -15,7 +15,7 @@ import time
 from .. import semconv
 from .. import session as _session
 from ._files import FileRead, traced_read
-from ._wrapping import PatchSet
+from ._wrapping import PatchSet, installed_version
 
 TARGETS = ("torch",)
 HOT_PATH = False
@@ -25,12 +25,7 @@ _local = threading.local()  # .storage_ns / .storage_reads while a torch.load ru
 
 
 def get_version() -> str | None:
-    try:
-        import torch
-
-        return torch.__version__
-    except Exception:  # pragma: no cover
-        return None
+    return installed_version("torch")
 
 
 def is_patched() -> bool:
