@@ -63,23 +63,36 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any
-
-from opentelemetry import metrics as otel_metrics
-from opentelemetry import trace
+from typing import TYPE_CHECKING, Any
 
 from . import session as _session
 from ._errors import report_internal_error
-from .instrumentor import ColdstartInstrumentor
+from .controller import CONTROLLER
 from .patches.cuda_graphs import batch_size as graph_batch_size
+
+if TYPE_CHECKING:  # pragma: no cover
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
+
+    from .instrumentor import ColdstartInstrumentor
 
 __version__ = "0.1.0"
 __all__ = ["ColdstartInstrumentor", "instrument", "uninstrument", "ready", "phase", "trace_file",
            "graph_batch_size", "__version__"]
 
 
-def instrument(tracer_provider: trace.TracerProvider | None = None,
-               meter_provider: otel_metrics.MeterProvider | None = None, **options: Any) -> ColdstartInstrumentor:
+def __getattr__(name: str):
+    # ColdstartInstrumentor imports opentelemetry.instrumentation (~15 ms with packaging):
+    # only for those who ask for it (opentelemetry-instrument, or by name).
+    if name == "ColdstartInstrumentor":
+        from .instrumentor import ColdstartInstrumentor
+
+        return ColdstartInstrumentor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def instrument(tracer_provider: "TracerProvider | None" = None,
+               meter_provider: "MeterProvider | None" = None, **options: Any) -> None:
     """Start tracing the start-up. Idempotent: a second call does nothing.
 
     Options:
@@ -97,28 +110,22 @@ def instrument(tracer_provider: trace.TracerProvider | None = None,
       prometheus_port: serve the start-up metrics for Prometheus on this port (also
         ``OTEL_METRICS_EXPORTER=prometheus``); needs ``otel-coldstart[prometheus]``.
     """
-    instrumentor = ColdstartInstrumentor()
-    if not instrumentor.is_instrumented_by_opentelemetry:
-        instrumentor.instrument(tracer_provider=tracer_provider, meter_provider=meter_provider,
-                                skip_dep_check=True, **options)
-    return instrumentor
+    CONTROLLER.start(tracer_provider=tracer_provider, meter_provider=meter_provider, **options)
 
 
 def uninstrument() -> None:
     """Remove every patch (restoring the original objects) and end the start-up if open."""
-    instrumentor = ColdstartInstrumentor()
-    if instrumentor.is_instrumented_by_opentelemetry:
-        instrumentor.uninstrument()
+    CONTROLLER.stop()
 
 
 def ready() -> None:
     """The model can serve: end the start-up, remove the per-tensor patches, flush."""
-    ColdstartInstrumentor().ready()
+    CONTROLLER.ready()
 
 
 def trace_file() -> str | None:
     """The OTLP JSON file this process writes its trace to, if that is where spans go."""
-    return ColdstartInstrumentor().trace_file
+    return CONTROLLER.trace_file
 
 
 class phase(contextlib.ContextDecorator):

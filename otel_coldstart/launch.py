@@ -34,7 +34,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from . import export, semconv
 from ._errors import report_internal_error
-from .instrumentor import _launcher_context
+from .controller import _launcher_context
 
 # The lowercase spellings vLLM writes: a child given our parent must not prefer a stale one.
 _CARRIER_VARS = ("TRACEPARENT", "TRACESTATE", "traceparent", "tracestate")

@@ -20,7 +20,7 @@ vLLM puts it in the environment its processes inherit) or ``OTEL_COLDSTART_VLLM=
 ``OTEL_COLDSTART_VLLM=0`` or ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=coldstart`` turn it off.
 
 Forked processes: vLLM forks its engine core and workers by default. The instrumentor makes
-a forked child forget the start-up it inherited (see ``instrumentor._forget_after_fork``),
+a forked child forget the start-up it inherited (see ``controller._forget_after_fork``),
 and ``register()`` (which vLLM calls in the child) starts the child's own, rooted at the
 child's start (the fork).
 

@@ -1,0 +1,383 @@
+"""The controller: owns the patches and the start-up session, from ``instrument()`` to
+``ready()`` or exit.
+
+``otel_coldstart.instrument()`` drives it directly; the OTel ``BaseInstrumentor`` that
+``opentelemetry-instrument`` finds through the entry point (instrumentor.py) is a thin
+adapter over it. Keeping ``BaseInstrumentor`` out of this module keeps
+``opentelemetry.instrumentation`` (and ``packaging``, which it imports for dependency
+checks: about 15 ms) off the start-up of every process that calls ``instrument()``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+import wrapt
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from . import export, patches, semconv
+from . import session as _session
+from ._bounded import in_background
+from ._errors import report_internal_error
+from .analyze.breakdown import compute_breakdown
+
+_hooks_registered = False
+_atexit_registered = False
+
+
+def _env_carrier_context(parent_var: str, state_var: str):
+    """The context one spelling of the environment carrier holds, or None."""
+    value = os.environ.get(parent_var)
+    if not value:
+        return None
+    carrier = {"traceparent": value}
+    if os.environ.get(state_var):
+        carrier["tracestate"] = os.environ[state_var]
+    ctx = TraceContextTextMapPropagator().extract(carrier)
+    return ctx if trace.get_current_span(ctx).get_span_context().is_valid else None
+
+
+def _launcher_context():
+    """The parent a launcher passed down, else whatever span is current.
+
+    ``TRACEPARENT`` is OTel's environment-carrier spelling; vLLM writes a lowercase
+    ``traceparent`` into ``os.environ`` while each of its start-up spans runs, so that the
+    processes it spawns there inherit it. When both are set and share a trace, the lowercase
+    one was derived from the uppercase one in between (vLLM reads ``TRACEPARENT`` when it
+    has nothing better) and is the nearer parent; when they disagree the spec's spelling wins
+    over a stray variable.
+    """
+    upper = _env_carrier_context("TRACEPARENT", "TRACESTATE")
+    lower = _env_carrier_context("traceparent", "tracestate")
+    if upper is not None and lower is not None:
+        upper_trace = trace.get_current_span(upper).get_span_context().trace_id
+        lower_trace = trace.get_current_span(lower).get_span_context().trace_id
+        return lower if lower_trace == upper_trace else upper
+    if upper is not None or lower is not None:
+        return upper if upper is not None else lower
+    if trace.get_current_span().get_span_context().is_valid:
+        return otel_context.get_current()
+    return None
+
+
+# Launchers' variables, most specific first: torchrun/torch.distributed, Open MPI, MPICH/
+# Intel MPI, Slurm.
+_RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+_WORLD_SIZE_VARS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
+_LOCAL_RANK_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
+
+
+def _first_int(names) -> int | None:
+    for name in names:
+        value = os.environ.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+def _rank_attributes() -> dict[str, Any]:
+    """Rank, world size and local rank of this process: from torch.distributed once its
+    process group is up (the truth, and the only source where a framework such as vLLM passes
+    ranks as arguments, not variables), else from the launcher's environment variables.
+
+    Called at instrument() and again when the start-up ends, because the process group is
+    usually created after instrument(). torch is never imported here.
+    """
+    attrs: dict[str, Any] = {}
+    rank, world_size = _first_int(_RANK_VARS), _first_int(_WORLD_SIZE_VARS)
+    local_rank = _first_int(_LOCAL_RANK_VARS)
+    distributed = sys.modules.get("torch.distributed")
+    try:
+        if distributed is not None and distributed.is_available() and distributed.is_initialized():
+            rank, world_size = distributed.get_rank(), distributed.get_world_size()
+    except Exception:  # a half-torn-down process group: keep what the environment says
+        pass
+    if rank is not None:
+        attrs[semconv.RANK] = rank
+    if world_size is not None:
+        attrs[semconv.WORLD_SIZE] = world_size
+    if local_rank is not None:
+        attrs[semconv.LOCAL_RANK] = local_rank
+    return attrs
+
+
+class Controller:
+    """One per process (``CONTROLLER``). See :func:`otel_coldstart.instrument` for options."""
+
+    def __init__(self) -> None:
+        self._state: _State | None = None
+
+    @property
+    def active(self) -> bool:
+        return self._state is not None
+
+    @property
+    def session(self) -> "_session.StartupSession | None":
+        return self._state.session if self._state else None
+
+    @property
+    def trace_file(self) -> str | None:
+        return self._state.setup.file_path if self._state else None
+
+    def start(self, **kwargs: Any) -> None:
+        """Instrument (idempotent: does nothing while a start-up is being traced)."""
+        if self._state is not None:
+            return
+        options = _Options(**{k: v for k, v in kwargs.items() if k in _Options.__slots__})
+        setup = export.configure_tracing(kwargs.get("tracer_provider"), options.output_dir)
+        from . import __version__
+
+        tracer = setup.provider.get_tracer("otel_coldstart", __version__)
+        resource = getattr(setup.provider, "resource", None)
+        resource_attrs = dict(resource.attributes) if resource is not None else {}
+        session = _session.StartupSession(
+            tracer, resource=resource_attrs, start_at=options.start_at,
+            parent_context=_launcher_context(), root_attributes=_rank_attributes(),
+        )
+        summary = options.summary
+        if summary is None:
+            summary = _session.env_flag("OTEL_COLDSTART_SUMMARY", setup.file_path is not None)
+        metrics_setup = _configure_metrics(kwargs.get("meter_provider"), options.prometheus_port)
+        self._state = _State(session, setup, options, summary, metrics_setup)
+        # The process group is usually created after instrument(): read the rank again at the end.
+        session.on_end(lambda: session.root_attributes.update(_rank_attributes()))
+        for module in patches.ALL:
+            end_hook = getattr(module, "end_of_startup", None)
+            if end_hook is not None:
+                session.on_end(end_hook)
+        _session.ACTIVE = session
+        _register_hooks()
+        for module in patches.ALL:
+            for target in module.TARGETS:
+                if target in sys.modules:
+                    _patch_module(module)
+        _register_exit_handlers(options.handle_sigterm)
+
+    def stop(self) -> None:
+        """Uninstrument: end the start-up if open, remove every patch."""
+        state = self._state
+        if state is not None and not state.session.ended:
+            self._end(ready=False, reason="uninstrumented")
+        if state is not None and state.metrics is not None:
+            try:
+                state.metrics.close(state.options.export_timeout_s)
+            except Exception:
+                report_internal_error("metrics close")
+        for module in patches.ALL:
+            try:
+                module.unpatch()
+            except Exception:
+                report_internal_error(f"unpatch {module.__name__}")
+        _session.ACTIVE = None
+        self._state = None
+
+    # --- end of start-up ----------------------------------------------------------------
+
+    def ready(self) -> None:
+        if self._state is None:
+            return
+        self._end(ready=True, reason="ready")
+
+    def _end(self, *, ready: bool, reason: str, at_exit: bool = False) -> None:
+        state = self._state
+        if state is None or not state.session.end(ready=ready, reason=reason):
+            return
+        for module in patches.ALL:
+            if module.HOT_PATH:  # steady-state serving must pay nothing
+                try:
+                    module.unpatch()
+                except Exception:
+                    report_internal_error(f"unpatch {module.__name__}")
+        if state.metrics is None:  # a meter provider may have been set since instrument()
+            state.metrics = _configure_metrics(None, state.options.prometheus_port)
+        breakdown = None
+        try:
+            session = state.session
+            root = next(r for r in reversed(session.records()) if r.is_root)
+            breakdown = compute_breakdown(root, session.records())
+        except Exception:
+            report_internal_error("breakdown")
+        if breakdown is not None and state.metrics is not None:
+            try:
+                from .metrics import StartupMetrics, identifying_attributes
+
+                session = state.session
+                labels = identifying_attributes(session.resource, state.options.metric_attributes)
+                StartupMetrics(state.metrics.provider).record(
+                    breakdown, labels, session.records(), trace_context=session.root_context)
+            except Exception:
+                report_internal_error("metrics")
+        if not at_exit:  # at exit, at_exit() drains everything under one deadline
+            timeout = state.options.export_timeout_s
+            if state.metrics is not None:
+                try:
+                    from .metrics import flush as flush_metrics
+
+                    flush_metrics(state.metrics, timeout, wait=False)  # push now, in the background
+                except Exception:
+                    report_internal_error("metrics flush")
+            try:
+                # A local file is quick to write, and the summary names it: wait for it. A
+                # remote collector never holds ready().
+                export.flush(state.setup, timeout, wait=state.setup.file_path is not None)
+            except Exception:
+                report_internal_error("flush")
+        if state.summary and breakdown is not None:
+            try:
+                from .analyze.render import render_text
+
+                out = sys.stderr
+                out.write("\n[otel-coldstart] start-up breakdown\n")
+                render_text(breakdown, out)
+                if state.setup.file_path:
+                    out.write(f"  trace written to {state.setup.file_path}\n")
+                    out.write(f"  analyze it again: otel-coldstart analyze {state.setup.file_path}\n")
+                out.flush()
+            except Exception:
+                report_internal_error("summary")
+
+    def at_exit(self, reason: str = "exit") -> None:
+        """End the start-up if still open and export everything, all within one
+        ``export_timeout_s`` deadline (traces and metrics drain side by side)."""
+        state = self._state
+        if state is None:
+            return
+        self._end(ready=False, reason=reason, at_exit=True)
+        timeout = state.options.export_timeout_s
+        deadline = time.monotonic() + timeout
+        jobs = [in_background(lambda: export.finish(state.setup, timeout))]
+        if state.metrics is not None:
+            from .metrics import flush as flush_metrics
+
+            metrics_setup = state.metrics
+            if metrics_setup.owned:
+                jobs.append(in_background(lambda: metrics_setup.close(timeout)))
+            else:
+                jobs.append(in_background(lambda: flush_metrics(metrics_setup, timeout)))
+        for job in jobs:
+            job.join(max(0.0, deadline - time.monotonic()))
+
+
+CONTROLLER = Controller()
+
+
+class _Options:
+    __slots__ = ("start_at", "output_dir", "summary", "export_timeout_s", "handle_sigterm", "metric_attributes",
+                 "prometheus_port")
+
+    def __init__(self, start_at: str = "process", output_dir: str | None = None, summary: bool | None = None,
+                 export_timeout_s: float = 5.0, handle_sigterm: bool = True,
+                 metric_attributes: dict | None = None, prometheus_port: int | None = None) -> None:
+        if start_at not in ("process", "instrument"):
+            raise ValueError("start_at must be 'process' or 'instrument'")
+        self.start_at = start_at
+        self.output_dir = output_dir
+        self.summary = summary
+        self.export_timeout_s = float(export_timeout_s)
+        self.handle_sigterm = handle_sigterm
+        self.metric_attributes = dict(metric_attributes or {})
+        self.prometheus_port = prometheus_port
+
+
+class _State:
+    __slots__ = ("session", "setup", "options", "summary", "metrics")
+
+    def __init__(self, session, setup, options, summary, metrics) -> None:
+        self.session = session
+        self.setup = setup
+        self.options = options
+        self.summary = summary
+        self.metrics = metrics  # a metrics.MetricsSetup, or None if it could not be made
+
+
+def _metrics_wanted(meter_provider, prometheus_port) -> bool:
+    """Whether metrics have anywhere to go. Without a provider passed, an exporter named in
+    the environment or an SDK meter provider (which cannot exist unless its module was
+    imported), they would go to the API's no-op provider: then otel_coldstart.metrics is
+    not imported and nothing is recorded."""
+    return (meter_provider is not None or prometheus_port is not None
+            or bool(os.environ.get("OTEL_METRICS_EXPORTER"))
+            or bool(os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+            or "opentelemetry.sdk.metrics" in sys.modules)
+
+
+def _configure_metrics(meter_provider, prometheus_port):
+    if not _metrics_wanted(meter_provider, prometheus_port):
+        return None
+    try:
+        from .metrics import configure_metrics
+
+        return configure_metrics(meter_provider, prometheus_port)
+    except Exception:
+        report_internal_error("metrics setup")
+        return None
+
+
+def _patch_module(module) -> None:
+    session = _session.ACTIVE
+    if session is None or (module.HOT_PATH and session.ended):
+        return
+    try:
+        module.patch()
+    except Exception:
+        report_internal_error(f"patch {module.__name__}")
+
+
+def _register_hooks() -> None:
+    """Patch each library when it is imported, whether before or after instrument()."""
+    global _hooks_registered
+    if _hooks_registered:
+        return
+    _hooks_registered = True
+    for module in patches.ALL:
+        for target in module.TARGETS:
+            wrapt.register_post_import_hook(lambda _imported, m=module: _patch_module(m), target)
+
+
+def _forget_after_fork() -> None:
+    """In a forked child: drop the parent's start-up without ending or exporting it.
+
+    The child inherits the parent's root span and half-done aggregates; ending that copy (at
+    the child's exit) would export a second span with the parent root's id. The wrappers stay
+    installed (they do nothing without a session) and a later instrument() in the child
+    (vLLM's plugin hook, say) starts the child's own start-up, rooted at the fork."""
+    try:
+        _session.ACTIVE = None
+        CONTROLLER._state = None
+    except Exception:
+        report_internal_error("after fork")
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+def _register_exit_handlers(handle_sigterm: bool) -> None:
+    global _atexit_registered
+    if not _atexit_registered:
+        _atexit_registered = True
+        atexit.register(lambda: CONTROLLER.at_exit("exit"))
+    if handle_sigterm and threading.current_thread() is threading.main_thread():
+        try:
+            if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+                signal.signal(signal.SIGTERM, _on_sigterm)
+        except (ValueError, OSError):
+            pass
+
+
+def _on_sigterm(signum, frame) -> None:
+    """An orchestrator killing a slow start-up is exactly the start-up we must not lose:
+    end and export it, then die of SIGTERM as the host would have."""
+    try:
+        CONTROLLER.at_exit("sigterm")
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
