@@ -3,7 +3,7 @@
     python benchmarks/run_all.py --out DIR [--smoke]
 
 Writes DIR/report.md (machine, versions, load average before and after, every table) and
-DIR/<benchmark>.json (every run). Without --smoke this takes about 20-30 minutes on 2 cores
+DIR/<benchmark>.json (every run). Without --smoke this takes about 15-25 minutes on 2 cores
 and generates ~3 GiB of checkpoints under ~/.cache/otel-coldstart/bench (or --cache-root).
 The analyzer-scale benchmark (benchmarks/analyzer_scale.py) is run on its own.
 """
