@@ -196,11 +196,13 @@ def main(argv=None) -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny checkpoint, 1 round: checks it runs, not speed")
     parser.add_argument("--cache-root", default=None, help="where generated checkpoints are kept")
     parser.add_argument("--json", default=None, help="write the full result (every run) here")
+    parser.add_argument("--formats", nargs="+", choices=FORMATS, default=FORMATS, help="checkpoint formats to run")
+    parser.add_argument("--cache", nargs="+", choices=CACHE_STATES, default=CACHE_STATES, help="cache states to run")
     args = parser.parse_args(argv)
     shape = common.SMOKE_SHAPE if args.smoke else common.FULL_SHAPE
     pairs = 1 if args.smoke else args.pairs
     checkpoint = common.prepare_checkpoint(shape, args.cache_root)
-    result = measure(checkpoint, pairs)
+    result = measure(checkpoint, pairs, formats=args.formats, states=args.cache)
     result.update({"benchmark": "startup", "smoke": args.smoke, "shape": shape.__dict__, "when": common.stamp()})
     render(result, checkpoint, sys.stdout)
     if args.json:
