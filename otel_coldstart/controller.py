@@ -232,11 +232,13 @@ class Controller:
                 report_internal_error("flush")
         if state.summary and breakdown is not None:
             try:
-                from .analyze.render import render_text
+                from .analyze.findings import find
+                from .analyze.render import render_findings_text, render_text
 
                 out = sys.stderr
                 out.write("\n[otel-coldstart] start-up breakdown\n")
                 render_text(breakdown, out)
+                render_findings_text(find([breakdown]), out)
                 if state.setup.file_path:
                     out.write(f"  trace written to {state.setup.file_path}\n")
                     out.write(f"  analyze it again: otel-coldstart analyze {state.setup.file_path}\n")
