@@ -22,7 +22,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCod
 from . import probes, semconv
 from ._errors import report_internal_error
 from .analyze.model import Span as SpanRecord
-from .recorder import Aggregate, Recorder
+from .recorder import Recorder
 
 # The session the patches report to; None when not instrumented. Read without a lock on
 # every intercepted call: a plain module global is the cheapest check there is.
@@ -95,7 +95,6 @@ class StartupSession:
         self.ledger: list[SpanRecord] = []
         self.ended = False
         self.end_ns: int | None = None  # when the start-up ended (set by end())
-        self.ready_called = False
         self._lock = threading.Lock()
         self._on_end: list[Callable[[], None]] = []
         self.main_thread_id = threading.get_ident()

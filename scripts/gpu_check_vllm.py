@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import json
 import os
 import subprocess
 import sys

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import sys
 
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
