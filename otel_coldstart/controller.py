@@ -128,10 +128,22 @@ class Controller:
         return self._state.setup.file_path if self._state else None
 
     def start(self, **kwargs: Any) -> None:
-        """Instrument (idempotent: does nothing while a start-up is being traced)."""
+        """Instrument (idempotent: does nothing while a start-up is being traced).
+
+        A bad option is the caller's mistake and raises ValueError; anything else that goes
+        wrong here (an output directory we cannot create, say) leaves the host running
+        uninstrumented, with the error logged."""
         if self._state is not None:
             return
         options = _Options(**{k: v for k, v in kwargs.items() if k in _Options.__slots__})
+        try:
+            self._start(options, kwargs)
+        except Exception:
+            report_internal_error("instrument")
+            _session.ACTIVE = None
+            self._state = None
+
+    def _start(self, options: "_Options", kwargs: dict) -> None:
         setup = export.configure_tracing(kwargs.get("tracer_provider"), options.output_dir)
         from . import __version__
 

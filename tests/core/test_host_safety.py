@@ -201,3 +201,24 @@ def test_works_whether_torch_is_imported_before_or_after(tmp_path, order):
     assert names.count("coldstart.cast") == 1
     assert names.count("model.startup") == 1
     assert names.count("coldstart.import") == 1
+
+
+@pytest.mark.internal_errors_expected
+def test_instrument_that_cannot_set_up_leaves_the_host_running(tmp_path, small_checkpoint):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    otel_coldstart.uninstrument()
+    otel_coldstart.instrument(output_dir=str(blocker / "traces"), summary=False, handle_sigterm=False)
+    try:
+        assert otel_coldstart.trace_file() is None
+        assert load_file(small_checkpoint[0])  # the host's work goes on, untraced
+        assert any("instrument" in e for e in _errors.INTERNAL_ERRORS)
+    finally:
+        otel_coldstart.uninstrument()
+
+
+def test_a_bad_option_is_the_callers_error():
+    otel_coldstart.uninstrument()
+    with pytest.raises(ValueError, match="start_at"):
+        otel_coldstart.instrument(start_at="yesterday")
+    assert otel_coldstart.trace_file() is None
