@@ -61,10 +61,20 @@ class Api(http.server.BaseHTTPRequestHandler):
         return self._send(500, b"oops")
 
 
+class QuietServer(http.server.ThreadingHTTPServer):
+    # The /slow handler answers after the client gave up: its write then fails with a broken
+    # pipe, which socketserver would print to whatever sys.stderr is at that moment, possibly
+    # a later test's captured stderr. A client hanging up is expected here: stay quiet.
+    daemon_threads = False
+    block_on_close = True  # server_close() waits for handlers: none outlives this module
+
+    def handle_error(self, request, client_address):
+        pass
+
+
 @pytest.fixture(scope="module")
 def server():
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Api)
-    httpd.daemon_threads = True
+    httpd = QuietServer(("127.0.0.1", 0), Api)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
