@@ -211,12 +211,13 @@ class Controller:
         if state.metrics is None:  # a meter provider may have been set since instrument()
             state.metrics = _configure_metrics(None, state.options.prometheus_port)
         breakdown = None
-        try:
-            session = state.session
-            root = next(r for r in reversed(session.records()) if r.is_root)
-            breakdown = compute_breakdown(root, session.records())
-        except Exception:
-            report_internal_error("breakdown")
+        if state.summary or state.metrics is not None:  # nobody else reads it
+            try:
+                records = state.session.records()
+                root = next(r for r in reversed(records) if r.is_root)
+                breakdown = compute_breakdown(root, records)
+            except Exception:
+                report_internal_error("breakdown")
         if breakdown is not None and state.metrics is not None:
             try:
                 from .metrics import StartupMetrics, identifying_attributes
