@@ -320,7 +320,7 @@ def _metrics_wanted(meter_provider, prometheus_port) -> bool:
     not imported and nothing is recorded."""
     return (meter_provider is not None or prometheus_port is not None
             or bool(os.environ.get("OTEL_METRICS_EXPORTER"))
-            or bool(os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+            or export.otlp_endpoint_configured("metrics")
             or "opentelemetry.sdk.metrics" in sys.modules)
 
 

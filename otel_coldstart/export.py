@@ -93,8 +93,10 @@ def default_trace_path(output_dir: str | None = None) -> str:
     return os.path.abspath(os.path.join(directory, f"startup-{stamp}-{os.getpid()}{FILE_SUFFIX}"))
 
 
-def otlp_endpoint_configured() -> bool:
-    return bool(os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+def otlp_endpoint_configured(signal: str = "traces") -> bool:
+    """Whether the standard variables name an OTLP endpoint for ``signal`` (traces, metrics)."""
+    specific = f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT"
+    return bool(os.environ.get(specific) or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
 
 
 def default_resource() -> Resource:

@@ -30,6 +30,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext
 
 from . import semconv
 from ._bounded import run_bounded
+from .export import otlp_endpoint_configured
 from ._errors import logger
 from .analyze.breakdown import Breakdown
 from .analyze.model import Span
@@ -299,10 +300,6 @@ def metrics_exporters() -> list[str]:
     return [name.strip().lower() for name in value.split(",") if name.strip()]
 
 
-def otlp_metrics_endpoint_configured() -> bool:
-    return bool(os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
-
-
 def configure_metrics(meter_provider: metrics.MeterProvider | None,
                       prometheus_port: int | None = None) -> MetricsSetup:
     """Where metrics go.
@@ -341,7 +338,7 @@ def configure_metrics(meter_provider: metrics.MeterProvider | None,
             port = prometheus_port if prometheus_port is not None else int(
                 os.environ.get("OTEL_EXPORTER_PROMETHEUS_PORT") or DEFAULT_PROMETHEUS_PORT)
             address = (host, port)
-    if ("otlp" in names or not names) and otlp_metrics_endpoint_configured():
+    if ("otlp" in names or not names) and otlp_endpoint_configured("metrics"):
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
         exporter = _otlp_metric_exporter()

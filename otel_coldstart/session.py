@@ -97,7 +97,6 @@ class StartupSession:
         self.end_ns: int | None = None  # when the start-up ended (set by end())
         self._lock = threading.Lock()
         self._on_end: list[Callable[[], None]] = []
-        self.main_thread_id = threading.get_ident()
         self._file_order: dict[str, int] = {}
 
         now = time.time_ns()
