@@ -24,6 +24,8 @@ from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from . import export, patches, semconv
+from .inflight import (DEFAULT_PROGRESS_INTERVAL_S, DEFAULT_STALL_AFTER_S, ENV_PROGRESS_INTERVAL_S, ENV_STALL_AFTER_S,
+                       seconds_option)
 from . import session as _session
 from ._bounded import in_background
 from ._errors import report_internal_error
@@ -159,6 +161,7 @@ class Controller:
             summary = _session.env_flag("OTEL_COLDSTART_SUMMARY", setup.file_path is not None)
         metrics_setup = _configure_metrics(kwargs.get("meter_provider"), options.prometheus_port)
         self._state = _State(session, setup, options, summary, metrics_setup)
+        _start_inflight(session, setup, options, metrics_setup)
         # The process group is usually created after instrument(): read the rank again at the end.
         session.on_end(lambda: session.root_attributes.update(_rank_attributes()))
         for module in patches.ALL:
@@ -286,11 +289,12 @@ CONTROLLER = Controller()
 
 class _Options:
     __slots__ = ("start_at", "output_dir", "summary", "export_timeout_s", "handle_sigterm", "metric_attributes",
-                 "prometheus_port")
+                 "prometheus_port", "progress_interval_s", "stall_after_s")
 
     def __init__(self, start_at: str = "process", output_dir: str | None = None, summary: bool | None = None,
                  export_timeout_s: float = 5.0, handle_sigterm: bool = True,
-                 metric_attributes: dict | None = None, prometheus_port: int | None = None) -> None:
+                 metric_attributes: dict | None = None, prometheus_port: int | None = None,
+                 progress_interval_s: float | None = None, stall_after_s: float | None = None) -> None:
         if start_at not in ("process", "instrument"):
             raise ValueError("start_at must be 'process' or 'instrument'")
         self.start_at = start_at
@@ -300,6 +304,9 @@ class _Options:
         self.handle_sigterm = handle_sigterm
         self.metric_attributes = dict(metric_attributes or {})
         self.prometheus_port = prometheus_port
+        self.progress_interval_s = seconds_option(progress_interval_s, ENV_PROGRESS_INTERVAL_S,
+                                                  DEFAULT_PROGRESS_INTERVAL_S)
+        self.stall_after_s = seconds_option(stall_after_s, ENV_STALL_AFTER_S, DEFAULT_STALL_AFTER_S)
 
 
 class _State:
@@ -311,6 +318,30 @@ class _State:
         self.options = options
         self.summary = summary
         self.metrics = metrics  # a metrics.MetricsSetup, or None if it could not be made
+
+
+def _start_inflight(session, setup, options: _Options, metrics_setup) -> None:
+    """Progress records, in-flight gauges and the stall watchdog (inflight.py). In the
+    embedded file mode each record is followed by a flush of our own provider, so the file
+    holds what a SIGKILL would otherwise take with it."""
+    from . import inflight
+
+    flush = None
+    force_flush = getattr(setup.provider, "force_flush", None)
+    if setup.owned and setup.file_path and force_flush is not None:
+        flush = lambda: force_flush(2000)  # noqa: E731 - a local file: quick
+    labels = None
+    if metrics_setup is not None:
+        from .metrics import identifying_attributes
+
+        labels = identifying_attributes(session.resource, options.metric_attributes)
+    try:
+        inflight.start_for(session, progress_interval_s=options.progress_interval_s,
+                           stall_after_s=options.stall_after_s, flush=flush,
+                           meter_provider=metrics_setup.provider if metrics_setup is not None else None,
+                           labels=labels)
+    except Exception:
+        report_internal_error("inflight start")
 
 
 def _metrics_wanted(meter_provider, prometheus_port) -> bool:

@@ -139,3 +139,33 @@ RUNTIME_BACKEND = "coldstart.runtime.backend"  # cuda
 RUNTIME_DEVICE_COUNT = "coldstart.runtime.device_count"
 COMPILE_ID = "coldstart.compile.id"  # dynamo's compile id, e.g. "0/0"
 COMPILE_TRIGGER = "coldstart.compile.trigger"  # dynamo | lazy_backward | cudagraph_recording | ...
+
+# --- start-ups in flight (inflight.py; analyze/interrupted.py reads them back) -------------
+# A progress record: a zero-length span under the (still open) root, written every
+# progress_interval_s while the start-up runs, so that a start-up killed with SIGKILL (the
+# kubelet, the OOM killer) leaves what it had done and what was running.
+SPAN_PROGRESS = "coldstart.progress"
+PROGRESS_SEQ = "coldstart.progress.seq"  # 1, 2, ... per start-up
+PROGRESS_ROOT = "coldstart.progress.root"  # JSON: the root's start_ns, parent_id, attributes
+PROGRESS_OPEN = "coldstart.progress.open"  # JSON: the open spans (id, parent, name, phase, start, file)
+PROGRESS_PHASE = "coldstart.progress.phase"  # the phase running when the record was written
+PROGRESS_BYTES_LOADED = "coldstart.progress.bytes_loaded"  # checkpoint bytes read so far
+PROGRESS_BYTES_EXPECTED = "coldstart.progress.bytes_expected"  # index total_size, else files seen
+PROGRESS_IDLE_S = "coldstart.progress.idle_s"  # seconds since the last sign of progress
+# Set on every span the end of the start-up cut short (still open at exit, SIGTERM, or at
+# the last progress record of a killed start-up, where the analyzer ends it).
+INTERRUPTED = "coldstart.interrupted"
+END_PHASE = "coldstart.end.phase"  # root: the phase that was running when the start-up was cut short
+END_KILLED = "killed"  # end_reason the analyzer gives a root it rebuilt from progress records
+# The stall watchdog: one event per stall, on the open span (and the next progress record).
+EVENT_STALL = "coldstart.stall"
+STALL_IDLE_S = "coldstart.stall.idle_s"  # seconds without progress when the stall was recorded
+STALL_PHASE = "coldstart.stall.phase"
+STALL_SPAN_ID = "coldstart.stall.span_id"  # the open span the start-up waited in (hex)
+STALL_THREAD_ID = "coldstart.stall.thread.id"  # the thread that owns it (listed first)
+STALL_STACKS = "coldstart.stall.stacks"  # Python stacks of all threads, innermost frame first, bounded
+
+METRIC_INFLIGHT_ELAPSED = "model.startup.inflight.elapsed"  # s, gauge, by the running coldstart.phase
+METRIC_INFLIGHT_PHASE_ELAPSED = "model.startup.inflight.phase.elapsed"  # s, gauge: time in that phase
+METRIC_INFLIGHT_LOADED = "model.startup.inflight.loaded"  # By, gauge: checkpoint bytes read so far
+METRIC_INFLIGHT_EXPECTED = "model.startup.inflight.expected"  # By, gauge: bytes expected in all

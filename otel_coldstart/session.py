@@ -98,6 +98,9 @@ class StartupSession:
         self._lock = threading.Lock()
         self._on_end: list[Callable[[], None]] = []
         self._file_order: dict[str, int] = {}
+        # inflight.ProgressBoard, attached by the controller: told when a span opens or ends
+        # (per phase and per shard, never per tensor) for progress records and gauges.
+        self.progress = None
 
         now = time.time_ns()
         process_start = probes.process_start_time_ns() if start_at == "process" else None
@@ -152,7 +155,10 @@ class StartupSession:
         token = None
         if make_current:
             token = otel_context.attach(trace.set_span_in_context(span))
-        return ContainerSpan(self, span, parent, span_name, start, attrs, token)
+        container = ContainerSpan(self, span, parent, span_name, start, attrs, token)
+        if self.progress is not None:
+            self.progress.span_opened(container)
+        return container
 
     def _end_container(self, container: ContainerSpan, end_ns: int, error: BaseException | None) -> None:
         span = container.span
@@ -198,6 +204,8 @@ class StartupSession:
         )
         with self._lock:
             self.ledger.append(record)
+        if self.progress is not None:
+            self.progress.span_done(span_context.span_id, name, record.attributes)
 
     def file_order(self, path: str) -> int:
         """Position of ``path`` among the files this start-up read (a shard index fallback)."""

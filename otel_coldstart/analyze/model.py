@@ -11,6 +11,15 @@ AttrValue = Union[str, bool, int, float, tuple]
 
 
 @dataclass(frozen=True, slots=True)
+class SpanEvent:
+    """An event of ours on a span (``coldstart.stall``); readers keep no others."""
+
+    name: str
+    time_ns: int
+    attributes: Mapping[str, AttrValue] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class Span:
     """One finished span, whatever format it was read from.
 
@@ -28,6 +37,7 @@ class Span:
     attributes: Mapping[str, AttrValue] = field(default_factory=dict)
     resource: Mapping[str, AttrValue] = field(default_factory=dict)
     status: str = "unset"  # unset | ok | error
+    events: tuple[SpanEvent, ...] = ()  # only ours (names under "coldstart."), in time order
 
     @property
     def duration_ns(self) -> int:

@@ -13,7 +13,7 @@ import sys
 from typing import Any, Iterator
 
 from ._values import TraceReadError, as_dict, as_list, finite_float, hex_id, unix_ns
-from .model import Span
+from .model import Span, SpanEvent
 
 _STATUS = {0: "unset", 1: "ok", 2: "error", "STATUS_CODE_UNSET": "unset",
            "STATUS_CODE_OK": "ok", "STATUS_CODE_ERROR": "error"}
@@ -56,7 +56,28 @@ def _span(raw: dict, resource: dict) -> Span:
         attributes=attributes(raw.get("attributes")),
         resource=resource,
         status=status,
+        events=_our_events(raw.get("events"), span_id) if raw.get("events") else (),
     )
+
+
+MAX_EVENTS_PER_SPAN = 64  # ours are one per stall (at most 16); a hostile file gets no more
+
+
+def _our_events(items: Any, span_id: str) -> tuple:
+    """The span's ``coldstart.*`` events (stalls), in time order. Other tools' events (logs,
+    exceptions) are not analysed and are not kept: a large trace stays small in memory."""
+    events = []
+    for item in as_list(items):
+        if not isinstance(item, dict):
+            continue
+        name = item.get("name")
+        if not isinstance(name, str) or not name.startswith("coldstart."):
+            continue
+        time_ns = unix_ns(item.get("timeUnixNano"), f"span {span_id} event timeUnixNano")
+        events.append(SpanEvent(sys.intern(name), time_ns, attributes(item.get("attributes"))))
+        if len(events) >= MAX_EVENTS_PER_SPAN:
+            break
+    return tuple(sorted(events, key=lambda e: e.time_ns))
 
 
 def attributes(items: Any) -> dict:

@@ -22,6 +22,7 @@ from typing import Any, BinaryIO, Iterator
 
 from ._values import TraceReadError
 from .integrity import repair
+from .interrupted import complete_killed
 from .model import Span
 from .read_jaeger import is_jaeger_envelope, is_jaeger_trace, spans_from_jaeger_envelope, spans_from_jaeger_trace
 from .read_otlp import is_otlp, spans_from_otlp
@@ -59,7 +60,7 @@ def read_trace(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> ReadResult:
             if str(exc).startswith(path) or exc.kind == "unreadable":
                 raise
             raise TraceReadError(f"{path}: {exc}", exc.kind) from None
-    repaired, warnings = repair(spans)
+    repaired, warnings = repair(complete_killed(spans))  # a killed start-up, rebuilt from its progress records
     return ReadResult(repaired, "+".join(sorted(formats)), warnings)
 
 
@@ -169,5 +170,5 @@ def read_documents(docs: list, source: str) -> ReadResult:
             spans.extend(_spans(doc, formats, ""))
     except TraceReadError as exc:
         raise TraceReadError(f"{source}: {exc}", exc.kind) from None
-    repaired, warnings = repair(spans)
+    repaired, warnings = repair(complete_killed(spans))
     return ReadResult(repaired, "+".join(sorted(formats)), warnings)

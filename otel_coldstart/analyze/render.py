@@ -6,17 +6,19 @@ import os
 from typing import Sequence, TextIO
 
 from .breakdown import Breakdown
+from .render_interrupted import render_killed_text, render_stalls_text, state_text
 from .units import format_bytes, format_rate, format_seconds  # noqa: F401 - re-exported
 
 
 def render_text(breakdown: Breakdown, out: TextIO) -> None:
     """One screen: the phases, their shares, the dominant one flagged, unattributed shown."""
     total = breakdown.duration_ns
-    state = "ready" if breakdown.ready else "NOT READY (process ended before ready())"
+    state = state_text(breakdown) or ("ready" if breakdown.ready else "NOT READY (process ended before ready())")
     rank = ""
     if breakdown.rank is not None:
         rank = f" rank {breakdown.rank}" + (f"/{breakdown.world_size}" if breakdown.world_size else "")
     out.write(f"model.startup {format_seconds(total)} ({state}){rank} trace {breakdown.root.trace_id}\n")
+    render_killed_text(breakdown, out)
     out.write(f"  {'phase':<16}{'time':>10}{'share':>8}{'bytes':>12}{'throughput':>14}{'spans':>7}\n")
     dominant = breakdown.dominant
     for item in breakdown.phases:
@@ -56,6 +58,7 @@ def render_text(breakdown: Breakdown, out: TextIO) -> None:
             f"  dominant phase: {dominant.phase} "
             f"({format_seconds(dominant.busy_ns)}, {dominant.share_of(total) * 100:.0f}% of start-up)\n"
         )
+    render_stalls_text(breakdown, out)
     if unattributed_share >= 50:
         out.write(
             "  most of the start-up is unattributed: wrap the slow step in "

@@ -16,7 +16,9 @@ from ..analyze.render_markdown import render_markdown
 from ..analyze.render_svg import render_svg
 from ._inputs import (add_file_arguments, add_live_arguments, expand_paths, load_file, load_live, output,
                       require_startups, warn)
-from .errors import EXIT_BUDGET_EXCEEDED, EXIT_INPUT_UNREADABLE, EXIT_USAGE, EXIT_WOULD_OVERWRITE, CliError
+from ..analyze.interrupted import is_killed
+from .errors import (EXIT_BUDGET_EXCEEDED, EXIT_INPUT_UNREADABLE, EXIT_STARTUP_KILLED, EXIT_USAGE,
+                     EXIT_WOULD_OVERWRITE, CliError)
 
 HELP = "Print where the start-up time went, and what to do about it, for the start-ups in trace files."
 
@@ -78,7 +80,9 @@ def run(args: argparse.Namespace) -> int:
             _text(results, findings, out)
     for violation in violations:
         print(f"otel-coldstart: over budget: {violation.describe()}", file=sys.stderr)
-    return EXIT_BUDGET_EXCEEDED if violations else 0
+    if violations:
+        return EXIT_BUDGET_EXCEEDED
+    return EXIT_STARTUP_KILLED if any(is_killed(b) for b in results) else 0
 
 
 def _text(results, findings, out) -> None:

@@ -171,6 +171,8 @@ class FileRead:
             attrs[semconv.FILE_SIZE] = size
         self.container = session.start_container(semconv.PHASE_DESERIALIZE, attrs,
                                                  make_current=make_current, start_ns=start_ns)
+        if getattr(session, "progress", None) is not None:  # its bytes show progress inside the file
+            session.progress.file_read_opened(self)
 
     @property
     def span_context(self):

@@ -1,0 +1,238 @@
+"""Start-ups that never ended, and start-ups that stalled: pure functions over records.
+
+A start-up killed with SIGKILL (the kubelet after its startup probe gave up, the OOM
+killer) exports no root: it ends where it was. What it leaves is what was already written:
+its finished spans and its progress records (``coldstart.progress`` spans, written every
+few seconds by otel_coldstart/inflight.py, each naming the root's start and the spans open
+at that moment). :func:`complete_killed` rebuilds such a start-up from the latest record:
+
+- the root ``model.startup``, from its recorded start to the last sign of life (the
+  latest record), with ``coldstart.ready=false``, ``coldstart.end_reason=killed`` and
+  ``coldstart.end.phase`` set to the phase that was running;
+- every span open at that record and not written since, ended at the last sign of life
+  and marked ``coldstart.interrupted``.
+
+Progress records are then dropped (they are not work), so the breakdown, findings and
+renderers read a killed start-up as they read any other, and its spans have their parents
+(no "missing parent" warning). A start-up that did end ignores its records.
+
+A start-up still running reads the same as a killed one: the file cannot tell them apart;
+the last sign of life says how recent it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from .. import semconv
+from .breakdown import Breakdown
+from .model import Span, SpanEvent
+
+MAX_OPEN_REBUILT = 64  # open spans rebuilt per start-up (a record lists at most 32)
+
+
+def complete_killed(spans: Iterable[Span]) -> list[Span]:
+    """``spans`` with every killed start-up rebuilt from its latest progress record, and
+    every progress record removed."""
+    spans = list(spans)
+    records = [s for s in spans if s.name == semconv.SPAN_PROGRESS]
+    if not records:
+        return spans
+    others = [s for s in spans if s.name != semconv.SPAN_PROGRESS]
+    ended = {(s.trace_id, s.span_id) for s in others if s.is_root}
+    present = {(s.trace_id, s.span_id) for s in others}
+    latest: dict[tuple[str, str], Span] = {}
+    for record in records:
+        if record.parent_id is None or (record.trace_id, record.parent_id) in ended:
+            continue
+        key = (record.trace_id, record.parent_id)
+        best = latest.get(key)
+        if best is None or (record.end_ns, _seq(record)) > (best.end_ns, _seq(best)):
+            latest[key] = record
+    rebuilt: list[Span] = []
+    for (trace_id, root_id), record in sorted(latest.items()):
+        stall_events = [e for r in records if r.trace_id == trace_id and r.parent_id == root_id for e in r.events
+                        if e.name == semconv.EVENT_STALL]
+        rebuilt.extend(_rebuild(record, root_id, present, stall_events))
+    return others + rebuilt
+
+
+def _seq(record: Span) -> int:
+    value = record.attributes.get(semconv.PROGRESS_SEQ)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _json(record: Span, key: str, kind: type) -> Any:
+    value = record.attributes.get(key)
+    if not isinstance(value, str):
+        return kind()
+    try:
+        parsed = json.loads(value)
+    except (ValueError, RecursionError):
+        return kind()
+    return parsed if isinstance(parsed, kind) else kind()
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _hex(value: Any, width: int) -> str | None:
+    if not isinstance(value, str) or len(value) != width:
+        return None
+    try:
+        int(value, 16)
+    except ValueError:
+        return None
+    return value.lower()
+
+
+def _primitive_attributes(value: Any) -> dict:
+    if not isinstance(value, dict):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, (str, bool, int, float))}
+
+
+def _rebuild(record: Span, root_id: str, present: set, stall_events: list[SpanEvent]) -> list[Span]:
+    last_seen = record.end_ns
+    root_info = _json(record, semconv.PROGRESS_ROOT, dict)
+    start = _int(root_info.get("start_ns"))
+    if start is None or not 0 <= start <= last_seen:
+        start = last_seen
+    phase = record.attributes.get(semconv.PROGRESS_PHASE)
+    open_spans = []
+    for item in _json(record, semconv.PROGRESS_OPEN, list)[:MAX_OPEN_REBUILT]:
+        if not isinstance(item, dict):
+            continue
+        span_id = _hex(item.get("span_id"), 16)
+        item_start = _int(item.get("start_ns"))
+        name = item.get("name")
+        if span_id is None or item_start is None or not isinstance(name, str) or not start <= item_start <= last_seen:
+            continue
+        if (record.trace_id, span_id) in present:
+            continue  # it ended after the record was written: its own span says more
+        attrs = _primitive_attributes(item.get("attributes"))
+        if isinstance(item.get("phase"), str):
+            attrs[semconv.PHASE] = item["phase"]
+        if _int(item.get("thread_id")) is not None:
+            attrs[semconv.THREAD_ID] = item["thread_id"]
+        attrs[semconv.INTERRUPTED] = True
+        events = tuple(e for e in stall_events if e.attributes.get(semconv.STALL_SPAN_ID) == span_id)
+        open_spans.append(Span(record.trace_id, span_id, _hex(item.get("parent_id"), 16) or root_id, name,
+                               item_start, last_seen, attrs, record.resource, "unset", events))
+    root_attrs = _primitive_attributes(root_info.get("attributes"))
+    root_attrs.update({semconv.READY: False, semconv.END_REASON: semconv.END_KILLED})
+    if isinstance(phase, str):
+        root_attrs[semconv.END_PHASE] = phase
+    for key in (semconv.PROGRESS_BYTES_LOADED, semconv.PROGRESS_BYTES_EXPECTED):
+        if _int(record.attributes.get(key)) is not None:
+            root_attrs[key] = record.attributes[key]
+    attached = {id(e) for s in open_spans for e in s.events}
+    root_events = tuple(e for e in stall_events if id(e) not in attached
+                        and not (e.attributes.get(semconv.STALL_SPAN_ID) and
+                                 (record.trace_id, e.attributes.get(semconv.STALL_SPAN_ID)) in present))
+    root = Span(record.trace_id, root_id, _hex(root_info.get("parent_id"), 16), semconv.SPAN_ROOT, start, last_seen,
+                root_attrs, record.resource, "unset", root_events)
+    return [root] + open_spans
+
+
+# --- what the renderers say --------------------------------------------------------------
+
+@dataclass(frozen=True)
+class OpenAtDeath:
+    """A span that was running at the last sign of life."""
+
+    name: str
+    phase: str | None
+    elapsed_ns: int  # from its start to the last sign of life
+    shard_index: int | None
+    file: str | None
+
+
+@dataclass(frozen=True)
+class Killed:
+    """A start-up rebuilt from its progress records: where it was when it died."""
+
+    at_ns: int  # last sign of life, from the root's start
+    phase: str | None  # the phase running then
+    running: OpenAtDeath | None  # the innermost open span
+    open: tuple[OpenAtDeath, ...]  # all open spans, outermost first
+    bytes_loaded: int | None
+    bytes_expected: int | None
+
+
+def killed(breakdown: Breakdown) -> Killed | None:
+    """Where a killed start-up was, or None for a start-up that ended."""
+    root = breakdown.root
+    if root.attributes.get(semconv.END_REASON) != semconv.END_KILLED:
+        return None
+    interrupted = sorted((s for s in breakdown.spans if s.attributes.get(semconv.INTERRUPTED) is True),
+                         key=lambda s: (s.start_ns, s.span_id))
+    items = tuple(_open_item(s) for s in interrupted)
+    phase = root.attributes.get(semconv.END_PHASE)
+    phase = phase if isinstance(phase, str) else None
+    running = None
+    if items:
+        matching = [i for i in items if i.phase == phase]
+        running = (matching or list(items))[-1]
+    return Killed(root.duration_ns, phase, running, items, _int(root.attributes.get(semconv.PROGRESS_BYTES_LOADED)),
+                  _int(root.attributes.get(semconv.PROGRESS_BYTES_EXPECTED)))
+
+
+def _open_item(span: Span) -> OpenAtDeath:
+    path = span.attributes.get(semconv.FILE_PATH)
+    return OpenAtDeath(span.name, span.phase, span.duration_ns, _int(span.attributes.get(semconv.SHARD_INDEX)),
+                       os.path.basename(path) if isinstance(path, str) else None)
+
+
+def is_killed(breakdown: Breakdown) -> bool:
+    return breakdown.root.attributes.get(semconv.END_REASON) == semconv.END_KILLED
+
+
+@dataclass(frozen=True)
+class Stall:
+    """One ``coldstart.stall`` event: the start-up made no progress for ``idle_s``."""
+
+    at_ns: int  # from the root's start
+    idle_s: float | None
+    phase: str | None
+    span_name: str  # the span it was recorded on
+    thread: str | None  # the waiting thread's header line
+    top_frames: tuple[str, ...]  # innermost first
+    threads: int  # threads in the recorded stacks
+
+
+def stalls(breakdown: Breakdown, frames: int = 4) -> list[Stall]:
+    """Every stall recorded in this start-up, in time order (one per stall: the same event
+    on a span and on a progress record is counted once)."""
+    found: dict[int, Stall] = {}
+    root = breakdown.root
+    for span in (root,) + tuple(breakdown.spans):
+        for event in span.events:
+            if event.name != semconv.EVENT_STALL or event.time_ns in found:
+                continue
+            stacks = event.attributes.get(semconv.STALL_STACKS)
+            blocks = parse_stacks(stacks) if isinstance(stacks, str) else []
+            header, lines = blocks[0] if blocks else (None, [])
+            idle = event.attributes.get(semconv.STALL_IDLE_S)
+            phase = event.attributes.get(semconv.STALL_PHASE)
+            found[event.time_ns] = Stall(
+                max(0, event.time_ns - root.start_ns), float(idle) if isinstance(idle, (int, float)) else None,
+                phase if isinstance(phase, str) else span.phase, span.name, header, tuple(lines[:frames]),
+                len(blocks))
+    return [found[t] for t in sorted(found)]
+
+
+def parse_stacks(text: str) -> list[tuple[str, list[str]]]:
+    """(thread header, frames innermost first) per thread, as inflight.format_stacks wrote them."""
+    blocks: list[tuple[str, list[str]]] = []
+    for line in text.splitlines():
+        if line.startswith("thread "):
+            blocks.append((line.rstrip(":"), []))
+        elif line.startswith("  ") and blocks and line.strip() != "...":
+            blocks[-1][1].append(line.strip())
+    return blocks

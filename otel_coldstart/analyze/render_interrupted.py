@@ -1,0 +1,61 @@
+"""Text for start-ups that were killed or stalled (analyze/interrupted.py decides; this writes)."""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from .breakdown import Breakdown
+from .interrupted import Killed, Stall, killed, stalls
+from .units import format_bytes, format_seconds
+
+
+def state_text(breakdown: Breakdown) -> str | None:
+    """The header's state for a killed start-up, None for one that ended."""
+    item = killed(breakdown)
+    if item is None:
+        return None
+    return f"KILLED: no end, last sign of life at +{format_seconds(item.at_ns)}"
+
+
+def render_killed_text(breakdown: Breakdown, out: TextIO) -> None:
+    item = killed(breakdown)
+    if item is not None:
+        _killed(item, out)
+
+
+def _killed(item: Killed, out: TextIO) -> None:
+    where = f" during {item.phase}" if item.phase else ""
+    running = ""
+    if item.running is not None:
+        running = f": in {_describe(item.running)} for {format_seconds(item.running.elapsed_ns)}"
+    out.write(f"  killed (no end){where} at +{format_seconds(item.at_ns)}{running}\n")
+    if item.open:
+        chain = " > ".join(f"{_describe(o)} {format_seconds(o.elapsed_ns)}" for o in item.open)
+        out.write(f"    open at the last sign of life: {chain}\n")
+    if item.bytes_loaded or item.bytes_expected:
+        of = ""
+        if item.bytes_expected and item.bytes_loaded is not None:
+            of = f" of {format_bytes(item.bytes_expected)} ({item.bytes_loaded / item.bytes_expected * 100:.0f}%)"
+        out.write(f"    checkpoint bytes loaded: {format_bytes(item.bytes_loaded or 0)}{of}\n")
+
+
+def _describe(item) -> str:
+    text = item.name
+    if item.shard_index is not None or item.file:
+        shard = f"#{item.shard_index} " if item.shard_index is not None else ""
+        text += f" (shard {shard}{item.file or ''})".replace(" )", ")")
+    return text
+
+
+def render_stalls_text(breakdown: Breakdown, out: TextIO) -> None:
+    for stall in stalls(breakdown):
+        _stall(stall, out)
+
+
+def _stall(stall: Stall, out: TextIO) -> None:
+    idle = f"no progress for {format_seconds(int(stall.idle_s * 1e9))}" if stall.idle_s is not None else "no progress"
+    phase = f" in {stall.phase}" if stall.phase else ""
+    out.write(f"  stalled at +{format_seconds(stall.at_ns)}{phase} ({stall.span_name}): {idle}; "
+              f"where it waited ({stall.thread or 'thread ?'}, {stall.threads} thread(s) recorded):\n")
+    for frame in stall.top_frames:
+        out.write(f"      {frame}\n")

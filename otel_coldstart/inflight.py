@@ -1,0 +1,519 @@
+"""A start-up in flight: durable progress records, live progress gauges, a stall watchdog.
+
+The start-ups that most need debugging are the ones that never finish: killed by the
+kubelet when its startup probe gives up, by the OOM killer, or stuck in a download or a
+collective. A SIGKILL runs no handler, so whatever is to survive it must already be
+written. This module keeps it written, at a cost the host cannot see:
+
+- **A board** (:class:`ProgressBoard`) that the session feeds at span boundaries only: a
+  span opened, a span ended, a file read began (per phase and per shard, never per tensor;
+  one dict operation under a lock each). The bytes a ``safe_open`` handle has read are the
+  counter its file read already keeps; the board only holds a reference to it.
+- **One daemon thread per start-up** (``otel-coldstart-inflight``) that wakes every
+  ``progress_interval_s`` (default 5 s; more often only when a short ``stall_after_s``
+  asks for it) and, from the board:
+
+  * writes a **progress record**: a zero-length ``coldstart.progress`` span under the
+    still-open root, with the root's start and attributes, the open spans (id, parent,
+    name, phase, start, file), the running phase, bytes loaded and expected. In the
+    embedded file mode the tracer provider is flushed right after it, so the file holds
+    every finished span and the latest record within one interval; over OTLP it leaves
+    with the batch processor's next export. ``otel-coldstart analyze`` rebuilds a killed
+    start-up from the last record (analyze/interrupted.py). The interval stretches to 2%
+    of the elapsed time on long start-ups, so a start-up writes ~50 records in its first
+    4 minutes and a few hundred in a day at most;
+  * runs the **stall watchdog**: when nothing progressed (no span opened or ended, no
+    checkpoint bytes loaded, no bytes read from storage by the process) for
+    ``stall_after_s`` (default 120 s), it records the Python stacks of all threads once per
+    stall, as a ``coldstart.stall`` event on the open span (and on the next progress
+    record, so a start-up killed while stalled keeps it), and logs one line.
+- **Observable gauges** (``model.startup.inflight.*``), read at collection time from the
+  board: nothing is computed unless something scrapes. They report nothing once the
+  start-up has ended.
+
+``stop()`` (at ``ready()``, exit, SIGTERM or ``uninstrument()``) only sets an event: the
+thread notices within one tick and ends; nothing waits for it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from . import semconv
+from ._errors import logger, report_internal_error
+
+DEFAULT_PROGRESS_INTERVAL_S = 5.0
+DEFAULT_STALL_AFTER_S = 120.0  # minutes-long loads have quiet stretches; two minutes is not one
+ENV_PROGRESS_INTERVAL_S = "OTEL_COLDSTART_PROGRESS_INTERVAL_S"
+ENV_STALL_AFTER_S = "OTEL_COLDSTART_STALL_AFTER_S"
+
+# Bounds: a record and a stall event stay a few KiB whatever the host does.
+MAX_OPEN_LISTED = 32  # open spans in one record (the latest started; the rest are counted)
+MAX_STALLS = 16  # stall events per start-up
+STACKS_MAX_CHARS = 8192  # all threads' stacks in one stall event
+FRAMES_PER_THREAD = 12
+MIN_TICK_S = 0.05
+STRETCH = 50  # the record interval is at least elapsed / STRETCH
+UNATTRIBUTED = "unattributed"  # the running phase when no span of ours is open
+
+_FILE_ATTRIBUTES = (semconv.FILE_PATH, semconv.FILE_SIZE, semconv.FILE_FORMAT, semconv.SHARD_INDEX,
+                    semconv.SHARD_COUNT)
+
+
+def seconds_option(value: Any, env: str, default: float) -> float:
+    """An interval option: the value passed, else the environment variable, else ``default``.
+    0 turns the feature off. A bad value passed is the caller's mistake (ValueError); a bad
+    environment value is logged and the default used (the host must still start)."""
+    if value is not None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or value == float("inf"):
+            raise ValueError(f"{env.split('OTEL_COLDSTART_')[-1].lower()} must be a number of seconds >= 0 "
+                             f"(0 turns it off), got {value!r}")
+        return float(value)
+    text = os.environ.get(env, "").strip()
+    if not text:
+        return default
+    try:
+        parsed = float(text)
+        if not 0 <= parsed < float("inf"):
+            raise ValueError(text)
+        return parsed
+    except ValueError:
+        logger.warning("otel-coldstart: %s=%r is not a number of seconds >= 0; using %s", env, text, default)
+        return default
+
+
+class _Open:
+    """One open span as the board sees it."""
+
+    __slots__ = ("container", "span_id", "parent_id", "name", "phase", "start_ns", "thread_id", "attributes",
+                 "file_read")
+
+    def __init__(self, container) -> None:
+        self.container = container
+        self.span_id = container.span_context.span_id
+        parent = container.parent
+        self.parent_id = parent.span_id if parent is not None and parent.is_valid else None
+        self.name = container.name
+        attrs = container.attributes
+        self.phase = attrs.get(semconv.PHASE)
+        self.start_ns = container.start_ns
+        self.thread_id = attrs.get(semconv.THREAD_ID)
+        self.attributes = {k: attrs[k] for k in _FILE_ATTRIBUTES if k in attrs}
+        self.file_read = None  # a patches._files.FileRead whose .bytes grow as it reads
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What a start-up in flight looks like at ``now_ns``."""
+
+    now_ns: int
+    elapsed_s: float
+    phase: str  # the running phase (UNATTRIBUTED when no span of ours is open)
+    phase_elapsed_s: float  # time in the running span (or since the last span ended)
+    running: _Open | None
+    open: tuple  # of _Open, oldest first
+    bytes_loaded: int
+    bytes_expected: int | None
+    opened: int
+    done: int
+
+
+class ProgressBoard:
+    """What one start-up has done so far. Hooks run on the host's threads at span
+    boundaries; everything else runs on the monitor thread or at metric collection."""
+
+    def __init__(self, session, *, progress_interval_s: float = DEFAULT_PROGRESS_INTERVAL_S,
+                 stall_after_s: float = DEFAULT_STALL_AFTER_S, flush: Callable[[], Any] | None = None) -> None:
+        self.session = session
+        self.progress_interval_s = progress_interval_s
+        self.stall_after_s = stall_after_s
+        self._flush = flush
+        self._lock = threading.Lock()
+        self._open: dict[int, _Open] = {}
+        self._opened = 0
+        self._done = 0
+        self._last_end_ns = session.start_ns
+        self._loaded: dict[str, int] = {}  # file path -> bytes read by its finished reads
+        self._sizes: dict[str, int] = {}  # file path -> size, every checkpoint file seen
+        self._index_totals: dict[str, int | None] = {}  # directory -> its index's total_size
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.stopped = False
+        # Monitor-thread state.
+        self._seq = 0
+        self._fingerprint: tuple | None = None
+        self._last_progress_ns = time.time_ns()
+        self._stalled = False
+        self.stalls = 0
+        self._next_record_ns = 0
+
+    # --- hooks (host threads: one dict operation each, never raise) ------------------------
+
+    def span_opened(self, container) -> None:
+        try:
+            entry = _Open(container)
+            with self._lock:
+                self._open[entry.span_id] = entry
+                self._opened += 1
+                if entry.phase == semconv.PHASE_DESERIALIZE:
+                    self._note_size(entry.attributes)
+        except Exception:
+            report_internal_error("inflight span opened")
+
+    def span_done(self, span_id: int, name: str, attributes) -> None:
+        if name == semconv.SPAN_ROOT:
+            return
+        try:
+            end = time.time_ns()
+            with self._lock:
+                self._open.pop(span_id, None)
+                self._done += 1
+                self._last_end_ns = end
+                if attributes.get(semconv.PHASE) == semconv.PHASE_DESERIALIZE:
+                    self._note_size(attributes)
+                    path, nbytes = attributes.get(semconv.FILE_PATH), attributes.get(semconv.BYTES)
+                    if isinstance(path, str) and isinstance(nbytes, int) and nbytes > 0:
+                        self._loaded[path] = max(self._loaded.get(path, 0), nbytes)
+        except Exception:
+            report_internal_error("inflight span done")
+
+    def file_read_opened(self, read) -> None:
+        """A checkpoint file read began: its ``bytes`` counter shows progress inside the file."""
+        try:
+            with self._lock:
+                entry = self._open.get(read.container.span_context.span_id)
+                if entry is not None:
+                    entry.file_read = read
+        except Exception:
+            report_internal_error("inflight file read")
+
+    def _note_size(self, attributes) -> None:
+        path, size = attributes.get(semconv.FILE_PATH), attributes.get(semconv.FILE_SIZE)
+        if isinstance(path, str) and isinstance(size, int) and size > 0:
+            self._sizes[path] = size
+
+    # --- reading it --------------------------------------------------------------------------
+
+    def snapshot(self, now_ns: int | None = None) -> Snapshot:
+        now = time.time_ns() if now_ns is None else now_ns
+        with self._lock:
+            entries = sorted(self._open.values(), key=lambda e: e.start_ns)
+            opened, done, last_end = self._opened, self._done, self._last_end_ns
+            loaded = dict(self._loaded)
+            sizes = dict(self._sizes)
+        for entry in entries:
+            path = entry.attributes.get(semconv.FILE_PATH)
+            live = getattr(entry.file_read, "bytes", 0) if entry.file_read is not None else 0
+            if isinstance(path, str) and isinstance(live, int) and live > loaded.get(path, 0):
+                loaded[path] = live
+        running = _running(entries)
+        if running is not None:
+            phase, since = running.phase or UNATTRIBUTED, running.start_ns
+        else:
+            phase, since = UNATTRIBUTED, last_end
+        start = self.session.start_ns
+        return Snapshot(now, max(0, now - start) / 1e9, phase, max(0, now - since) / 1e9, running, tuple(entries),
+                        sum(loaded.values()), self._expected(sizes), opened, done)
+
+    def _expected(self, sizes: dict[str, int]) -> int | None:
+        """The index files' ``total_size`` for directories that have one, plus the sizes of
+        the files seen in directories that do not. Index files are read once, on the
+        monitor thread (or at a scrape), never on the host's."""
+        if not sizes:
+            return None
+        by_directory: dict[str, list[int]] = {}
+        for path, size in sizes.items():
+            by_directory.setdefault(os.path.dirname(path), []).append(size)
+        total = 0
+        for directory, file_sizes in by_directory.items():
+            if directory not in self._index_totals:
+                self._index_totals[directory] = index_total_size(directory)
+            indexed = self._index_totals[directory]
+            total += indexed if indexed is not None else sum(file_sizes)
+        return total
+
+    # --- the monitor thread ------------------------------------------------------------------
+
+    @property
+    def tick_s(self) -> float:
+        ticks = [t for t in (self.progress_interval_s, self.stall_after_s / 4) if t > 0]
+        return max(MIN_TICK_S, min(ticks)) if ticks else 0.0
+
+    def start(self) -> None:
+        if self.tick_s <= 0 or self._thread is not None:
+            return
+        now = time.time_ns()
+        self._last_progress_ns = now
+        self._next_record_ns = now + int(self.progress_interval_s * 1e9)
+        self._thread = threading.Thread(target=self._run, name="otel-coldstart-inflight", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """The start-up ended: no more records, gauges report nothing. Never waits."""
+        self.stopped = True
+        self._stop.set()
+
+    def _run(self) -> None:
+        tick = self.tick_s
+        while not self._stop.wait(tick):
+            try:
+                self.tick()
+            except Exception:
+                report_internal_error("inflight monitor")
+
+    def tick(self, now_ns: int | None = None) -> None:
+        """One wake-up: notice progress or a stall, and write a record when one is due."""
+        if self.stopped:
+            return
+        snap = self.snapshot(now_ns)
+        now = snap.now_ns
+        fingerprint = (snap.opened, snap.done, snap.bytes_loaded, process_read_bytes())
+        if fingerprint != self._fingerprint:
+            self._fingerprint = fingerprint
+            self._last_progress_ns = now
+            self._stalled = False
+        stall = None
+        idle_ns = now - self._last_progress_ns
+        if (self.stall_after_s > 0 and not self._stalled and self.stalls < MAX_STALLS
+                and idle_ns >= self.stall_after_s * 1e9):
+            self._stalled = True
+            self.stalls += 1
+            stall = self._record_stall(snap, idle_ns)
+        if self.progress_interval_s > 0 and (now >= self._next_record_ns or stall is not None):
+            self._write_record(snap, idle_ns, stall)
+            stretch = (now - self.session.start_ns) // STRETCH
+            self._next_record_ns = now + max(int(self.progress_interval_s * 1e9), stretch)
+
+    def _record_stall(self, snap: Snapshot, idle_ns: int) -> dict:
+        running = snap.running
+        main = threading.main_thread().ident
+        thread_id = running.thread_id if running is not None and isinstance(running.thread_id, int) else main
+        stacks = format_stacks(sys._current_frames(), first=thread_id, skip={threading.get_ident()})
+        attrs: dict[str, Any] = {
+            semconv.STALL_IDLE_S: round(idle_ns / 1e9, 3),
+            semconv.STALL_PHASE: snap.phase,
+            semconv.STALL_STACKS: stacks,
+        }
+        if isinstance(thread_id, int):
+            attrs[semconv.STALL_THREAD_ID] = thread_id
+        target = running.container.span if running is not None else self.session.root
+        if running is not None:
+            attrs[semconv.STALL_SPAN_ID] = format(running.span_id, "016x")
+        if target.is_recording():
+            target.add_event(semconv.EVENT_STALL, attrs, timestamp=snap.now_ns)
+        where = stacks.split("\n", 2)[1].strip() if "\n" in stacks else "?"
+        logger.warning("otel-coldstart: start-up stalled: no progress for %.1f s in phase %s (%s); waiting in %s",
+                       idle_ns / 1e9, snap.phase, running.name if running else "no open span", where)
+        return attrs
+
+    def _write_record(self, snap: Snapshot, idle_ns: int, stall: dict | None) -> None:
+        from opentelemetry import trace
+        from opentelemetry.trace import NonRecordingSpan
+
+        session = self.session
+        self._seq += 1
+        parent_id = getattr(session, "_root_parent_id", None)
+        root = {
+            "start_ns": session.start_ns,
+            "parent_id": format(parent_id, "016x") if parent_id else None,
+            "attributes": {k: v for k, v in session.root_attributes.items()
+                           if isinstance(v, (str, bool, int, float))},
+        }
+        listed = snap.open[-MAX_OPEN_LISTED:]
+        open_spans = []
+        for entry in listed:
+            item = {"span_id": format(entry.span_id, "016x"),
+                    "parent_id": format(entry.parent_id, "016x") if entry.parent_id else None,
+                    "name": entry.name, "phase": entry.phase, "start_ns": entry.start_ns,
+                    "thread_id": entry.thread_id, "attributes": dict(entry.attributes)}
+            live = getattr(entry.file_read, "bytes", 0) if entry.file_read is not None else 0
+            if isinstance(live, int) and live > 0:
+                item["attributes"][semconv.BYTES] = live
+            open_spans.append(item)
+        attrs: dict[str, Any] = {
+            semconv.PROGRESS_SEQ: self._seq,
+            semconv.PROGRESS_ROOT: json.dumps(root, separators=(",", ":")),
+            semconv.PROGRESS_OPEN: json.dumps(open_spans, separators=(",", ":")),
+            semconv.PROGRESS_PHASE: snap.phase,
+            semconv.PROGRESS_BYTES_LOADED: snap.bytes_loaded,
+            semconv.PROGRESS_IDLE_S: round(idle_ns / 1e9, 3),
+        }
+        if snap.bytes_expected is not None:
+            attrs[semconv.PROGRESS_BYTES_EXPECTED] = snap.bytes_expected
+        context = trace.set_span_in_context(NonRecordingSpan(session.root_context))
+        span = session.tracer.start_span(semconv.SPAN_PROGRESS, context=context, start_time=snap.now_ns,
+                                         attributes=attrs)
+        if stall is not None:
+            span.add_event(semconv.EVENT_STALL, stall, timestamp=snap.now_ns)
+        span.end(end_time=snap.now_ns)
+        if self._flush is not None:
+            self._flush()
+
+
+def _running(entries) -> _Open | None:
+    """The innermost open span: the latest started on the main thread, else the latest."""
+    if not entries:
+        return None
+    main = threading.main_thread().ident
+    on_main = [e for e in entries if e.thread_id == main]
+    return (on_main or list(entries))[-1]
+
+
+def index_total_size(directory: str) -> int | None:
+    """``metadata.total_size`` summed over the Hugging Face ``*.index.json`` files in
+    ``directory`` (the bytes of every tensor of the checkpoint), or None."""
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.endswith(".index.json"))
+    except OSError:
+        return None
+    total = None
+    for name in names:
+        try:
+            with open(os.path.join(directory, name), encoding="utf-8") as handle:
+                size = (json.load(handle).get("metadata") or {}).get("total_size")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(size, (int, float)) and not isinstance(size, bool) and size > 0:
+            total = (total or 0) + int(size)
+    return total
+
+
+def process_read_bytes() -> int | None:
+    """Bytes this process caused to be read from storage (``/proc/self/io``): page faults
+    on a mapped checkpoint count, reads served by the page cache do not."""
+    try:
+        with open("/proc/self/io", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"read_bytes:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def format_stacks(frames: dict, first: int | None = None, skip: set | frozenset = frozenset(),
+                  max_chars: int = STACKS_MAX_CHARS, frames_per_thread: int = FRAMES_PER_THREAD) -> str:
+    """Every thread's Python stack, innermost frame first, ``first`` listed first::
+
+        thread MainThread (139872):
+          slow_download (/srv/app.py:12)
+          main (/srv/app.py:30)
+
+    No source lines are read (no file I/O at stall time); bounded to ``max_chars``."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    order = sorted((i for i in frames if i not in skip), key=lambda i: (i != first, i != threading.main_thread().ident))
+    blocks = []
+    used = 0
+    for index, ident in enumerate(order):
+        lines = [f"thread {names.get(ident, '?')} ({ident}):"]
+        frame, depth = frames[ident], 0
+        while frame is not None and depth < frames_per_thread:
+            code = frame.f_code
+            lines.append(f"  {code.co_name} ({code.co_filename}:{frame.f_lineno})")
+            frame, depth = frame.f_back, depth + 1
+        if frame is not None:
+            lines.append("  ...")
+        block = "\n".join(lines)
+        if used + len(block) + 1 > max_chars:
+            blocks.append(f"... {len(order) - index} more thread(s)")
+            break
+        blocks.append(block)
+        used += len(block) + 1
+    return "\n".join(blocks)[:max_chars]
+
+
+# --- gauges ------------------------------------------------------------------------------
+
+class _GaugeSource:
+    """The board the gauges of one meter provider read (the current start-up's)."""
+
+    def __init__(self) -> None:
+        self.board: ProgressBoard | None = None
+        self.labels: dict = {}
+        self._cached: tuple[float, Snapshot] | None = None
+
+    def snapshot(self) -> Snapshot | None:
+        board = self.board
+        if board is None or board.stopped:
+            return None
+        now = time.monotonic()
+        cached = self._cached
+        if cached is not None and now - cached[0] < 0.2:  # one scrape asks four times
+            return cached[1]
+        snap = board.snapshot()
+        self._cached = (now, snap)
+        return snap
+
+
+_gauge_sources: dict[int, _GaugeSource] = {}  # id(meter provider) -> source: instruments are made once
+_gauge_lock = threading.Lock()
+
+
+def register_gauges(meter_provider, board: ProgressBoard, labels: dict) -> None:
+    """The in-flight gauges on ``meter_provider``, reading ``board`` from now on."""
+    from opentelemetry.metrics import CallbackOptions, Observation
+
+    from .metrics import phase_label
+
+    with _gauge_lock:
+        source = _gauge_sources.get(id(meter_provider))
+        fresh = source is None
+        if fresh:
+            source = _gauge_sources[id(meter_provider)] = _GaugeSource()
+        source.board, source.labels, source._cached = board, dict(labels), None
+    if not fresh:
+        return
+
+    def observe(value_of):
+        def callback(_options: CallbackOptions):
+            try:
+                snap = source.snapshot()
+                if snap is None:
+                    return []
+                value = value_of(snap)
+                if value is None:
+                    return []
+                return [Observation(value, {**source.labels, semconv.PHASE: phase_label(snap.phase)})]
+            except Exception:
+                report_internal_error("inflight gauge")
+                return []
+        return callback
+
+    from . import __version__
+
+    meter = meter_provider.get_meter("otel_coldstart", __version__)
+    meter.create_observable_gauge(
+        semconv.METRIC_INFLIGHT_ELAPSED, [observe(lambda s: s.elapsed_s)], unit="s",
+        description="Start-ups in flight: seconds since the process started, by the phase running now")
+    meter.create_observable_gauge(
+        semconv.METRIC_INFLIGHT_PHASE_ELAPSED, [observe(lambda s: s.phase_elapsed_s)], unit="s",
+        description="Start-ups in flight: seconds in the phase running now")
+    meter.create_observable_gauge(
+        semconv.METRIC_INFLIGHT_LOADED, [observe(lambda s: s.bytes_loaded)], unit="By",
+        description="Start-ups in flight: checkpoint bytes read so far")
+    meter.create_observable_gauge(
+        semconv.METRIC_INFLIGHT_EXPECTED, [observe(lambda s: s.bytes_expected)], unit="By",
+        description="Start-ups in flight: checkpoint bytes expected (the index's total_size, else the files seen)")
+
+
+def start_for(session, *, progress_interval_s: float, stall_after_s: float, flush=None, meter_provider=None,
+              labels: dict | None = None) -> ProgressBoard:
+    """Attach a board to ``session``, register the gauges where metrics go, start the thread;
+    the start-up's end stops it."""
+    board = ProgressBoard(session, progress_interval_s=progress_interval_s, stall_after_s=stall_after_s,
+                          flush=flush)
+    session.progress = board
+    session.on_end(board.stop)
+    if meter_provider is not None:
+        try:
+            register_gauges(meter_provider, board, labels or {})
+        except Exception:
+            report_internal_error("inflight gauges")
+    board.start()
+    return board
