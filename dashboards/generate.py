@@ -12,6 +12,9 @@ Why queries look the way they do (docs/metrics.md has the long form):
   those: "the start-ups of the processes that reported in this window".
 - Every query carries the same filters (model, instance type, version), all template
   variables whose "All" value is ``.*`` (which also matches a label that is not set).
+- The "Start-ups in flight" row is the exception: its gauges exist only while a start-up
+  runs and vanish at ready(), so it reads their current values (no window): a start-up
+  that finished or died drops out of it within one scrape (Prometheus marks it stale).
 - No data source uid is written anywhere: panels use the ``${datasource}`` variable
   (Prometheus) and trace links use ``${traces}`` (Jaeger; exemplars can point anywhere).
 """
@@ -48,6 +51,12 @@ COPY_BYTES = "model_startup_copy_bytes_total"
 COPY_THROUGHPUT = "model_startup_copy_throughput_bytes_per_second"
 GRAPH_CAPTURES = "model_startup_graph_captures_total"
 GRAPH_CAPTURE_TIME = "model_startup_graph_capture_time_seconds_total"
+# Start-ups in flight: gauges reported only while a start-up runs (gone at ready()).
+INFLIGHT_ELAPSED = "model_startup_inflight_elapsed_seconds"
+INFLIGHT_PHASE_ELAPSED = "model_startup_inflight_phase_elapsed_seconds"
+INFLIGHT_LOADED = "model_startup_inflight_loaded_bytes"
+INFLIGHT_EXPECTED = "model_startup_inflight_expected_bytes"
+INFLIGHT_PROCESS = "job, instance, service_name, coldstart_model_name, host_type"
 
 # The filters every query carries; variables named after what they select.
 FILTERS = 'coldstart_model_name=~"$model", host_type=~"$instance_type", service_version=~"$version"'
@@ -170,6 +179,11 @@ def build() -> db.Dashboard:
         f" / sum by (coldstart_phase) ({latest(COPY_BYTES, direction)})"
     )
 
+    stuck = (f"topk(20, max by ({INFLIGHT_PROCESS}, coldstart_phase) "
+             f"({selector(INFLIGHT_PHASE_ELAPSED)}))")
+    loaded_share = (f"max by ({INFLIGHT_PROCESS}) ({selector(INFLIGHT_LOADED)}) / "
+                    f"max by ({INFLIGHT_PROCESS}) ({selector(INFLIGHT_EXPECTED)} > 0)")
+
     return (
         db.Dashboard("Model start-up (otel-coldstart)").uid(UID)
         .description("Where model start-up time goes, across deploys and instance types. "
@@ -182,6 +196,21 @@ def build() -> db.Dashboard:
         .with_variable(label_variable("instance_type", "host_type", DURATION + "_count", "Instance type"))
         .with_variable(label_variable("version", "service_version", DURATION + "_count", "Version"))
         .with_variable(label_variable("direction", "coldstart_phase", COPY_BYTES, "Copy direction"))
+
+        .with_row(db.Row("Start-ups in flight"))
+        .with_panel(table_panel(
+            "Stuck longest in one phase",
+            "Start-ups running now (their gauges vanish at ready()), the ones that have been longest in their "
+            "current phase first. A stall (no progress for stall_after_s) is in the process's log and trace.",
+            stuck, "Time in phase", width=12))
+        .with_panel(series_panel(
+            "Checkpoint loaded (share of expected)",
+            "Bytes read so far over the index file's total_size (else the files seen), per start-up in flight.",
+            "percentunit", query(loaded_share, "{{instance}} {{coldstart_model_name}}"), width=6))
+        .with_panel(series_panel(
+            "Start-ups in flight by phase", "How many start-ups are running now, by the phase they are in.",
+            "none", query(f"count by (coldstart_phase) ({selector(INFLIGHT_ELAPSED)})", "{{coldstart_phase}}"),
+            stacked=True, width=6))
 
         .with_row(db.Row("Start-up time"))
         .with_panel(series_panel(

@@ -36,6 +36,14 @@ BUILTIN_VARIABLES = {"__rate_interval": "1m", "__interval": "15s", "__range": "1
 STARTUP_TIMEOUT_S = 180  # import torch on a loaded 2-core machine can be slow
 SCRAPE_TIMEOUT_S = 60
 PROMETHEUS_JOB = "otel-coldstart-test"
+# Gauges of start-ups in flight: they vanish at ready(), so a start-up that already ended
+# (the served_startup fixture) cannot show them; test_inflight_prometheus.py checks them
+# against a start-up while it runs.
+INFLIGHT_PREFIX = "model_startup_inflight_"
+
+
+def is_inflight(expr: str) -> bool:
+    return INFLIGHT_PREFIX in expr
 
 
 def load_generator():

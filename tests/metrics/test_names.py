@@ -16,8 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from otel_coldstart import metrics as coldstart_metrics
 from otel_coldstart import semconv
 
-from metrics_testlib import (DASHBOARDS, IDENTITY, REPO, committed_dashboards, load_generator, panel_expressions,
-                      promql_names, variable_queries)
+from metrics_testlib import (DASHBOARDS, IDENTITY, INFLIGHT_PREFIX, REPO, committed_dashboards, load_generator,
+                      panel_expressions, promql_names, variable_queries)
 
 DOC = os.path.join(REPO, "docs", "metrics.md")
 SCRAPE_LABELS = {"job", "instance"}  # added by the Prometheus scrape (or the Collector's exporter)
@@ -60,6 +60,9 @@ def test_every_metric_and_label_in_a_dashboard_is_emitted(served_startup):
     emitted_names, emitted_labels, _ = _emitted(served_startup.exposition())
     dashboard_metrics, dashboard_labels = _dashboard_names()
     assert len(dashboard_metrics) >= 8 and len(dashboard_labels) >= 8
+    # In-flight gauges are gone once the start-up is ready: test_inflight_prometheus.py
+    # checks them against the exposition of a start-up that runs.
+    dashboard_metrics = {m for m in dashboard_metrics if not m.startswith(INFLIGHT_PREFIX)}
     assert not dashboard_metrics - set(emitted_names), "dashboards use metrics nothing emits"
     assert not dashboard_labels - emitted_labels - SCRAPE_LABELS - SERIES_LABELS, \
         "dashboards use labels nothing emits"

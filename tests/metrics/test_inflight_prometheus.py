@@ -1,0 +1,160 @@
+"""Start-ups in flight, seen by a real Prometheus while the start-up runs.
+
+A fresh process serves its metrics; a real Prometheus (Debian's, on loopback, its own
+ephemeral port) scrapes it every second while it reads its shards in ``phase("load")``,
+one every 1.5 s, and then waits in ``phase("warmup")``. The scrapes must show the bytes
+loaded growing and the phase changing; the dashboard's in-flight panels must return data;
+after ``ready()`` the in-flight series must be gone.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import select
+import shutil
+import subprocess
+import sys
+import time
+import urllib.parse
+
+import pytest
+
+from metrics_testlib import (ALL_VARIABLES, CONCRETE_VARIABLES, HERE, IDENTITY, SCRAPE_TIMEOUT_S, STARTUP_TIMEOUT_S,
+                             committed_dashboards, free_port, http_get, is_inflight, panel_expressions, substitute)
+
+from otel_coldstart.inflight import index_total_size
+
+JOB = "otel-coldstart-inflight-test"
+LOADED = "model_startup_inflight_loaded_bytes"
+EXPECTED = "model_startup_inflight_expected_bytes"
+ELAPSED = "model_startup_inflight_elapsed_seconds"
+
+
+def _line(process, timeout_s: float) -> str:
+    ready, _, _ = select.select([process.stdout], [], [], timeout_s)
+    return process.stdout.readline() if ready else ""
+
+
+def _query(base: str, expr: str) -> dict:
+    query = urllib.parse.urlencode({"query": expr, "time": f"{time.time():.3f}"})
+    return json.loads(http_get(f"{base}/api/v1/query?{query}"))
+
+
+def _wait_for(base: str, expr: str, timeout_s: float, prometheus) -> list:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert prometheus.poll() is None, "prometheus exited"
+        try:
+            result = _query(base, expr)["data"]["result"]
+        except OSError:  # not listening yet
+            result = []
+        if result:
+            return result
+        time.sleep(0.3)
+    pytest.fail(f"no data within {timeout_s}s for {expr}")
+
+
+@pytest.fixture
+def running_startup(checkpoint_dir, tmp_path):
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.skip("the prometheus binary is not installed (Debian: apt-get install prometheus)")
+    directory, _ = checkpoint_dir
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("OTEL_") and k.lower() not in ("traceparent", "tracestate")}
+    env.update({
+        "OTEL_METRICS_EXPORTER": "prometheus",
+        "OTEL_EXPORTER_PROMETHEUS_HOST": "127.0.0.1",
+        "OTEL_EXPORTER_PROMETHEUS_PORT": "0",
+        "OTEL_RESOURCE_ATTRIBUTES": ",".join(f"{k}={v}" for k, v in IDENTITY.items()),
+        "OTEL_COLDSTART_OUTPUT_DIR": str(tmp_path / "traces"),
+        "OTEL_COLDSTART_SUMMARY": "0",
+        "OTEL_COLDSTART_TEST_SHARD_PAUSE_S": "1.5",
+    })
+    err = open(tmp_path / "app-stderr.txt", "w", encoding="utf-8")
+    app = subprocess.Popen([sys.executable, os.path.join(HERE, "inflight_app.py"), directory], env=env,
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True)
+    prometheus = None
+    log = open(tmp_path / "prometheus.log", "w", encoding="utf-8")
+    try:
+        line = _line(app, STARTUP_TIMEOUT_S)
+        assert line, f"the app printed nothing: {(tmp_path / 'app-stderr.txt').read_text()[-3000:]}"
+        target = urllib.parse.urlsplit(json.loads(line)["metrics_url"]).netloc
+        config = tmp_path / "prometheus.yml"
+        config.write_text("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+                          f"scrape_configs:\n  - job_name: {JOB}\n    static_configs:\n"
+                          f"      - targets: ['{target}']\n", encoding="utf-8")
+        port = free_port()
+        prometheus = subprocess.Popen(
+            [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
+             f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT, cwd=str(tmp_path))
+        yield app, prometheus, f"http://127.0.0.1:{port}", directory
+    finally:
+        for process in (app, prometheus):
+            if process is not None and process.poll() is None:
+                if process is app:
+                    process.stdin.close()
+                else:
+                    process.terminate()
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(timeout=30)
+        app.stdout.close()
+        err.close()
+        log.close()
+
+
+def test_scrapes_during_one_start_up_see_bytes_grow_and_the_phase_change(running_startup):
+    app, prometheus, base, directory = running_startup
+    job = f'job="{JOB}"'
+    # Scraped before the load begins: in flight, nothing loaded yet.
+    _wait_for(base, f"{LOADED}{{{job}}}", SCRAPE_TIMEOUT_S, prometheus)
+    app.stdin.write("go\n")
+    app.stdin.flush()
+    assert _line(app, STARTUP_TIMEOUT_S).strip() == "WARMUP"
+    _wait_for(base, f'{LOADED}{{{job}, coldstart_phase="warmup"}}', SCRAPE_TIMEOUT_S, prometheus)
+
+    # Every scrape of this start-up so far: (time, phase, bytes loaded).
+    series = _query(base, f"{LOADED}{{{job}}}[5m]")["data"]["result"]
+    samples = sorted((float(t), s["metric"]["coldstart_phase"], float(v)) for s in series for t, v in s["values"])
+    phases = [phase for _, phase, _ in samples]
+    loaded = [value for _, _, value in samples]
+    assert len(samples) >= 4, samples
+    assert "load" in phases and phases[-1] == "warmup", samples
+    assert loaded == sorted(loaded), "bytes loaded never go down"
+    assert loaded[0] < loaded[-1], samples
+    assert len(set(loaded)) >= 3, "the load of 3 shards, 1.5 s apart, is seen in steps"
+    total = index_total_size(directory)
+    assert total and loaded[-1] == total  # everything, as the index's total_size counts it
+    (expected,) = _query(base, f"{EXPECTED}{{{job}}}")["data"]["result"]
+    assert float(expected["value"][1]) == total
+    for key, value in IDENTITY.items():
+        assert expected["metric"][key.replace(".", "_")] == value
+
+    # The dashboard's in-flight panels answer for this start-up, with its values and with "All".
+    checked = 0
+    for dashboard in committed_dashboards().values():
+        for title, expr in panel_expressions(dashboard):
+            if not is_inflight(expr):
+                continue
+            for variables in (CONCRETE_VARIABLES, ALL_VARIABLES):
+                result = _query(base, substitute(expr, variables))
+                assert result["status"] == "success", (title, result)
+                values = [float(item["value"][1]) for item in result["data"]["result"]]
+                assert [v for v in values if math.isfinite(v)], (title, result)
+                checked += 1
+    assert checked >= 6
+
+    # ready(): the in-flight series stop (Prometheus marks them stale at the next scrape).
+    app.stdin.write("\n")
+    app.stdin.flush()
+    assert _line(app, 60).strip() == "READY"
+    deadline = time.monotonic() + SCRAPE_TIMEOUT_S
+    while _query(base, f"{ELAPSED}{{{job}}}")["data"]["result"]:
+        assert time.monotonic() < deadline, "the in-flight gauges outlived ready()"
+        time.sleep(0.5)
+    assert _query(base, f'up{{{job}}}')["data"]["result"][0]["value"][1] == "1"  # still scraped, just done
