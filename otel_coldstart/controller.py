@@ -321,15 +321,17 @@ class _State:
 
 
 def _start_inflight(session, setup, options: _Options, metrics_setup) -> None:
-    """Progress records, in-flight gauges and the stall watchdog (inflight.py). In the
-    embedded file mode each record is followed by a flush of our own provider, so the file
-    holds what a SIGKILL would otherwise take with it."""
+    """Progress records, in-flight gauges and the stall watchdog (inflight.py). Each record
+    is followed by a flush of our own provider, so what a SIGKILL would take with it is
+    already out: waited for in the file mode (a local file is quick), not over OTLP (the
+    export runs on its own thread; a slow collector never holds the monitor). A provider
+    the user configured keeps its own schedule."""
     from . import inflight
 
     flush = None
-    force_flush = getattr(setup.provider, "force_flush", None)
-    if setup.owned and setup.file_path and force_flush is not None:
-        flush = lambda: force_flush(2000)  # noqa: E731 - a local file: quick
+    if setup.owned:
+        wait = setup.file_path is not None
+        flush = lambda: export.flush(setup, options.export_timeout_s, wait=wait)  # noqa: E731
     labels = None
     if metrics_setup is not None:
         from .metrics import identifying_attributes

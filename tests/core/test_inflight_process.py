@@ -7,6 +7,8 @@ killed, name the phase (and the shard) and the time in it, exit 11 and warn abou
 
 from __future__ import annotations
 
+import base64
+import http.server
 import json
 import os
 import re
@@ -14,9 +16,12 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
+from google.protobuf.json_format import MessageToDict
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from otel_coldstart import semconv
 
@@ -70,8 +75,8 @@ def _env(tmp_path, **extra):
     return env
 
 
-def _start_and_kill(tmp_path, script, args, marker, seconds_after):
-    process = subprocess.Popen([sys.executable, "-c", script, *args], env=_env(tmp_path), stdout=subprocess.PIPE,
+def _start_and_kill(tmp_path, script, args, marker, seconds_after, env=None):
+    process = subprocess.Popen([sys.executable, "-c", script, *args], env=env or _env(tmp_path), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, cwd=str(tmp_path))
     try:
         ready, _, _ = select.select([process.stdout], [], [], 180)
@@ -88,6 +93,8 @@ def _start_and_kill(tmp_path, script, args, marker, seconds_after):
             process.wait(timeout=30)
         process.stdout.close()
         process.stderr.close()
+    if env is not None:
+        return None, killed_after
     (path,) = (tmp_path / "traces").glob("startup-*.otlp.jsonl")
     return str(path), killed_after
 
@@ -218,3 +225,62 @@ def test_the_watchdog_is_off_with_stall_after_s_0(tmp_path):
     assert "stalled" not in result.stderr
     (path,) = (tmp_path / "traces").glob("startup-*.otlp.jsonl")
     assert _stall_events(path) == []
+
+
+class _TraceCollector(http.server.ThreadingHTTPServer):
+    """An OTLP/HTTP receiver on loopback that writes every trace request it gets as a line of
+    OTLP JSON (hex ids), as a Collector's file exporter would."""
+
+    daemon_threads = True
+
+    def __init__(self, path) -> None:
+        self.lock = threading.Lock()
+        out_path = path
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if self.path.endswith("/v1/traces"):
+                    request = ExportTraceServiceRequest()
+                    request.ParseFromString(body)
+                    document = MessageToDict(request, use_integers_for_enums=True)
+                    for resource_spans in document.get("resourceSpans", []):
+                        for scope_spans in resource_spans.get("scopeSpans", []):
+                            for span in scope_spans.get("spans", []):
+                                for field in ("traceId", "spanId", "parentSpanId"):
+                                    if span.get(field):
+                                        span[field] = base64.b64decode(span[field]).hex()
+                    with server.lock, open(out_path, "a", encoding="utf-8") as handle:
+                        handle.write(json.dumps(document) + "\n")
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        server = self
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+def test_sigkill_over_otlp_leaves_the_same_facts_at_the_collector(tmp_path, small_checkpoint):
+    received = tmp_path / "collector.jsonl"
+    collector = _TraceCollector(received)
+    try:
+        env = _env(tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{collector.server_address[1]}",
+                   OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf", OTEL_METRICS_EXPORTER="none")
+        _, killed_after = _start_and_kill(tmp_path, KILLED_IN_PHASE, small_checkpoint, "IN_WARMUP", 2.0, env=env)
+    finally:
+        collector.shutdown()
+        collector.server_close()
+    assert not (tmp_path / "traces").exists()  # it went over OTLP, not to a file
+    result = _analyze(str(received))
+    assert result.returncode == 11, result.stderr
+    assert result.stderr == ""
+    match = re.search(r"killed \(no end\) during warmup at \+[\d.]+ (?:ms|s): in coldstart\.warmup for "
+                      r"([\d.]+ (?:ms|s|min))", result.stdout)
+    assert match, result.stdout
+    assert 0.5 <= _seconds(match.group(1)) <= killed_after + 0.5
+    assert len(re.findall(r"#\d\s+model-0000\d-of-00004\.safetensors", result.stdout)) == 4
