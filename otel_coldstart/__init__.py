@@ -48,7 +48,13 @@ What you get
   environment variable makes the root a child of a launcher's span, so every rank of a
   tensor-parallel start shares one trace (``otel_coldstart.launch.Launch`` starts that span).
 - Metrics ``model.startup.duration``, ``model.startup.phase.duration``,
-  ``model.startup.shard.duration`` and ``model.startup.bytes`` on the meter provider.
+  ``model.startup.shard.duration`` and ``model.startup.bytes`` on the meter provider, and,
+  while the start-up runs, gauges ``model.startup.inflight.*`` (elapsed, time in the
+  running phase, bytes loaded of expected).
+- A start-up that never ends still tells where it was: one background thread writes a
+  small progress record every few seconds (``otel-coldstart analyze`` reads a SIGKILL'd
+  start-up as "killed (no end) during <phase>"), and records the stacks of all threads
+  when nothing progresses for ``stall_after_s``.
 
 Where it goes: a tracer provider you pass or configured globally is used as it is.
 Otherwise spans go over OTLP to ``OTEL_EXPORTER_OTLP_ENDPOINT`` when that is set, else to
@@ -109,6 +115,13 @@ def instrument(tracer_provider: "TracerProvider | None" = None,
         bounded ones are kept (docs/metrics.md).
       prometheus_port: serve the start-up metrics for Prometheus on this port (also
         ``OTEL_METRICS_EXPORTER=prometheus``); needs ``otel-coldstart[prometheus]``.
+      progress_interval_s: write a progress record (a ``coldstart.progress`` span: open
+        spans, running phase, bytes loaded) this often while the start-up runs, so that a
+        start-up killed with SIGKILL can still be analysed (default 5; stretches to 2% of
+        the elapsed time; 0 turns it off; ``OTEL_COLDSTART_PROGRESS_INTERVAL_S``).
+      stall_after_s: when nothing progresses for this long, record the Python stacks of all
+        threads once per stall as a ``coldstart.stall`` event on the open span and log one
+        line (default 120; 0 turns it off; ``OTEL_COLDSTART_STALL_AFTER_S``).
     """
     CONTROLLER.start(tracer_provider=tracer_provider, meter_provider=meter_provider, **options)
 

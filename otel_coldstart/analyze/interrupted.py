@@ -236,3 +236,27 @@ def parse_stacks(text: str) -> list[tuple[str, list[str]]]:
         elif line.startswith("  ") and blocks and line.strip() != "...":
             blocks[-1][1].append(line.strip())
     return blocks
+
+
+def interruption_document(breakdown: Breakdown) -> dict:
+    """The JSON report's ``killed`` and ``stalls`` keys for one start-up (plain data)."""
+    item = killed(breakdown)
+    document: dict[str, Any] = {"killed": None, "stalls": []}
+    if item is not None:
+        document["killed"] = {
+            "last_sign_of_life_s": item.at_ns / 1e9, "phase": item.phase,
+            "running": _open_document(item.running) if item.running else None,
+            "open": [_open_document(o) for o in item.open],
+            "bytes_loaded": item.bytes_loaded, "bytes_expected": item.bytes_expected,
+        }
+    document["stalls"] = [
+        {"offset_s": s.at_ns / 1e9, "idle_s": s.idle_s, "phase": s.phase, "span": s.span_name, "thread": s.thread,
+         "top_frames": list(s.top_frames), "threads": s.threads}
+        for s in stalls(breakdown)
+    ]
+    return document
+
+
+def _open_document(item: OpenAtDeath) -> dict:
+    return {"name": item.name, "phase": item.phase, "elapsed_s": item.elapsed_ns / 1e9,
+            "shard_index": item.shard_index, "file": item.file}

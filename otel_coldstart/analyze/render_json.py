@@ -9,6 +9,7 @@ from typing import Any, Sequence, TextIO
 from .. import semconv
 from .breakdown import Breakdown
 from .findings import Finding
+from .interrupted import interruption_document
 
 SCHEMA = "otel-coldstart.analysis/1"
 
@@ -32,6 +33,7 @@ def startup_to_dict(b: Breakdown) -> dict:
         "world_size": b.world_size,
         "ready": b.ready,
         "end_reason": b.root.attributes.get(semconv.END_REASON),
+        **interruption_document(b),  # "killed" (where it was) and "stalls"
         "start_unix_ns": b.root.start_ns,
         "duration_s": _s(total),
         "unattributed_s": _s(b.unattributed_ns),

@@ -132,6 +132,8 @@ def test_sigkill_in_the_middle_of_a_phase(tmp_path, small_checkpoint):
     (startup,) = document["startups"]
     assert startup["ready"] is False
     assert startup["end_reason"] == semconv.END_KILLED
+    assert startup["killed"]["phase"] == "warmup" and startup["killed"]["running"]["name"] == "coldstart.warmup"
+    assert startup["killed"]["running"]["elapsed_s"] == pytest.approx(in_warmup, abs=0.01)
 
 
 def test_sigkill_in_the_middle_of_a_shard_read(tmp_path, small_checkpoint):
@@ -216,6 +218,10 @@ def test_a_stalled_download_records_one_stall_with_the_waiting_stack(tmp_path, h
     assert "in download (coldstart.download): no progress for" in stall_lines[0]
     after = analyzed.stdout.split(stall_lines[0], 1)[1].splitlines()
     assert after[1].strip().startswith("fetch_weights_slowly ("), analyzed.stdout  # the top frame
+    (startup,) = json.loads(_analyze(str(path), "--format", "json").stdout)["startups"]
+    (stall,) = startup["stalls"]
+    assert stall["phase"] == "download" and stall["top_frames"][0].startswith("fetch_weights_slowly (")
+    assert startup["killed"] is None
 
 
 def test_the_watchdog_is_off_with_stall_after_s_0(tmp_path):
