@@ -322,7 +322,8 @@ class ProgressBoard:
         root = {
             "start_ns": session.start_ns,
             "parent_id": format(parent_id, "016x") if parent_id else None,
-            "attributes": {k: v for k, v in session.root_attributes.items()
+            # dict() copies in one step: the end of the start-up may update it meanwhile.
+            "attributes": {k: v for k, v in dict(session.root_attributes).items()
                            if isinstance(v, (str, bool, int, float))},
         }
         listed = snap.open[-MAX_OPEN_LISTED:]
