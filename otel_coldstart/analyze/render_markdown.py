@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 from typing import Sequence, TextIO
 
 from .breakdown import Breakdown, by_trace
+from .render_interrupted import render_killed_text, render_stalls_text, state_text
 from .findings import Finding
 from .units import format_bytes, format_rate, format_seconds
 
@@ -41,8 +43,14 @@ def render_markdown(results: Sequence[Breakdown], findings: Sequence[Finding], o
 def _startup(b: Breakdown, out: TextIO) -> None:
     total = b.duration_ns
     rank = f", rank {b.rank}" if b.rank is not None else ""
-    state = "ready" if b.ready else "**not ready**"
+    killed_state = state_text(b)
+    state = f"**{killed_state}**" if killed_state else ("ready" if b.ready else "**not ready**")
     out.write(f"### model.startup: {format_seconds(total)} ({state}{rank})\n\n")
+    where = io.StringIO()  # where a killed start-up was, and its stalls: the text report's lines
+    render_killed_text(b, where)
+    render_stalls_text(b, where)
+    if where.getvalue():
+        out.write("```\n" + where.getvalue() + "```\n\n")
     out.write("| phase | time | share | bytes | throughput | spans |\n|---|---:|---:|---:|---:|---:|\n")
     for p in b.phases:
         out.write(f"| {_cell(p.phase)} | {format_seconds(p.busy_ns)} | {p.share_of(total) * 100:.1f}% | "

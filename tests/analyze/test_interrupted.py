@@ -18,6 +18,7 @@ from otel_coldstart.analyze.interrupted import complete_killed, killed, parse_st
 from otel_coldstart.analyze.integrity import repair
 from otel_coldstart.analyze.model import Span, SpanEvent
 from otel_coldstart.analyze.render import render_text
+from otel_coldstart.analyze.render_markdown import render_markdown
 from otel_coldstart.inflight import format_stacks
 
 TRACE = "ab" * 16
@@ -94,6 +95,10 @@ def test_a_killed_start_up_is_rebuilt_from_its_latest_record():
     assert ("killed (no end) during deserialize at +5.00 s: in coldstart.deserialize "
             "(shard #1 model-00002-of-00002.safetensors) for 2.00 s") in text
     assert "checkpoint bytes loaded: 600 B of 1000 B (60%)" in text
+    markdown = io.StringIO()
+    render_markdown([breakdown], [], markdown)
+    assert "(**KILLED: no end, last sign of life at +5.00 s**)" in markdown.getvalue()
+    assert "killed (no end) during deserialize" in markdown.getvalue()
     # Phases add up to the root: the rebuilt spans obey the breakdown invariant.
     assert sum(p.busy_ns for p in breakdown.phases) + breakdown.unattributed_ns == breakdown.duration_ns
 
