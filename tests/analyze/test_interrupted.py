@@ -97,7 +97,7 @@ def test_a_killed_start_up_is_rebuilt_from_its_latest_record():
     assert "checkpoint bytes loaded: 600 B of 1000 B (60%)" in text
     markdown = io.StringIO()
     render_markdown([breakdown], [], markdown)
-    assert "(**KILLED: no end, last sign of life at +5.00 s**)" in markdown.getvalue()
+    assert "(**KILLED: no end, last sign of life at +5.00 s**, rank 3)" in markdown.getvalue()
     assert "killed (no end) during deserialize" in markdown.getvalue()
     # Phases add up to the root: the rebuilt spans obey the breakdown invariant.
     assert sum(p.busy_ns for p in breakdown.phases) + breakdown.unattributed_ns == breakdown.duration_ns
