@@ -42,6 +42,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -452,7 +453,10 @@ class _GaugeSource:
         return snap
 
 
-_gauge_sources: dict[int, _GaugeSource] = {}  # id(meter provider) -> source: instruments are made once
+# meter provider -> its source: the instruments are made once per provider (a second
+# instrument() on the same provider re-points them). Weak keys: a provider that is gone
+# takes its entry with it (an id() key could be reused by a new provider).
+_gauge_sources: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _gauge_lock = threading.Lock()
 
 
@@ -463,10 +467,17 @@ def register_gauges(meter_provider, board: ProgressBoard, labels: dict) -> None:
     from .metrics import phase_label
 
     with _gauge_lock:
-        source = _gauge_sources.get(id(meter_provider))
+        try:
+            source = _gauge_sources.get(meter_provider)
+        except TypeError:  # a provider that cannot be weakly referenced: make its instruments each time
+            source = None
         fresh = source is None
         if fresh:
-            source = _gauge_sources[id(meter_provider)] = _GaugeSource()
+            source = _GaugeSource()
+            try:
+                _gauge_sources[meter_provider] = source
+            except TypeError:
+                pass
         source.board, source.labels, source._cached = board, dict(labels), None
     if not fresh:
         return

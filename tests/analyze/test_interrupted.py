@@ -207,3 +207,32 @@ def test_in_flight_gauges_report_while_running_and_nothing_after_ready(traced, s
     assert inflight_points()[semconv.METRIC_INFLIGHT_ELAPSED][1] == "unattributed"
     otel_coldstart.ready()
     assert inflight_points() == {}
+
+
+otlp_event = st.fixed_dictionaries({
+    "name": st.sampled_from([semconv.EVENT_STALL, "exception", "coldstart.x"]) | st.text(max_size=6) | st.integers(),
+    "timeUnixNano": st.one_of(st.integers(min_value=-5, max_value=2**64), st.text(max_size=22), st.none(),
+                              st.just("1711138247024460625")),
+    "attributes": st.lists(st.fixed_dictionaries({"key": st.sampled_from(
+        [semconv.STALL_STACKS, semconv.STALL_IDLE_S, semconv.STALL_SPAN_ID]) | st.text(max_size=4),
+        "value": st.dictionaries(st.sampled_from(["stringValue", "doubleValue", "intValue"]),
+                                 st.text(max_size=30) | st.floats() | st.integers(), max_size=1)}), max_size=3)})
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(events=st.lists(otlp_event, max_size=5) | st.integers() | st.text(max_size=5))
+def test_span_events_of_any_shape_read_or_fail_cleanly(tmp_path_factory, events):
+    from otel_coldstart.analyze.readers import TraceReadError, read_trace
+
+    span = {"traceId": TRACE, "spanId": ROOT, "name": semconv.SPAN_ROOT, "startTimeUnixNano": "1",
+            "endTimeUnixNano": "2", "events": events}
+    path = tmp_path_factory.mktemp("events") / "trace.json"
+    path.write_text(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}))
+    try:
+        (read,) = read_trace(str(path)).spans
+    except TraceReadError:
+        return
+    assert all(e.name.startswith("coldstart.") for e in read.events)
+    for breakdown in breakdowns([read]):
+        stalls(breakdown)
+        render_text(breakdown, io.StringIO())
