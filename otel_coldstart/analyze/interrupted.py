@@ -22,7 +22,6 @@ the last sign of life says how recent it is.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from dataclasses import dataclass
