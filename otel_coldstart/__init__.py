@@ -68,6 +68,8 @@ change what it loads, and never hide its exceptions.
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -147,6 +149,12 @@ class phase(contextlib.ContextDecorator):
     The span is ``coldstart.<name>`` with ``coldstart.phase=<name>``; work inside it
     (loads, casts) nests under it, and the analyzer counts its own time under that name
     instead of "unattributed". A no-op when not instrumented.
+
+    As a decorator it works on plain functions and on ``async def`` coroutine functions (the
+    result stays a coroutine function, and the phase lasts until the coroutine returns).
+    Generator functions are refused with a TypeError: a phase that stayed current while the
+    generator is suspended would leak into its consumer's context; use ``with phase(...)``
+    inside the generator instead.
     """
 
     def __init__(self, name: str) -> None:
@@ -154,6 +162,23 @@ class phase(contextlib.ContextDecorator):
             raise ValueError("phase name must be a non-empty string")
         self.name = name.strip()
         self._local = threading.local()
+
+    def __call__(self, func):
+        if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
+            raise TypeError(f"phase({self.name!r}) cannot decorate the generator function "
+                            f"{getattr(func, '__qualname__', func)!r}: use `with phase(...)` inside it")
+        if inspect.iscoroutinefunction(func):
+            name = self.name
+
+            @functools.wraps(func)
+            async def phase_coroutine(*args, **kwargs):
+                # A fresh phase per call: coroutines of one function interleave on one
+                # thread, and each must close its own span.
+                with phase(name):
+                    return await func(*args, **kwargs)
+
+            return phase_coroutine
+        return super().__call__(func)
 
     def __enter__(self) -> "phase":
         session = _session.ACTIVE

@@ -132,9 +132,14 @@ class Controller:
     def start(self, **kwargs: Any) -> None:
         """Instrument (idempotent: does nothing while a start-up is being traced).
 
-        A bad option is the caller's mistake and raises ValueError; anything else that goes
-        wrong here (an output directory we cannot create, say) leaves the host running
-        uninstrumented, with the error logged."""
+        A bad option is the caller's mistake and raises (an unknown name: TypeError naming
+        the valid ones; a bad value: ValueError), even when already instrumented; anything
+        else that goes wrong here (an output directory we cannot create, say) leaves the
+        host running uninstrumented, with the error logged."""
+        unknown = sorted(set(kwargs) - set(_Options.__slots__) - _PROVIDER_OPTIONS)
+        if unknown:  # a typo'd option would otherwise be silently ignored
+            raise TypeError(f"instrument() got unknown option(s) {', '.join(map(repr, unknown))}; valid options: "
+                            f"{', '.join(sorted(set(_Options.__slots__) | _PROVIDER_OPTIONS))}")
         if self._state is not None:
             return
         options = _Options(**{k: v for k, v in kwargs.items() if k in _Options.__slots__})
@@ -246,6 +251,13 @@ class Controller:
                 export.flush(state.setup, timeout, wait=state.setup.file_path is not None)
             except Exception:
                 report_internal_error("flush")
+        elif state.summary and state.setup.file_path is not None:
+            # The summary says whether the file was written: write it first (a local file is
+            # quick; at_exit's own flush then finds nothing left).
+            try:
+                export.flush(state.setup, state.options.export_timeout_s, wait=True)
+            except Exception:
+                report_internal_error("flush")
         if state.summary and breakdown is not None:
             try:
                 from .analyze.findings import find
@@ -256,8 +268,10 @@ class Controller:
                 render_text(breakdown, out)
                 render_findings_text(find([breakdown]), out)
                 if state.setup.file_path:
-                    out.write(f"  trace written to {state.setup.file_path}\n")
-                    out.write(f"  analyze it again: otel-coldstart analyze {state.setup.file_path}\n")
+                    outcome = state.setup.file_exporter.outcome() if state.setup.file_exporter else ""
+                    out.write(f"  {outcome}\n")
+                    if outcome.startswith("trace written to"):  # only a file that is there
+                        out.write(f"  analyze it again: otel-coldstart analyze {state.setup.file_path}\n")
                 out.flush()
             except Exception:
                 report_internal_error("summary")
@@ -285,6 +299,9 @@ class Controller:
 
 
 CONTROLLER = Controller()
+
+
+_PROVIDER_OPTIONS = frozenset({"tracer_provider", "meter_provider"})
 
 
 class _Options:

@@ -39,6 +39,10 @@ class OtlpJsonFileExporter(SpanExporter):
         self.path = path
         self._lock = threading.Lock()
         self._created = False
+        # What happened, for the summary: it must never claim a write that failed.
+        self.batches_written = 0
+        self.batches_failed = 0
+        self.error: str | None = None  # the first failure, one line
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if not spans:
@@ -50,9 +54,26 @@ class OtlpJsonFileExporter(SpanExporter):
                 with open(self.path, mode, encoding="utf-8") as handle:
                     handle.write(line + "\n")
                 self._created = True
-        except OSError:
+                self.batches_written += 1
+        except OSError as exc:
+            with self._lock:
+                self.batches_failed += 1
+                if self.error is None:
+                    self.error = exc.strerror or type(exc).__name__
             return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS
+
+    def outcome(self) -> str:
+        """One line saying what was written: for the summary printed at the end."""
+        with self._lock:
+            written, failed, error = self.batches_written, self.batches_failed, self.error
+        if failed and not written:
+            return f"trace NOT written: cannot write {self.path}: {error}"
+        if failed:
+            return f"trace written only in part to {self.path}: {failed} of {written + failed} batches failed ({error})"
+        if not written:
+            return f"no trace written: no span reached {self.path}"
+        return f"trace written to {self.path}"
 
     def shutdown(self) -> None:
         pass
@@ -110,6 +131,7 @@ class ExportSetup:
     owned: bool  # we made it: we flush and shut it down
     file_path: str | None  # the OTLP JSON file, when that is where spans go
     description: str
+    file_exporter: "OtlpJsonFileExporter | None" = None  # what wrote file_path
 
 
 def configure_tracing(tracer_provider: trace.TracerProvider | None, output_dir: str | None) -> ExportSetup:
@@ -125,8 +147,9 @@ def configure_tracing(tracer_provider: trace.TracerProvider | None, output_dir: 
         return ExportSetup(provider, True, None, f"OTLP ({type(exporter).__module__.split('.')[-2]})")
     path = default_trace_path(output_dir)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    provider.add_span_processor(BatchSpanProcessor(OtlpJsonFileExporter(path)))
-    return ExportSetup(provider, True, path, f"OTLP JSON file {path}")
+    file_exporter = OtlpJsonFileExporter(path)
+    provider.add_span_processor(BatchSpanProcessor(file_exporter))
+    return ExportSetup(provider, True, path, f"OTLP JSON file {path}", file_exporter)
 
 
 def _otlp_exporter() -> SpanExporter:

@@ -33,6 +33,8 @@ class ColdstartInstrumentor(BaseInstrumentor):
         return _instruments
 
     def _instrument(self, **kwargs: Any) -> None:
+        # BaseInstrumentor's own option (opentelemetry-instrument passes it): not ours.
+        kwargs.pop("skip_dep_check", None)
         CONTROLLER.start(**kwargs)
 
     def _uninstrument(self, **kwargs: Any) -> None:

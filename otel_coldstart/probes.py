@@ -15,6 +15,8 @@ import resource
 import sys
 import time
 
+from ._regular_files import open_regular, open_regular_fd
+
 _IO_ACCOUNTING = os.path.exists("/proc/thread-self/io")
 
 
@@ -166,7 +168,7 @@ def _cachestat_pages(path: str) -> int | None:
         return None
     try:
         libc = _libc_handle()
-        fd = os.open(path, os.O_RDONLY)
+        fd = open_regular_fd(path)
     except (OSError, AttributeError):
         return None
     try:
@@ -188,7 +190,7 @@ def _cachestat_pages(path: str) -> int | None:
 
 def _mincore_ratio(path: str, size: int, pages: int) -> float | None:
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:
             # A private (copy-on-write) mapping that we never write: ctypes needs a
             # writable buffer to hand mincore an address, and no page is ever copied.
             mapped = mmap.mmap(handle.fileno(), size, access=mmap.ACCESS_COPY)
@@ -214,7 +216,7 @@ def _mincore_ratio(path: str, size: int, pages: int) -> float | None:
 def evict_from_page_cache(path: str) -> bool:
     """Ask the kernel to drop the file's clean pages (POSIX_FADV_DONTNEED). True if asked."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = open_regular_fd(path)
     except OSError:
         return False
     try:

@@ -28,7 +28,50 @@ from .recorder import Recorder
 # every intercepted call: a plain module global is the cheapest check there is.
 ACTIVE: "StartupSession | None" = None
 
-_local = threading.local()  # per-thread: stack of pending parents (see pending_parent)
+_local = threading.local()  # per-thread: stack of pending parents (see pending_parent), ambient parents
+
+
+class AmbientParent:
+    """A parent for work done on one thread while a span it encloses is current, without
+    making our span the OTel-current one.
+
+    A ``with safe_open(...)`` handle lives across the host's own spans; attaching its span
+    to the OTel context would leave the host's attach/detach out of order. Instead, work
+    done while the span that was current at ``__enter__`` is still current (``encloses``)
+    hangs under ``span_context``; work inside the host's own spans hangs under those."""
+
+    __slots__ = ("encloses", "span_context", "open")
+
+    def __init__(self, encloses: int, span_context: SpanContext) -> None:
+        self.encloses = encloses
+        self.span_context = span_context
+        self.open = True
+
+
+def current_span_id() -> int:
+    """The span id current on this thread, 0 when none."""
+    span_context = trace.get_current_span().get_span_context()
+    return span_context.span_id if span_context.is_valid else 0
+
+
+def push_ambient_parent(encloses: int, span_context: SpanContext) -> AmbientParent:
+    """Add an ambient parent on this thread; close it with ``.open = False`` from any thread."""
+    entry = AmbientParent(encloses, span_context)
+    stack = getattr(_local, "ambient", None)
+    if stack is None:
+        stack = _local.ambient = []
+    stack[:] = [e for e in stack if e.open]
+    stack.append(entry)
+    return entry
+
+
+def _ambient_parent(current_id: int) -> SpanContext | None:
+    stack = getattr(_local, "ambient", None)
+    if stack:
+        for entry in reversed(stack):
+            if entry.open and entry.encloses == current_id:
+                return entry.span_context
+    return None
 
 
 class PendingParent:
@@ -128,6 +171,9 @@ class StartupSession:
         if pending:
             return pending[-1]
         current = trace.get_current_span().get_span_context()
+        ambient = _ambient_parent(current.span_id if current.is_valid else 0)
+        if ambient is not None:
+            return ambient
         if current.is_valid:
             return current
         return self.root_context
@@ -141,8 +187,10 @@ class StartupSession:
     # --- spans -----------------------------------------------------------------------------
 
     def start_container(self, phase: str, attributes: dict | None = None, name: str | None = None,
-                        start_ns: int | None = None, make_current: bool = True) -> ContainerSpan:
-        parent = self.parent_span_context()
+                        start_ns: int | None = None, make_current: bool = True,
+                        parent: SpanContext | None = None) -> ContainerSpan:
+        if parent is None:
+            parent = self.parent_span_context()
         start = time.time_ns() if start_ns is None else start_ns
         attrs = {semconv.PHASE: phase}
         attrs.update(_thread_attributes())

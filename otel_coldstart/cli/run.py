@@ -60,8 +60,18 @@ def run(args: argparse.Namespace) -> int:
     from ..semconv import SPAN_LAUNCH
 
     with Launch(args.span_name or SPAN_LAUNCH, output_dir=args.output_dir,
-                attributes={"process.command_args": tuple(command)}) as launched:
+                attributes=launch_attributes(command)) as launched:
         return _run(command, command_env(launched.env(), args.output_dir))
+
+
+def launch_attributes(command: list[str]) -> dict:
+    """What the launch span says about the command: the executable, and the arguments with
+    the values of secret-looking options and URL credentials redacted (docs/conventions.md)."""
+    from .._redact import redact_argv
+
+    args = redact_argv(command)
+    return {"process.executable.name": os.path.basename(args[0]) if args else "",
+            "process.command_args": args}
 
 
 def _run(command: list[str], env: dict[str, str]) -> int:

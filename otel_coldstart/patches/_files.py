@@ -15,6 +15,7 @@ from typing import Any
 
 from .. import probes, semconv
 from .._errors import report_internal_error
+from .._regular_files import is_regular_file, open_regular
 
 # Reading from storage at least this share of the bytes asked for means the page cache did
 # not hold them; below WARM_BELOW it did. Readahead can read a little more than asked.
@@ -70,7 +71,7 @@ def _size_or(path: str, default: int | None) -> int | None:
 
 def detect_format(path: str) -> str | None:
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:
             head = handle.read(8)
     except OSError:
         return None
@@ -114,7 +115,7 @@ def _index_positions(directory: str) -> dict[str, int]:
             cached = _index_cache.get(full)
         if cached is None or cached[0] != mtime:
             try:
-                with open(full, encoding="utf-8") as handle:
+                with open_regular(full, "r", encoding="utf-8") as handle:
                     weight_map = json.load(handle).get("weight_map") or {}
                 files = sorted({str(v) for v in weight_map.values()})
                 cached = (mtime, {f: i for i, f in enumerate(files)})
@@ -134,7 +135,8 @@ class FileRead:
     """
 
     def __init__(self, session, path: str | None, fmt: str | None, api: str, *,
-                 size: int | None = None, make_current: bool = True, start_ns: int | None = None) -> None:
+                 size: int | None = None, make_current: bool = True, start_ns: int | None = None,
+                 parent=None) -> None:
         self.session = session
         self.path = path
         self.read_bytes = 0
@@ -147,6 +149,8 @@ class FileRead:
         attrs: dict[str, Any] = {semconv.FILE_API: api}
         if path is not None:
             attrs[semconv.FILE_PATH] = path
+        # A FIFO, socket or device is never opened or read by us (it is the host's stream).
+        if path is not None and is_regular_file(path):
             try:
                 # Residency first: anything we read ourselves (a format sniff) would warm it.
                 self.resident_ratio = probes.resident_ratio(path)
@@ -170,7 +174,7 @@ class FileRead:
         if size is not None:
             attrs[semconv.FILE_SIZE] = size
         self.container = session.start_container(semconv.PHASE_DESERIALIZE, attrs,
-                                                 make_current=make_current, start_ns=start_ns)
+                                                 make_current=make_current, start_ns=start_ns, parent=parent)
         if getattr(session, "progress", None) is not None:  # its bytes show progress inside the file
             session.progress.file_read_opened(self)
 

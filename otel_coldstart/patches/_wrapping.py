@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import types
 from importlib import metadata
 from typing import Any, Callable
 
@@ -17,8 +19,101 @@ def installed_version(distribution: str) -> str | None:
         return None
 
 
+class _ModuleByName:
+    """Pickles as ``importlib.import_module(name)``: the pickle names only the standard
+    library, so a process without otel-coldstart can still load it."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __reduce__(self):
+        return (importlib.import_module, (self.name,))
+
+
+class _AttributeByName:
+    """Pickles as ``getattr(owner, name)``, where owner pickles by reference in turn."""
+
+    __slots__ = ("owner", "name")
+
+    def __init__(self, owner: Any, name: str) -> None:
+        self.owner = owner
+        self.name = name
+
+    def __reduce__(self):
+        return (getattr, (self.owner, self.name))
+
+
+def reduce_by_reference(original: Any):
+    """A reduce value that, when unpickled, looks the original up by its qualified name:
+    exactly what pickle stores for an unwrapped module-level function (so a spawned
+    process gets that name's object, wrapped or not, as it would have)."""
+    module = getattr(original, "__module__", None)
+    qualname = getattr(original, "__qualname__", None) or getattr(original, "__name__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str) or "<locals>" in qualname:
+        raise TypeError(f"cannot pickle {original!r}: it has no importable qualified name")
+    owner: Any = _ModuleByName(module)
+    *path, last = qualname.split(".")
+    for part in path:
+        owner = _AttributeByName(owner, part)
+    return (getattr, (owner, last))
+
+
+def _reduce_original(original: Any, protocol: int):
+    """What pickle would store for ``original``: functions and classes by qualified name;
+    anything else (a method descriptor such as ``TensorBase.to``) by its own reduce."""
+    if isinstance(original, (types.FunctionType, types.BuiltinFunctionType, type)):
+        return reduce_by_reference(original)
+    try:
+        value = original.__reduce_ex__(protocol)
+    except Exception:
+        return reduce_by_reference(original)
+    return reduce_by_reference(original) if isinstance(value, str) else value
+
+
+class _ColdstartBoundWrapper(wrapt.BoundFunctionWrapper):
+    """A wrapped method bound to an instance (``tensor.to``): pickles as the bound
+    original does, ``getattr(instance, name)``."""
+
+    def __reduce_ex__(self, protocol):
+        instance = self._self_instance
+        if instance is None or isinstance(instance, type):
+            return _reduce_original(self.__wrapped__, protocol)
+        return (getattr, (instance, self.__name__))
+
+    def __reduce__(self):
+        return self.__reduce_ex__(2)
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+
 class ColdstartWrapper(wrapt.FunctionWrapper):
-    """Marks our wrappers, so a second patch() can see one is already in place."""
+    """Marks our wrappers, so a second patch() can see one is already in place.
+
+    A wrapt proxy refuses to pickle or copy by default; the host's code pickles functions
+    (``ProcessPoolExecutor(mp_context=spawn).map(load_file, shards)``) and deep-copies
+    objects that hold them. So a wrapper pickles by reference to the original's qualified
+    name, like the plain function, and copies to itself, like a function does.
+    """
+
+    __bound_function_wrapper__ = _ColdstartBoundWrapper
+
+    def __reduce_ex__(self, protocol):
+        return _reduce_original(self.__wrapped__, protocol)
+
+    def __reduce__(self):
+        return self.__reduce_ex__(2)
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
 
 
 class PatchSet:

@@ -24,12 +24,10 @@ import sys
 import threading
 import time
 
-from opentelemetry import context as otel_context
-from opentelemetry import trace
-
 from .. import probes, semconv
 from .. import session as _session
 from .._errors import report_internal_error
+from .._regular_files import open_regular
 from ._files import FileRead, in_file_read, traced_read
 from ._wrapping import PatchSet, installed_version
 
@@ -122,14 +120,19 @@ class _Handle:
     a pool thread (transformers 5), hence the lock.
     """
 
-    __slots__ = ("opened_ns", "thread", "in_with", "read", "token", "path", "path_known", "lock")
+    __slots__ = ("opened_ns", "thread", "in_with", "encloses", "parent", "read", "ambient", "path", "path_known",
+                 "lock")
 
-    def __init__(self, opened_ns: int, in_with: bool) -> None:
+    def __init__(self, opened_ns: int, in_with: bool, parent=None) -> None:
         self.opened_ns = opened_ns
         self.thread = threading.get_ident()
         self.in_with = in_with
+        # The span current at __enter__: work done while it is still current is inside the
+        # with-block and outside any span the host opened there.
+        self.encloses = _session.current_span_id() if in_with else 0
+        self.parent = parent  # where the with-block was entered; else where the first read is
         self.read: FileRead | None = None
-        self.token = None
+        self.ambient: _session.AmbientParent | None = None
         self.path: str | None = None
         self.path_known = False
         self.lock = threading.Lock()
@@ -145,20 +148,17 @@ class _Handle:
                 if handle_object is not None:
                     self.know_path(handle_object)
                 self.read = FileRead(session, self.path, semconv.FORMAT_SAFETENSORS, "safetensors.safe_open",
-                                     make_current=False, start_ns=self.opened_ns)
+                                     make_current=False, start_ns=self.opened_ns, parent=self.parent)
                 if self.in_with and self.thread == threading.get_ident():
                     # Work done inside the with-block (casts, copies) nests under this shard.
-                    span = trace.NonRecordingSpan(self.read.span_context)
-                    self.token = otel_context.attach(trace.set_span_in_context(span))
+                    # Never by attaching the span to the OTel context: the handle outlives
+                    # the host's own spans, whose detach would then run out of order.
+                    self.ambient = _session.push_ambient_parent(self.encloses, self.read.span_context)
             return self.read
 
     def close(self, error: BaseException | None, end_ns: int | None) -> None:
-        if self.token is not None and self.thread == threading.get_ident():
-            try:
-                otel_context.detach(self.token)
-            except Exception:
-                report_internal_error("safe_open context detach")
-        self.token = None
+        if self.ambient is not None:
+            self.ambient.open = False
         if self.read is not None:
             self.read.finish(error, end_ns=end_ns)
 
@@ -172,7 +172,7 @@ def _enter(wrapped, instance, args, kwargs):
     try:
         with _lock:
             stale = _handles.pop(id(instance), None)
-            _handles[id(instance)] = _Handle(opened, in_with=True)
+            _handles[id(instance)] = _Handle(opened, in_with=True, parent=session.parent_span_context())
         if stale is not None:  # an earlier handle at the same address that never exited
             stale.close(None, stale.read.last_ns if stale.read else None)
     except Exception:
@@ -355,7 +355,7 @@ def _tensor_names(path: str) -> frozenset | None:
             return _header_keys[key]
     names = None
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:
             head = handle.read(8)
             if len(head) == 8:
                 (length,) = struct.unpack("<Q", head)
