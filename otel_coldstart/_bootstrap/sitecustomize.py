@@ -2,12 +2,26 @@
 
 Python imports ``sitecustomize`` from the first directory on ``sys.path`` that has one, so
 ours shadows any other (a distribution's, a virtualenv's, OpenTelemetry's). That one is run
-first, then ``otel_coldstart.instrument()``. Nothing here may stop the host program: every
-failure is reported and swallowed.
+first, then ``otel_coldstart.instrument()``. Nothing here may stop the host program: an
+error in the shadowed sitecustomize is reported exactly as plain Python reports it
+("Error in sitecustomize; ..."), and one of ours is reported and swallowed.
 """
 
 import os
 import sys
+
+
+def _report_like_site(exc: BaseException) -> None:
+    """What plain Python (site.execsitecustomize) does with an error in sitecustomize:
+    report it and go on. Shadowing the host's sitecustomize must not hide its errors."""
+    try:
+        if sys.flags.verbose:
+            sys.excepthook(type(exc), exc, exc.__traceback__)
+        else:
+            sys.stderr.write("Error in sitecustomize; set PYTHONVERBOSE for traceback:\n"
+                             f"{exc.__class__.__name__}: {exc}\n")
+    except Exception:
+        pass
 
 
 def _run_shadowed_sitecustomize() -> None:
@@ -19,8 +33,11 @@ def _run_shadowed_sitecustomize() -> None:
         import importlib
 
         importlib.import_module("sitecustomize")
-    except ImportError:
-        pass
+    except ImportError as exc:
+        if exc.name != "sitecustomize":  # raised inside the host's own sitecustomize
+            _report_like_site(exc)
+    except Exception as exc:
+        _report_like_site(exc)
     finally:
         shadowed = sys.modules.get("sitecustomize")
         sys.path[:] = saved_path
@@ -52,8 +69,8 @@ def _disabled() -> bool:
 
 
 try:
-    _run_shadowed_sitecustomize()
-except Exception:  # another package's sitecustomize failed: its problem, not the host's
+    _run_shadowed_sitecustomize()  # reports the host's own errors as Python would
+except Exception:
     pass
 
 if not _disabled():

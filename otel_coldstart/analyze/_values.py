@@ -97,15 +97,44 @@ def coerce_string(value: str):
         return True
     if value == "false":
         return False
-    try:
-        return int(value)
-    except ValueError:
-        pass
+    if len(value) <= 20:
+        try:
+            number = int(value)
+        except ValueError:
+            pass
+        else:
+            return number if INT64_MIN <= number <= INT64_MAX else value
     try:
         number = float(value)
     except ValueError:
         return value
     return number if math.isfinite(number) else value
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def int64(value: object) -> int | None:
+    """An int attribute as OTLP and Jaeger define it (int64), or None for anything that is
+    not one: Infinity/NaN, a 400-digit number, a fraction. Analysis divides and sums these
+    as floats; an out-of-range one would overflow there."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        if not text or len(text) > 20:
+            return None
+        try:
+            value = int(text)
+        except ValueError:
+            return None
+    elif isinstance(value, float):
+        if not math.isfinite(value) or not value.is_integer():
+            return None
+        value = int(value)
+    if not isinstance(value, int):
+        return None
+    return value if INT64_MIN <= value <= INT64_MAX else None
 
 
 def finite_float(value: object) -> float | None:

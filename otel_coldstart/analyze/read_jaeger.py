@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from ._values import (TraceReadError, as_dict, as_list, coerce_string, duration_ns, finite_float, hex_id,
-                      unix_ns)
+                      int64, unix_ns)
 from .model import Span
 
 
@@ -38,7 +38,11 @@ def spans_from_jaeger_trace(trace: dict) -> Iterator[Span]:
         if not isinstance(raw, dict):
             raise TraceReadError("Jaeger trace: a span is not an object")
         inline = raw.get("process")
-        resource = _process(inline) if isinstance(inline, dict) else processes.get(raw.get("processID"), {})
+        process_id = raw.get("processID")
+        if isinstance(inline, dict):
+            resource = _process(inline)
+        else:  # a hostile processID ([] or {}) is not a key: no process, not a TypeError
+            resource = processes.get(process_id, {}) if isinstance(process_id, str) else {}
         yield _span(raw, resource)
 
 
@@ -95,14 +99,13 @@ def _tag_value(kind: Any, value: Any) -> Any:
     if kind == "bool":
         return value in (True, "true")
     if kind == "int64":
-        try:
-            return int(value)
-        except (TypeError, ValueError):
-            return None
+        return int64(value)
     if kind == "float64":
         return finite_float(value)
     if isinstance(value, str) and kind is None:
         return coerce_string(value)
     if isinstance(value, float):
         return finite_float(value)
-    return value if isinstance(value, (str, int, bool)) else None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int64(value)
+    return value if isinstance(value, (str, bool)) else None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Iterator
 
-from ._values import TraceReadError, as_dict, as_list, finite_float, hex_id, unix_ns
+from ._values import TraceReadError, as_dict, as_list, finite_float, hex_id, int64, unix_ns
 from .model import Span, SpanEvent
 
 _STATUS = {0: "unset", 1: "ok", 2: "error", "STATUS_CODE_UNSET": "unset",
@@ -99,10 +99,7 @@ def any_value(value: Any, depth: int = 0) -> Any:
     if "boolValue" in value:
         return value["boolValue"] in (True, "true")
     if "intValue" in value:
-        try:
-            return int(value["intValue"])
-        except (TypeError, ValueError):
-            return None
+        return int64(value["intValue"])
     if "doubleValue" in value:
         return finite_float(value["doubleValue"])
     if "arrayValue" in value:

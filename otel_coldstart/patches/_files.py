@@ -16,6 +16,7 @@ from typing import Any
 from .. import probes, semconv
 from .._errors import report_internal_error
 from .._regular_files import is_regular_file, open_regular
+from ._tensor_bytes import tensor_nbytes
 
 # Reading from storage at least this share of the bytes asked for means the page cache did
 # not hold them; below WARM_BELOW it did. Readahead can read a little more than asked.
@@ -267,9 +268,8 @@ def _tensor_bytes(result) -> int:
         return 0
     total = 0
     for value in result.values():
-        nbytes = getattr(value, "nbytes", None)
-        if isinstance(nbytes, int):
-            total += nbytes
+        if hasattr(type(value), "nbytes") and hasattr(value, "layout"):  # a tensor, of any layout
+            total += tensor_nbytes(value)
     return total
 
 

@@ -121,6 +121,7 @@ class PatchSet:
 
     def __init__(self) -> None:
         self._saved: list[tuple[Any, str, bool, Any]] = []
+        self._installed: list[tuple[Any, ColdstartWrapper]] = []  # (original, its wrapper)
 
     def __bool__(self) -> bool:
         return bool(self._saved)
@@ -135,10 +136,17 @@ class PatchSet:
         # The attribute as stored (a classmethod/staticmethod object, or inherited from a
         # base such as torch._C.TensorBase) is what must come back on restore.
         original = vars(owner)[name] if own else current
-        setattr(owner, name, ColdstartWrapper(original, wrapper))
+        # One function under two names (torch.load is torch.serialization.load) gets one
+        # wrapper: identity checks and pickling by name keep working as before.
+        installed = next((w for o, w in self._installed if o is original and w._self_wrapper is wrapper), None)
+        if installed is None:
+            installed = ColdstartWrapper(original, wrapper)
+            self._installed.append((original, installed))
+        setattr(owner, name, installed)
         self._saved.append((owner, name, own, original))
 
     def restore(self) -> None:
+        self._installed.clear()
         while self._saved:
             owner, name, own, original = self._saved.pop()
             if own:

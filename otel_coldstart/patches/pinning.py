@@ -26,6 +26,7 @@ import time
 from .. import probes, semconv
 from .._errors import report_internal_error
 from . import _guard
+from ._tensor_bytes import tensor_nbytes
 from ._wrapping import PatchSet, installed_version
 
 TARGETS = ("torch",)
@@ -83,8 +84,7 @@ def _compiled_already() -> bool:
 
 
 def _nbytes(obj) -> int:
-    nbytes = obj.nbytes
-    return nbytes() if callable(nbytes) else nbytes  # a storage's nbytes is a method
+    return tensor_nbytes(obj)  # a storage's nbytes is a method; a sparse tensor has none
 
 
 def _pin_copy(where: str):

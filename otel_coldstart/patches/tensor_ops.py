@@ -27,6 +27,7 @@ import time
 from .. import probes, semconv
 from .._errors import report_internal_error
 from . import _guard
+from ._tensor_bytes import tensor_nbytes
 from ._wrapping import PatchSet, installed_version
 
 TARGETS = ("torch",)
@@ -127,7 +128,7 @@ def _tensor_move(method: str):
         result, start, end, io_before, io_after = _timed_call(wrapped, args, kwargs, from_host)
         if result is not instance:
             try:
-                _record_tensors(session, instance, result, instance.nbytes, start, end, io_before, io_after,
+                _record_tensors(session, instance, result, tensor_nbytes(instance), start, end, io_before, io_after,
                                 queued, async_start)
             except Exception:
                 report_internal_error(f"Tensor.{method}")

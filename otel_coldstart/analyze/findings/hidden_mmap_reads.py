@@ -20,7 +20,7 @@ MIN_READ_BYTES = 1 << 20
 
 def check(breakdown: Breakdown) -> list[Finding]:
     hiding = [s for s in breakdown.spans
-              if s.phase not in (semconv.PHASE_DESERIALIZE, semconv.PHASE_DOWNLOAD, None)
+              if s.phase and s.phase not in (semconv.PHASE_DESERIALIZE, semconv.PHASE_DOWNLOAD)
               and int_attr(s, semconv.IO_READ_BYTES) >= MIN_READ_BYTES]
     if not hiding:
         return []
