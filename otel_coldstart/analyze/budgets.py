@@ -47,6 +47,8 @@ def parse_budget_file(text: str) -> dict[str, int]:
     if stripped.startswith("{"):
         try:
             data = json.loads(stripped)
+        except RecursionError:
+            raise ValueError("budget file is nested too deeply to be a budget") from None
         except ValueError as exc:
             raise ValueError(f"budget file is not valid JSON ({exc})") from None
         specs = []

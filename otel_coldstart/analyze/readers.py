@@ -20,6 +20,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Iterator
 
+from .._regular_files import is_regular_file, open_regular_fd
 from ._values import TraceReadError
 from .integrity import repair
 from .interrupted import complete_killed
@@ -46,8 +47,13 @@ def read_trace_file(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> list[Span]
 
 
 def read_trace(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> ReadResult:
+    # A device (/dev/zero reports size 0, so no size limit would apply), a FIFO with no
+    # writer (open blocks forever) or a socket is refused without being read, or opened.
+    if os.path.exists(path) and not is_regular_file(path):
+        raise TraceReadError(f"{path}: not a regular file (a device, FIFO or socket); save the trace to a file",
+                             "unreadable")
     try:
-        handle = open(path, "rb")
+        handle = open(open_regular_fd(path), "rb")
     except OSError as exc:
         raise TraceReadError(f"cannot read {path}: {exc.strerror or exc}", "unreadable") from None
     with handle:

@@ -6,6 +6,7 @@ import os
 from typing import Sequence, TextIO
 
 from .breakdown import Breakdown
+from .escape import terminal_text as _t  # every string from a trace: no control characters
 from .render_interrupted import render_killed_text, render_stalls_text, state_text
 from .units import format_bytes, format_rate, format_seconds  # noqa: F401 - re-exported
 
@@ -17,14 +18,14 @@ def render_text(breakdown: Breakdown, out: TextIO) -> None:
     rank = ""
     if breakdown.rank is not None:
         rank = f" rank {breakdown.rank}" + (f"/{breakdown.world_size}" if breakdown.world_size else "")
-    out.write(f"model.startup {format_seconds(total)} ({state}){rank} trace {breakdown.root.trace_id}\n")
+    out.write(f"model.startup {format_seconds(total)} ({state}){rank} trace {_t(breakdown.root.trace_id)}\n")
     render_killed_text(breakdown, out)
     out.write(f"  {'phase':<16}{'time':>10}{'share':>8}{'bytes':>12}{'throughput':>14}{'spans':>7}\n")
     dominant = breakdown.dominant
     for item in breakdown.phases:
         flag = "  <- dominant" if dominant is not None and item is dominant else ""
         out.write(
-            f"  {item.phase:<16}{format_seconds(item.busy_ns):>10}"
+            f"  {_t(item.phase):<16}{format_seconds(item.busy_ns):>10}"
             f"{item.share_of(total) * 100:>7.1f}%{format_bytes(item.bytes or None):>12}"
             f"{format_rate(item.throughput):>14}{item.spans:>7}{flag}\n"
         )
@@ -38,24 +39,24 @@ def render_text(breakdown: Breakdown, out: TextIO) -> None:
     if breakdown.shards:
         out.write("  shards:\n")
         for shard in breakdown.shards:
-            name = os.path.basename(shard.path) if shard.path else "<bytes>"
+            name = _t(os.path.basename(shard.path)) if shard.path else "<bytes>"
             index = f"#{shard.index}" if shard.index is not None else "  "
             evidence = ""
             if shard.read_bytes is not None:
                 evidence = f", {format_bytes(shard.read_bytes)} read from storage"
             out.write(
                 f"    {index:<4}{name:<40}{format_bytes(shard.size):>11}"
-                f"{format_seconds(shard.duration_ns):>10}  {shard.cache_state or 'cache ?'}{evidence}\n"
+                f"{format_seconds(shard.duration_ns):>10}  {_t(shard.cache_state or 'cache ?')}{evidence}\n"
             )
     if breakdown.context:
         out.write("  context (spans that are not ours):\n")
         for item in breakdown.context[:5]:
-            inside = f" contains {', '.join(item.phases_inside)}" if item.phases_inside else ""
+            inside = f" contains {_t(', '.join(item.phases_inside))}" if item.phases_inside else ""
             where = " (encloses the start-up)" if item.encloses_root else ""
-            out.write(f"    {item.name[:40]:<40}{format_seconds(item.duration_ns):>10}{where}{inside}\n")
+            out.write(f"    {_t(item.name)[:40]:<40}{format_seconds(item.duration_ns):>10}{where}{inside}\n")
     if dominant is not None:
         out.write(
-            f"  dominant phase: {dominant.phase} "
+            f"  dominant phase: {_t(dominant.phase)} "
             f"({format_seconds(dominant.busy_ns)}, {dominant.share_of(total) * 100:.0f}% of start-up)\n"
         )
     render_stalls_text(breakdown, out)
@@ -69,13 +70,13 @@ def render_text(breakdown: Breakdown, out: TextIO) -> None:
 def render_ranks_text(group: Sequence[Breakdown], out: TextIO) -> None:
     """One line per rank of a multi-process start-up that shared one trace."""
     phases = sorted({p.phase for b in group for p in b.phases[:3]})
-    out.write(f"ranks of trace {group[0].trace_id}:\n")
-    out.write(f"  {'rank':<6}{'total':>10}" + "".join(f"{p[:12]:>13}" for p in phases) + f"{'host':>18}\n")
+    out.write(f"ranks of trace {_t(group[0].trace_id)}:\n")
+    out.write(f"  {'rank':<6}{'total':>10}" + "".join(f"{_t(p)[:12]:>13}" for p in phases) + f"{'host':>18}\n")
     for item in group:
         cells = "".join(f"{format_seconds(item.phase(p).busy_ns) if item.phase(p) else '-':>13}" for p in phases)
         host = item.root.resource.get("host.name")
         rank = "?" if item.rank is None else str(item.rank)
-        out.write(f"  {rank:<6}{format_seconds(item.duration_ns):>10}{cells}{str(host or '-')[:16]:>18}\n")
+        out.write(f"  {rank:<6}{format_seconds(item.duration_ns):>10}{cells}{_t(host or '-')[:16]:>18}\n")
 
 
 def render_findings_text(findings: Sequence, out: TextIO) -> None:
@@ -86,7 +87,7 @@ def render_findings_text(findings: Sequence, out: TextIO) -> None:
     out.write("findings (largest estimated saving first):\n")
     for number, finding in enumerate(findings, start=1):
         rank = f" [rank {finding.rank}]" if finding.rank is not None else ""
-        out.write(f"  {number}. {finding.title}{rank} (could save ~{format_seconds(finding.saving_ns)})\n")
+        out.write(f"  {number}. {_t(finding.title)}{rank} (could save ~{format_seconds(finding.saving_ns)})\n")
         for line in finding.evidence:
-            out.write(f"       - {line}\n")
-        out.write(f"       lever: {finding.lever}\n")
+            out.write(f"       - {_t(line)}\n")
+        out.write(f"       lever: {_t(finding.lever)}\n")

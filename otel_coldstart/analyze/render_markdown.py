@@ -6,18 +6,19 @@ import io
 from typing import Sequence, TextIO
 
 from .breakdown import Breakdown, by_trace
-from .render_interrupted import render_killed_text, render_stalls_text, state_text
+from .escape import markdown_code, markdown_text
 from .findings import Finding
+from .render_interrupted import render_killed_text, render_stalls_text, state_text
 from .units import format_bytes, format_rate, format_seconds
 
 
 def _cell(text: object) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    return markdown_text(text)  # everything here may come from a trace
 
 
 def render_markdown(results: Sequence[Breakdown], findings: Sequence[Finding], out: TextIO) -> None:
     for trace_id, group in by_trace(results).items():
-        out.write(f"## Start-up trace `{trace_id}`\n\n")
+        out.write(f"## Start-up trace {markdown_code(trace_id)}\n\n")
         if len(group) > 1:
             out.write("| rank | total | dominant phase | host |\n|---|---:|---|---|\n")
             for b in group:
@@ -33,7 +34,7 @@ def render_markdown(results: Sequence[Breakdown], findings: Sequence[Finding], o
         out.write("None.\n")
     for number, f in enumerate(findings, start=1):
         rank = f" (rank {f.rank})" if f.rank is not None else ""
-        out.write(f"{number}. **{_cell(f.title)}**{rank}, could save ~{format_seconds(f.saving_ns)}\n")
+        out.write(f"{number}. **{_cell(f.title)}**{_cell(rank)}, could save ~{format_seconds(f.saving_ns)}\n")
         for line in f.evidence:
             out.write(f"   - {_cell(line)}\n")
         out.write(f"   - *Lever:* {_cell(f.lever)}\n")
@@ -68,6 +69,6 @@ def _startup(b: Breakdown, out: TextIO) -> None:
         out.write("\n")
     if b.context:
         out.write("Context (spans that are not ours): " + "; ".join(
-            f"`{_cell(c.name)}` {format_seconds(c.duration_ns)}"
-            + (f" (contains {', '.join(c.phases_inside)})" if c.phases_inside else "")
+            f"{_cell(c.name)} {format_seconds(c.duration_ns)}"
+            + (f" (contains {_cell(', '.join(c.phases_inside))})" if c.phases_inside else "")
             for c in b.context[:5]) + "\n\n")

@@ -7,6 +7,8 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import errno
+import io
 import os
 import sys
 from typing import Sequence
@@ -17,7 +19,9 @@ from . import compare as compare_cmd
 from . import demo as demo_cmd
 from . import floor as floor_cmd
 from . import run as run_cmd
-from .errors import CliError
+from .errors import EXIT_OUTPUT_FAILED, CliError
+
+_OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EBADF, errno.EFBIG, errno.EROFS})
 
 COMMANDS = {"demo": demo_cmd, "analyze": analyze_cmd, "floor": floor_cmd,
             "compare": compare_cmd, "capacity": capacity_cmd, "run": run_cmd}
@@ -38,6 +42,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         return int(exc.code or 0)
+    if sys.stdout is None:  # started with stdout closed (`>&-`): writing it is an error, said once
+        sys.stdout = _ClosedStdout()
     try:
         return COMMANDS[args.command].run(args)
     except CliError as exc:
@@ -46,11 +52,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        # `otel-coldstart ... | head` closed the pipe: the reader has what it wanted. Point
-        # stdout at /dev/null so the interpreter's final flush does not complain either.
+        # `otel-coldstart ... | head` closed the pipe: the reader has what it wanted.
         # (Commands turn network errors into CliError; only stdout's pipe gets here.)
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError, AttributeError):  # stdout is not a file descriptor
-            pass
+        _discard_stdout()
         return 0
+    except OSError as exc:
+        if exc.errno not in _OUTPUT_ERRNOS:
+            raise
+        # Reading errors are CliErrors by now: what is left is writing the report (stdout on
+        # a full disk, `>/dev/full`, or an --output FILE whose disk filled up).
+        print(f"otel-coldstart: error: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
+        _discard_stdout()
+        return EXIT_OUTPUT_FAILED
+
+
+class _ClosedStdout(io.TextIOBase):
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, "stdout is closed")
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush of what is still buffered
+    does not fail again (with a traceback) after our one-line error."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout is not a file descriptor
+        pass

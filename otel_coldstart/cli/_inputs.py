@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -16,7 +17,8 @@ from ..analyze.breakdown import Breakdown, breakdowns
 from ..analyze.live import DEFAULT_LIMIT, DEFAULT_TIMEOUT_S, LiveSourceError, jaeger_documents, tempo_documents
 from ..analyze.readers import DEFAULT_MAX_BYTES, ReadResult, TraceReadError, read_documents, read_trace
 from .errors import (EXIT_INPUT_TOO_LARGE, EXIT_INPUT_UNREADABLE, EXIT_NO_STARTUP, EXIT_NOT_A_TRACE,
-                     EXIT_SOURCE_UNAVAILABLE, EXIT_USAGE, EXIT_WOULD_OVERWRITE, CliError)
+                     EXIT_OUTPUT_FAILED, EXIT_SOURCE_UNAVAILABLE, EXIT_USAGE, EXIT_WOULD_OVERWRITE,
+                     CliError)
 
 _EXIT_FOR_KIND = {"unreadable": EXIT_INPUT_UNREADABLE, "too_large": EXIT_INPUT_TOO_LARGE,
                   "invalid": EXIT_NOT_A_TRACE}
@@ -75,9 +77,18 @@ def _select(startups: list[Breakdown], trace_id: str | None) -> list[Breakdown]:
     return [b for b in startups if b.trace_id.lstrip("0").startswith(wanted)]
 
 
+MAX_INPUT_MB_LIMIT = 1 << 20  # 1 TiB: beyond any trace; keeps the byte count an int
+MAX_TIMEOUT_S = 24 * 3600  # a socket timeout must fit a C timeval; a day is more than enough
+
+
+def check_number(value: float, option: str, upper: float) -> None:
+    """A positive, finite number no larger than ``upper`` (NaN and Infinity parse as floats)."""
+    if not math.isfinite(value) or value <= 0 or value > upper:
+        raise CliError(f"{option} must be a positive number of at most {upper:.0f}, not {value!r}", EXIT_USAGE)
+
+
 def load_file(path: str, args: argparse.Namespace) -> Loaded:
-    if args.max_input_mb <= 0:
-        raise CliError("--max-input-mb must be positive", EXIT_USAGE)
+    check_number(args.max_input_mb, "--max-input-mb", MAX_INPUT_MB_LIMIT)
     with _paused_gc():
         try:
             result = read_trace(path, int(args.max_input_mb * 2**20))
@@ -100,8 +111,9 @@ def _paused_gc() -> Iterator[None]:
 
 
 def load_live(args: argparse.Namespace) -> Loaded:
-    if args.limit <= 0 or args.timeout <= 0:
-        raise CliError("--limit and --timeout must be positive", EXIT_USAGE)
+    if args.limit <= 0:
+        raise CliError("--limit must be positive", EXIT_USAGE)
+    check_number(args.timeout, "--timeout", MAX_TIMEOUT_S)
     try:
         if args.jaeger:
             docs = jaeger_documents(args.jaeger, trace_id=args.trace_id, service=args.service,
@@ -140,7 +152,9 @@ def warn(loaded: list[Loaded]) -> None:
 def output(path: str | None) -> Iterator[TextIO]:
     """stdout, or a new file: an existing file is never overwritten."""
     if not path or path == "-":
-        yield sys.stdout  # a closed pipe (`analyze ... | head`) is handled in cli.main
+        if sys.stdout is None:  # started with stdout closed (`>&-`)
+            raise CliError("cannot write the report: stdout is closed (use --output FILE)", EXIT_OUTPUT_FAILED)
+        yield sys.stdout  # a closed pipe (`analyze ... | head`) and a full disk: see cli.main
         sys.stdout.flush()
         return
     try:

@@ -7,6 +7,7 @@ import argparse
 import os
 import sys
 
+from .._regular_files import open_regular
 from ..analyze.breakdown import by_trace
 from ..analyze.budgets import check_budgets, parse_budget_file, parse_budget_specs
 from ..analyze.findings import find
@@ -19,6 +20,8 @@ from ._inputs import (add_file_arguments, add_live_arguments, expand_paths, load
 from ..analyze.interrupted import is_killed
 from .errors import (EXIT_BUDGET_EXCEEDED, EXIT_INPUT_UNREADABLE, EXIT_STARTUP_KILLED, EXIT_USAGE,
                      EXIT_WOULD_OVERWRITE, CliError)
+
+MAX_BUDGET_FILE_BYTES = 1 << 20
 
 HELP = "Print where the start-up time went, and what to do about it, for the start-ups in trace files."
 
@@ -42,8 +45,12 @@ def _budget(args: argparse.Namespace) -> dict[str, int]:
         budget = parse_budget_specs(args.budget)
         if args.budget_file:
             try:
-                with open(args.budget_file, encoding="utf-8") as handle:
-                    text = handle.read()
+                # A regular file only, and a budget is a few lines: /dev/zero is not one.
+                with open_regular(args.budget_file, "r", encoding="utf-8") as handle:
+                    text = handle.read(MAX_BUDGET_FILE_BYTES + 1)
+                if len(text) > MAX_BUDGET_FILE_BYTES:
+                    raise CliError(f"{args.budget_file}: over {MAX_BUDGET_FILE_BYTES >> 10} KiB; not a budget file",
+                                   EXIT_USAGE)
             except (OSError, UnicodeDecodeError) as exc:
                 raise CliError(f"cannot read {args.budget_file}: {getattr(exc, 'strerror', None) or exc}",
                                EXIT_INPUT_UNREADABLE) from None

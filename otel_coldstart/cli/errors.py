@@ -9,6 +9,7 @@ EXIT_WOULD_OVERWRITE = 6
 EXIT_INPUT_TOO_LARGE = 7  # a single JSON document over --max-input-mb
 EXIT_BUDGET_EXCEEDED = 8  # analyze --budget: a start-up went over budget
 EXIT_SOURCE_UNAVAILABLE = 9  # --jaeger/--tempo: connection, timeout, HTTP error
+EXIT_OUTPUT_FAILED = 10  # the report could not be written: stdout closed, disk full, I/O error
 EXIT_STARTUP_KILLED = 11  # analyze: a start-up has no end (killed; rebuilt from its progress records)
 
 

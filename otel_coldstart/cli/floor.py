@@ -15,6 +15,9 @@ HELP = ("Read the files (or every file in the directories) with plain read(2), e
         "compares against.")
 
 
+MAX_BLOCK_SIZE = 1 << 30  # one read(2) buffer is allocated at this size
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -39,8 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.block_size < 4096:
-        raise CliError(f"--block-size must be at least 4096, not {args.block_size}", EXIT_USAGE)
+    if not 4096 <= args.block_size <= MAX_BLOCK_SIZE:
+        raise CliError(f"--block-size must be between 4096 and {MAX_BLOCK_SIZE} (1 GiB), not {args.block_size}",
+                       EXIT_USAGE)
     if args.output and os.path.exists(args.output):
         raise CliError(f"{args.output} exists; not overwriting it", EXIT_WOULD_OVERWRITE)
     states = (args.only,) if args.only else floor.STATES
