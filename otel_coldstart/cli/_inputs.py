@@ -39,7 +39,8 @@ class Loaded:
 def add_file_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-input-mb", type=float, default=DEFAULT_MAX_BYTES / 2**20, metavar="MB",
                         help="refuse a single JSON document larger than this (default %(default).0f MiB; "
-                             "JSON Lines are streamed and only limited per line)")
+                             "JSON Lines are streamed and only limited per line); with --jaeger/--tempo, "
+                             "the most fetched in all")
     parser.add_argument("--trace-id", default=None, metavar="ID",
                         help="analyse only the trace with this id (a prefix is enough)")
 
@@ -51,7 +52,8 @@ def add_live_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help="traces to fetch when searching")
     parser.add_argument("--lookback", default="24h", help="Jaeger search window (default %(default)s)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
-                        help="seconds to wait for each HTTP answer (default %(default)g)")
+                        help="seconds each HTTP request may take in all, redirects included "
+                             "(default %(default)g)")
 
 
 def expand_paths(paths: list[str]) -> list[str]:
@@ -114,18 +116,22 @@ def load_live(args: argparse.Namespace) -> Loaded:
     if args.limit <= 0:
         raise CliError("--limit must be positive", EXIT_USAGE)
     check_number(args.timeout, "--timeout", MAX_TIMEOUT_S)
+    max_mb = getattr(args, "max_input_mb", DEFAULT_MAX_BYTES / 2**20)
+    check_number(max_mb, "--max-input-mb", MAX_INPUT_MB_LIMIT)
+    max_bytes = int(max_mb * 2**20)  # everything one command fetches, in all
     try:
         if args.jaeger:
             docs = jaeger_documents(args.jaeger, trace_id=args.trace_id, service=args.service,
-                                    limit=args.limit, lookback=args.lookback, timeout=args.timeout)
+                                    limit=args.limit, lookback=args.lookback, timeout=args.timeout,
+                                    max_bytes=max_bytes)
             source = "jaeger"
         else:
             docs = tempo_documents(args.tempo, trace_id=args.trace_id, service=args.service,
-                                   limit=args.limit, timeout=args.timeout)
+                                   limit=args.limit, timeout=args.timeout, max_bytes=max_bytes)
             source = "tempo"
         result = read_documents(docs, source)
     except LiveSourceError as exc:
-        raise CliError(str(exc), EXIT_SOURCE_UNAVAILABLE) from None
+        raise CliError(str(exc), EXIT_INPUT_TOO_LARGE if exc.kind == "too_large" else EXIT_SOURCE_UNAVAILABLE) from None
     except TraceReadError as exc:
         raise CliError(str(exc), EXIT_NOT_A_TRACE) from None
     return Loaded(source, result, _select(breakdowns(result.spans), args.trace_id))
