@@ -8,6 +8,7 @@ import json
 
 from ..analyze.capacity import DEFAULT_GROUP_KEYS, capacity_summary
 from ..analyze.units import format_seconds, parse_duration_ns
+from ..analyze.escape import terminal_text
 from ._inputs import add_file_arguments, expand_paths, load_file, output, require_startups, warn
 from .errors import EXIT_USAGE, CliError
 
@@ -44,13 +45,13 @@ def run(args: argparse.Namespace) -> int:
             out.write("\n")
             return 0
         for s in summaries:
-            title = "all start-ups" if not s.key else f"{s.key}={s.value}"
+            title = "all start-ups" if not s.key else terminal_text(f"{s.key}={s.value}")
             out.write(f"{title}: {s.count} start-up(s), {s.ready} ready; total p50 "
                       f"{format_seconds(s.total.p50_ns)}, p95 {format_seconds(s.total.p95_ns)}, "
                       f"max {format_seconds(s.total.max_ns)}\n")
             top = sorted(s.phases.items(), key=lambda kv: -kv[1].p95_ns)[:6]
             for name, q in top:
-                out.write(f"    {name:<18} p50 {format_seconds(q.p50_ns):>10}   p95 {format_seconds(q.p95_ns):>10}\n")
+                out.write(f"    {terminal_text(name):<18} p50 {format_seconds(q.p50_ns):>10}   p95 {format_seconds(q.p95_ns):>10}\n")
             out.write(f"    autoscaler lead time: {format_seconds(s.lead_time_ns(provisioning))} "
                       f"(provisioning {format_seconds(provisioning)} + p95 start-up): scale out at least "
                       "this long before the load arrives\n")

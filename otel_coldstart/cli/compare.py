@@ -8,6 +8,7 @@ import json
 
 from ..analyze.compare import compare
 from ..analyze.units import format_seconds
+from ..analyze.escape import markdown_text, terminal_text
 from ._inputs import add_file_arguments, expand_paths, load_file, output, require_startups, warn
 
 HELP = "Per-phase deltas between two traces or two sets of traces (medians), slowest-growing first."
@@ -52,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
             out.write(f"  {'phase':<18}{'A':>10}{'B':>10}{'delta':>11}{'ratio':>8}\n")
         for row in rows:
             sign = "+" if row.delta_ns >= 0 else "-"
-            cells = (row.phase, format_seconds(row.a_ns), format_seconds(row.b_ns),
+            phase = markdown_text(row.phase) if markdown else terminal_text(row.phase)  # from the trace
+            cells = (phase, format_seconds(row.a_ns), format_seconds(row.b_ns),
                      sign + format_seconds(abs(row.delta_ns)), _ratio(row))
             if markdown:
                 out.write("| " + " | ".join(cells) + " |\n")
@@ -60,6 +62,6 @@ def run(args: argparse.Namespace) -> int:
                 out.write(f"  {cells[0]:<18}{cells[1]:>10}{cells[2]:>10}{cells[3]:>11}{cells[4]:>8}\n")
         slower = result.slower()
         out.write("\n" + ("slower in B: " + ", ".join(
-            f"{r.phase} (+{format_seconds(r.delta_ns)})" for r in slower) if slower else "nothing got slower in B")
+            f"{terminal_text(r.phase)} (+{format_seconds(r.delta_ns)})" for r in slower) if slower else "nothing got slower in B")
             + "\n")
     return 0
