@@ -124,6 +124,9 @@ def instrument(tracer_provider: "TracerProvider | None" = None,
       stall_after_s: when nothing progresses for this long, record the Python stacks of all
         threads once per stall as a ``coldstart.stall`` event on the open span and log one
         line (default 120; 0 turns it off; ``OTEL_COLDSTART_STALL_AFTER_S``).
+
+    An unknown option raises TypeError (naming the valid ones); a bad value raises
+    ValueError. Any other failure here is logged and leaves the host running uninstrumented.
     """
     CONTROLLER.start(tracer_provider=tracer_provider, meter_provider=meter_provider, **options)
 
