@@ -110,6 +110,8 @@ def collect_files(paths: list[str]) -> list[tuple[str, int]]:
             if not os.access(path, os.R_OK):
                 raise FloorInputError(f"{path}: not readable")
             files.append((os.path.abspath(path), os.path.getsize(path)))
+        elif os.path.exists(path):  # a device or FIFO: never opened (it would never end, or block)
+            raise FloorInputError(f"{path}: not a regular file (a device, FIFO or socket)")
         else:
             raise FloorInputError(f"{path}: no such file or directory")
     if sum(size for _, size in files) == 0:

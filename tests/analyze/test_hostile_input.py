@@ -134,6 +134,17 @@ def test_a_fifo_with_a_writer_is_refused_and_left_to_the_writer(tmp_path, small_
         assert not opened.is_set()  # nobody holds the FIFO open for reading
 
 
+@pytest.mark.parametrize("kind", ["device", "fifo"])
+def test_floor_refuses_devices_and_fifos(tmp_path, kind):
+    path = "/dev/zero" if kind == "device" else str(tmp_path / "fifo")
+    if kind == "fifo":
+        os.mkfifo(path)
+    result = _cli("floor", "--repeat", "1", path, timeout=30)
+    assert result.returncode == 3
+    assert result.stderr.strip().splitlines() == [
+        f"otel-coldstart: error: {path}: not a regular file (a device, FIFO or socket)"]
+
+
 def test_floor_block_size_is_bounded(tmp_path):
     data = tmp_path / "w.bin"
     data.write_bytes(b"\0" * 8192)

@@ -128,8 +128,8 @@ def test_loads_stay_wrapped_after_ready_and_stay_harmless(traced, tmp_path):
     torch.save({"w": torch.arange(3.0)}, path)
     otel_coldstart.ready()
     assert isinstance(torch.load, _wrapping.ColdstartWrapper)
-    assert isinstance(torch.Tensor.to, type(torch.Tensor.__dict__.get("to", torch.Tensor.to)))
-    assert not isinstance(vars(torch._C.TensorBase).get("to"), _wrapping.ColdstartWrapper)  # hot path gone
+    for owner in (torch.Tensor, torch._C.TensorBase):  # the per-tensor patches are gone
+        assert not isinstance(vars(owner).get("to"), _wrapping.ColdstartWrapper)
     loaded = torch.load(path)
     assert torch.equal(loaded["w"], torch.arange(3.0))
     late = traced.by_phase(semconv.PHASE_DESERIALIZE)
