@@ -591,6 +591,7 @@ def test_run_reports_an_import_error_inside_the_hosts_sitecustomize(tmp_path):
 # --- sparse tensors -------------------------------------------------------------------------------
 
 
+@pytest.mark.filterwarnings("ignore:Sparse:UserWarning")
 def test_sparse_tensors_through_load_and_to_are_a_known_case(traced, tmp_path):
     indices = torch.tensor([[0, 1, 2], [2, 0, 1]])
     coo = torch.sparse_coo_tensor(indices, torch.tensor([1.0, 2.0, 3.0]), (3, 3))
