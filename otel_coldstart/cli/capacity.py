@@ -51,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
                       f"max {format_seconds(s.total.max_ns)}\n")
             top = sorted(s.phases.items(), key=lambda kv: -kv[1].p95_ns)[:6]
             for name, q in top:
-                out.write(f"    {terminal_text(name):<18} p50 {format_seconds(q.p50_ns):>10}   p95 {format_seconds(q.p95_ns):>10}\n")
+                out.write(f"    {terminal_text(name):<18} p50 {format_seconds(q.p50_ns):>10}"
+                          f"   p95 {format_seconds(q.p95_ns):>10}\n")
             out.write(f"    autoscaler lead time: {format_seconds(s.lead_time_ns(provisioning))} "
                       f"(provisioning {format_seconds(provisioning)} + p95 start-up): scale out at least "
                       "this long before the load arrives\n")

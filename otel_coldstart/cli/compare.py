@@ -62,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
                 out.write(f"  {cells[0]:<18}{cells[1]:>10}{cells[2]:>10}{cells[3]:>11}{cells[4]:>8}\n")
         slower = result.slower()
         out.write("\n" + ("slower in B: " + ", ".join(
-            f"{terminal_text(r.phase)} (+{format_seconds(r.delta_ns)})" for r in slower) if slower else "nothing got slower in B")
+            f"{terminal_text(r.phase)} (+{format_seconds(r.delta_ns)})" for r in slower)
+            if slower else "nothing got slower in B")
             + "\n")
     return 0

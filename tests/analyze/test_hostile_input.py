@@ -112,7 +112,7 @@ def test_a_fifo_with_no_writer_is_refused_at_once(tmp_path):
         assert result.returncode == 3 and "not a regular file" in result.stderr
 
 
-def test_a_fifo_with_a_writer_is_refused_and_left_to_the_writer(tmp_path, small_trace_bytes=b"{}"):
+def test_a_fifo_is_refused_and_left_to_its_writer(tmp_path):
     fifo = str(tmp_path / "trace.json")
     os.mkfifo(fifo)
     opened = threading.Event()
