@@ -38,3 +38,10 @@ def markdown_code(value: object) -> str:
     span cannot escape a backtick inside it."""
     text = str(value)
     return f"`{text}`" if _HEX.match(text) else markdown_text(text)
+
+
+def markdown_fence(text: str) -> str:
+    """A code fence that the text inside cannot close: longer than its longest run of
+    backticks (a stack frame or span name may hold three)."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TextIO
 
 from .breakdown import Breakdown
+from .escape import terminal_text as _t  # names, files and stack frames come from the trace
 from .interrupted import Killed, Stall, killed, stalls
 from .units import format_bytes, format_seconds
 
@@ -24,7 +25,7 @@ def render_killed_text(breakdown: Breakdown, out: TextIO) -> None:
 
 
 def _killed(item: Killed, out: TextIO) -> None:
-    where = f" during {item.phase}" if item.phase else ""
+    where = f" during {_t(item.phase)}" if item.phase else ""
     running = ""
     if item.running is not None:
         running = f": in {_describe(item.running)} for {format_seconds(item.running.elapsed_ns)}"
@@ -40,10 +41,10 @@ def _killed(item: Killed, out: TextIO) -> None:
 
 
 def _describe(item) -> str:
-    text = item.name
+    text = _t(item.name)
     if item.shard_index is not None or item.file:
         shard = f"#{item.shard_index} " if item.shard_index is not None else ""
-        text += f" (shard {shard}{item.file or ''})".replace(" )", ")")
+        text += f" (shard {shard}{_t(item.file or '')})".replace(" )", ")")
     return text
 
 
@@ -54,8 +55,8 @@ def render_stalls_text(breakdown: Breakdown, out: TextIO) -> None:
 
 def _stall(stall: Stall, out: TextIO) -> None:
     idle = f"no progress for {format_seconds(int(stall.idle_s * 1e9))}" if stall.idle_s is not None else "no progress"
-    phase = f" in {stall.phase}" if stall.phase else ""
-    out.write(f"  stalled at +{format_seconds(stall.at_ns)}{phase} ({stall.span_name}): {idle}; "
-              f"where it waited ({stall.thread or 'thread ?'}, {stall.threads} thread(s) recorded):\n")
+    phase = f" in {_t(stall.phase)}" if stall.phase else ""
+    out.write(f"  stalled at +{format_seconds(stall.at_ns)}{phase} ({_t(stall.span_name)}): {idle}; "
+              f"where it waited ({_t(stall.thread or 'thread ?')}, {stall.threads} thread(s) recorded):\n")
     for frame in stall.top_frames:
-        out.write(f"      {frame}\n")
+        out.write(f"      {_t(frame)}\n")

@@ -6,7 +6,7 @@ import io
 from typing import Sequence, TextIO
 
 from .breakdown import Breakdown, by_trace
-from .escape import markdown_code, markdown_text
+from .escape import markdown_code, markdown_fence, markdown_text
 from .findings import Finding
 from .render_interrupted import render_killed_text, render_stalls_text, state_text
 from .units import format_bytes, format_rate, format_seconds
@@ -51,7 +51,8 @@ def _startup(b: Breakdown, out: TextIO) -> None:
     render_killed_text(b, where)
     render_stalls_text(b, where)
     if where.getvalue():
-        out.write("```\n" + where.getvalue() + "```\n\n")
+        fence = markdown_fence(where.getvalue())  # longer than any backtick run from the trace
+        out.write(fence + "\n" + where.getvalue() + fence + "\n\n")
     out.write("| phase | time | share | bytes | throughput | spans |\n|---|---:|---:|---:|---:|---:|\n")
     for p in b.phases:
         out.write(f"| {_cell(p.phase)} | {format_seconds(p.busy_ns)} | {p.share_of(total) * 100:.1f}% | "

@@ -235,3 +235,11 @@ def test_terminal_text_has_no_control_characters(capsys, tmp_path):
         code, out, err = _run(capsys, *argv)
         assert code == 0
         assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out, argv
+
+
+def test_a_code_fence_cannot_be_closed_by_trace_text():
+    from otel_coldstart.analyze.escape import markdown_fence
+
+    assert markdown_fence("plain") == "```"
+    assert markdown_fence("frame ``` evil") == "````"
+    assert markdown_fence("`````") == "``````"
