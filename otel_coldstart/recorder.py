@@ -25,7 +25,7 @@ class Aggregate:
     __slots__ = (
         "phase", "parent", "detail", "thread_id", "thread_name", "calls", "bytes", "busy_ns",
         "first_ns", "last_ns", "read_bytes", "major_faults", "pinned_bytes", "pageable_bytes",
-        "non_blocking_calls", "attributes", "extras", "end_hooks",
+        "non_blocking_calls", "attributes", "extras", "end_hooks", "settle",
     )
 
     def __init__(self, phase: str, parent, detail: Hashable, attributes: dict) -> None:
@@ -51,6 +51,10 @@ class Aggregate:
         # ends: resolve those events, turn the state into attributes.
         self.extras: dict[str, Any] = {}
         self.end_hooks: list[Callable[["Aggregate"], None]] = []
+        # Device work still queued when the aggregate ends (non-blocking copies, GPU casts):
+        # settle(aggregate, final) -> True once it has set its figures. False holds the
+        # aggregate back (nothing waits); final=True is the end of the start-up.
+        self.settle: Callable[["Aggregate", bool], bool] | None = None
 
     def run_end_hooks(self) -> None:
         """Called once, just before the aggregate becomes a span. A hook may move
@@ -94,6 +98,7 @@ class Recorder:
         self._session = session
         self._lock = threading.Lock()
         self._aggregates: dict[tuple, Aggregate] = {}
+        self._held: list[tuple[Aggregate, SpanContext | None]] = []  # ended, device work still queued
 
     def add(self, phase: str, detail: Hashable, detail_attributes: dict | None, nbytes: int,
             start_ns: int, end_ns: int, read_bytes: int, major_faults: int,
@@ -154,17 +159,48 @@ class Recorder:
     def flush_children(self, span_id: int, span_context: SpanContext) -> None:
         for aggregate in self._take(span_id):
             self.emit(aggregate, span_context)
+        self.settle_held(final=False)  # a cheap look at earlier held ones: query(), no wait
 
     def flush_all(self) -> None:
         for aggregate in self._take(None):
             parent = aggregate.parent
             if not isinstance(parent, SpanContext):  # a pending parent still open at the end
                 parent = parent.parent
-            self.emit(aggregate, parent)
+            self.emit(aggregate, parent, final=True)
+        self.settle_held(final=True)
 
-    def emit(self, aggregate: Aggregate, parent: SpanContext | None) -> None:
+    def emit(self, aggregate: Aggregate, parent: SpanContext | None, final: bool = False) -> None:
+        if not self._settled(aggregate, final):
+            with self._lock:
+                self._held.append((aggregate, parent))
+            return
         aggregate.run_end_hooks()
         self._session.emit_span(
             semconv.phase_span_name(aggregate.phase), aggregate.phase, parent,
             aggregate.first_ns, aggregate.last_ns, aggregate.span_attributes(),
         )
+
+    def settle_held(self, final: bool) -> None:
+        """Write the held aggregates whose device work has finished (all of them when final:
+        their settle then waits a bounded time and marks what stayed unresolved)."""
+        with self._lock:
+            if not self._held:
+                return
+            held, self._held = self._held, []
+        for aggregate, parent in held:
+            self.emit(aggregate, parent, final)
+
+    @staticmethod
+    def _settled(aggregate: Aggregate, final: bool) -> bool:
+        settle = aggregate.settle
+        if settle is None:
+            return True
+        try:
+            done = settle(aggregate, final)
+        except Exception:
+            report_internal_error("aggregate settle")
+            done = True
+        if done or final:
+            aggregate.settle = None
+            return True
+        return False

@@ -126,6 +126,15 @@ MEMORY_PAGEABLE = "pageable"
 # Seconds from the first non-blocking copy of an aggregate being queued to the device
 # finishing the last one, resolved from CUDA events when the aggregate ends.
 COPY_ASYNC_S = "coldstart.copy.async_s"
+# Calls of an aggregate whose asynchronous device work has no event timing (a CUDA graph
+# capture was open, an event call failed): their time is the host's. Absent when 0.
+COPY_UNTIMED_CALLS = "coldstart.copy.untimed_calls"
+# True when the device work was still queued after the bounded wait at the end of the
+# start-up (or a capture stayed open): host timing only, coldstart.copy.async_s absent.
+COPY_ASYNC_UNRESOLVED = "coldstart.copy.async_unresolved"
+# Seconds blocking copies spent waiting for earlier queued device work (an asynchronous GPU
+# cast, say) before their own transfer: not counted in their busy time.
+COPY_WAITED_S = "coldstart.copy.waited_s"
 PIN_KIND = "coldstart.pin.kind"  # copy (Tensor.pin_memory) | alloc (torch.empty(..., pin_memory=True))
 PIN_KIND_COPY = "copy"
 PIN_KIND_ALLOC = "alloc"
@@ -134,9 +143,18 @@ GRAPH_BATCH_SIZES = "coldstart.graph.batch_sizes"  # distinct, in capture order,
 GRAPH_BATCH_SIZE = "coldstart.graph.batch_size"  # a single capture's, when known
 GRAPH_MAX_CAPTURE_S = "coldstart.graph.max_capture_s"  # the longest capture in an aggregate
 GRAPH_FAILED = "coldstart.graph.failed"  # true on the span of a capture that raised
+# Seconds torch.cuda.graph / torch.accelerator.Graph.__enter__ spent before capture_begin
+# (torch.cuda.synchronize() waiting for earlier GPU work, emptying the caches): not capture time.
+GRAPH_PRE_CAPTURE_S = "coldstart.graph.pre_capture_s"
 SPAN_MAKE_GRAPHED_CALLABLES = "coldstart.make_graphed_callables"
 RUNTIME_BACKEND = "coldstart.runtime.backend"  # cuda
 RUNTIME_DEVICE_COUNT = "coldstart.runtime.device_count"
+# Which start a runtime_init span is: "driver" (cuInit, through the first
+# torch.cuda.is_available()/device_count() that asks the CUDA runtime) or "lazy_init"
+# (torch.cuda._lazy_init: runtime, device discovery, torch's CUDA state).
+RUNTIME_STEP = "coldstart.runtime.step"
+RUNTIME_STEP_DRIVER = "driver"
+RUNTIME_STEP_LAZY_INIT = "lazy_init"
 COMPILE_ID = "coldstart.compile.id"  # dynamo's compile id, e.g. "0/0"
 COMPILE_TRIGGER = "coldstart.compile.trigger"  # dynamo | lazy_backward | cudagraph_recording | ...
 

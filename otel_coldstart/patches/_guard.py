@@ -50,10 +50,23 @@ def leave() -> None:
     _local.busy = False
 
 
-# Captures open in the whole process. While any runs, CUDA event queries and syncs from
-# another thread can invalidate it (capture mode "global"), so device timing stands aside.
+# Captures open in the whole process. While any runs, CUDA event calls from another thread
+# can invalidate it (capture mode "global", vLLM's), so device timing stands aside. The
+# count is raised under _count_lock *before* the capture begins (the capture wrappers call
+# capture_started() ahead of torch's capture_begin), and every event call is made under the
+# same lock by outside_captures(): an event call is either wholly before a capture begins or
+# not made at all, whichever thread does it.
 _open_captures = 0
 _count_lock = threading.Lock()
+
+
+def outside_captures(call, *args):
+    """``(True, call(*args))`` when no capture is open anywhere, else ``(False, None)``
+    without calling: atomic against :func:`capture_started` on any thread."""
+    with _count_lock:
+        if _open_captures:
+            return False, None
+        return True, call(*args)
 
 
 def capture_started() -> None:

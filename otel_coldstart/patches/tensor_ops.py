@@ -26,7 +26,7 @@ import time
 
 from .. import probes, semconv
 from .._errors import report_internal_error
-from . import _guard
+from . import _cuda_copy, _device_windows, _guard
 from ._tensor_bytes import tensor_nbytes
 from ._wrapping import PatchSet, installed_version
 
@@ -36,12 +36,18 @@ HOT_PATH = True
 _patches = PatchSet()
 _fake_types: tuple = ()
 _cast_attributes: dict = {}  # (from dtype, to dtype) -> span attributes
-_local = threading.local()  # .spare_events: {device key: CUDA event not yet owned by an aggregate}
+_local = threading.local()  # .spare_events: {(device, stream) key: CUDA event not yet owned by a window}
+# (device index, stream id) -> the end event of the latest timed asynchronous work queued
+# there: a later blocking copy on that stream waits for it first (see _mark_blocking).
+_stream_tails: dict = {}
+_cuda_up = False  # CUDA initialised: until then a copy to CUDA initialises it before timing
 
 _TENSOR_METHODS = ("to", "cuda", "cpu", "half", "bfloat16", "float")
 _MODULE_METHODS = (("to", None), ("cuda", semconv.PHASE_H2D), ("cpu", semconv.PHASE_D2H),
                    ("half", semconv.PHASE_CAST), ("bfloat16", semconv.PHASE_CAST), ("float", semconv.PHASE_CAST))
 _DEVICE_PHASES = frozenset((semconv.PHASE_H2D, semconv.PHASE_D2H, semconv.PHASE_D2D))
+# Phases whose asynchronous GPU work is timed by events (a cast only when it ran on a GPU).
+_TIMED_PHASES = _DEVICE_PHASES | {semconv.PHASE_CAST}
 
 
 def get_version() -> str | None:
@@ -70,6 +76,7 @@ def patch() -> None:
 def unpatch() -> None:
     _patches.restore()
     _local.__dict__.pop("spare_events", None)
+    _stream_tails.clear()
 
 
 def _resolve_fake_types() -> None:
@@ -112,24 +119,52 @@ def _timed_call(wrapped, args, kwargs, from_host: bool):
     return result, start, end, io_before, io_after
 
 
+class _Plan:
+    """How one call is timed, decided before it runs: the device whose stream carries the
+    work, whether that work is asynchronous (events around it, resolved later) or a blocking
+    copy that may first wait for earlier queued work (events only then)."""
+
+    __slots__ = ("queued", "mark", "timed", "blocking_before", "blocking_stream")
+
+    def __init__(self, queued: bool) -> None:
+        self.queued = queued
+        self.mark = None  # _device_windows.Mark before asynchronous device work
+        self.timed = False  # the call's device work is asynchronous: it should have a mark
+        self.blocking_before = None  # event before a blocking copy that will wait for queued work
+        self.blocking_stream = None
+
+
+def _plan(source_is_cuda: bool, work_device, direction: str | None, queued: bool) -> _Plan:
+    """``direction``: "h2d", "d2h" or None (the work stays on GPUs: a cast or a d2d copy).
+    GPU casts and device-to-device copies are asynchronous whatever ``non_blocking`` says;
+    host<->device copies only with it (a blocking one synchronises its stream)."""
+    plan = _Plan(queued)
+    if work_device is None:
+        return plan
+    if direction is None or queued:
+        plan.timed = True
+        plan.mark = _mark(work_device)
+    elif _stream_tails:
+        _mark_blocking(plan, work_device)
+    return plan
+
+
 def _tensor_move(method: str):
     def wrapper(wrapped, instance, args, kwargs):
         session = _guard.recording_session()
         if session is None:
             return wrapped(*args, **kwargs)
-        queued = from_host = False
+        plan = None
+        from_host = False
         try:
             from_host = instance.is_cpu
-            queued = _move_is_non_blocking(method, args, kwargs)
-            async_start = _async_start(_move_target_gpu(method, instance, args, kwargs)) if queued else None
+            plan = _plan_move(method, instance, args, kwargs, from_host)
         except Exception:
             report_internal_error(f"Tensor.{method}")
-            async_start = None
         result, start, end, io_before, io_after = _timed_call(wrapped, args, kwargs, from_host)
         if result is not instance:
             try:
-                _record_tensors(session, instance, result, tensor_nbytes(instance), start, end, io_before, io_after,
-                                queued, async_start)
+                _record_tensors(session, instance, result, start, end, io_before, io_after, plan)
             except Exception:
                 report_internal_error(f"Tensor.{method}")
         return result
@@ -137,25 +172,44 @@ def _tensor_move(method: str):
     return wrapper
 
 
+def _plan_move(method: str, instance, args, kwargs, from_host: bool) -> _Plan:
+    queued = _move_is_non_blocking(method, args, kwargs)
+    if from_host:
+        if method not in ("to", "cuda") or not (queued or _stream_tails or not _cuda_up):
+            return _Plan(queued)  # a host cast or a blocking copy with nothing queued before it
+        target = _move_target_gpu(method, instance, args, kwargs)
+        if target is not None and not _cuda_up:
+            _initialise_cuda_first()
+        return _plan(False, target, "h2d", queued)
+    if not instance.is_cuda:
+        return _Plan(queued)  # meta, or another accelerator: host timing
+    direction = "d2h" if _move_goes_to_host(method, args, kwargs) else None
+    return _plan(True, instance.device, direction, queued)
+
+
 def _tensor_copy(wrapped, instance, args, kwargs):
     session = _guard.recording_session()
     if session is None:
         return wrapped(*args, **kwargs)
     source = args[0] if args else kwargs.get("src")
-    queued = from_host = False
-    async_start = None
+    plan = None
+    from_host = False
     try:
         from_host = source.is_cpu
         queued = bool(args[1]) if len(args) > 1 else bool(kwargs.get("non_blocking", False))
-        if queued:
-            async_start = _async_start(_cuda_or_none(instance.device if instance.is_cuda else source.device))
+        if from_host:
+            # Copy.cu: an H2D copy runs on the destination device's current stream.
+            plan = _plan(False, instance.device if instance.is_cuda else None, "h2d", queued)
+        elif source.is_cuda:
+            # D2H and device-to-device (also across GPUs): the source device's stream.
+            plan = _plan(True, source.device, "d2h" if instance.is_cpu else None, queued)
+        else:
+            plan = _Plan(queued)
     except Exception:
         report_internal_error("Tensor.copy_")
     result, start, end, io_before, io_after = _timed_call(wrapped, args, kwargs, from_host)
     try:
-        # Bytes read from the source: for a copy_ that broadcasts, what the destination holds.
-        nbytes = instance.numel() * source.element_size()
-        _record_tensors(session, source, instance, nbytes, start, end, io_before, io_after, queued, async_start)
+        _record_tensors(session, source, instance, start, end, io_before, io_after, plan)
     except Exception:
         report_internal_error("Tensor.copy_")
     return result
@@ -165,13 +219,21 @@ def _storage_to(wrapped, instance, args, kwargs):
     session = _guard.recording_session()
     if session is None:
         return wrapped(*args, **kwargs)
-    queued = from_host = False
-    async_start = None
+    plan = None
+    from_host = False
     try:
         from_host = instance.device.type == "cpu"  # storages have no is_cpu
         queued = bool(kwargs.get("non_blocking", False))
-        if queued:
-            async_start = _async_start(_storage_target_gpu(instance, kwargs))
+        target = _storage_target_gpu(instance, kwargs)
+        if from_host and target is not None and not _cuda_up:
+            _initialise_cuda_first()
+        if from_host:
+            plan = _plan(False, target, "h2d", queued)
+        elif instance.device.type == "cuda":
+            to_host = target is None and kwargs.get("device") is not None
+            plan = _plan(True, instance.device, "d2h" if to_host else None, queued)
+        else:
+            plan = _Plan(queued)
     except Exception:
         report_internal_error("UntypedStorage.to")
     result, start, end, io_before, io_after = _timed_call(wrapped, args, kwargs, from_host)
@@ -181,7 +243,7 @@ def _storage_to(wrapped, instance, args, kwargs):
             if phase is not None:
                 pinned = instance.is_pinned() if phase == semconv.PHASE_H2D else None
                 _add(session, phase, None, None, instance.nbytes(), start, end, io_before, io_after,
-                     pinned, queued, async_start)
+                     pinned, plan)
         except Exception:
             report_internal_error("UntypedStorage.to")
     return result
@@ -189,8 +251,7 @@ def _storage_to(wrapped, instance, args, kwargs):
 
 # --- classification and recording --------------------------------------------------------
 
-def _record_tensors(session, source, destination, nbytes, start, end, io_before, io_after, queued,
-                    async_start) -> None:
+def _record_tensors(session, source, destination, start, end, io_before, io_after, plan) -> None:
     if _fake_types and (isinstance(source, _fake_types) or isinstance(destination, _fake_types)):
         return
     src_dtype, dst_dtype = source.dtype, destination.dtype
@@ -206,28 +267,68 @@ def _record_tensors(session, source, destination, nbytes, start, end, io_before,
                                                        semconv.CAST_TO: _dtype_name(dst_dtype)}
     else:
         detail, detail_attrs = None, None
-    # is_pinned() on a CPU tensor is only asked when the target is a GPU: elsewhere it can
-    # create a CUDA context the host never asked for.
-    pinned = source.is_pinned() if phase == semconv.PHASE_H2D else None
-    _add(session, phase, detail, detail_attrs, nbytes, start, end, io_before, io_after, pinned, queued,
-         async_start)
+    numel = destination.numel()  # a copy_ that broadcasts reads what the destination holds
+    pinned = None
+    if phase == semconv.PHASE_H2D or phase == semconv.PHASE_D2H:
+        # What crosses the bus, as Copy.cu does it (a blocking H2D with a dtype change converts
+        # on the host into a pageable temporary and moves the destination dtype's bytes).
+        queued = plan is not None and plan.queued
+        host = source if phase == semconv.PHASE_H2D else destination
+        one_block, host_contiguous = _layout(source, destination, host)
+        # is_pinned() on a CPU tensor is only asked when the other side is a GPU: elsewhere it
+        # can create a CUDA context the host never asked for.
+        moved = _cuda_copy.bus_copy(phase, numel, source.element_size(), destination.element_size(),
+                                    not cast, one_block, host_contiguous, host.is_pinned(), queued)
+        nbytes = moved.bytes
+        pinned = moved.pinned if phase == semconv.PHASE_H2D else None
+    else:
+        nbytes = numel * source.element_size()
+    _add(session, phase, detail, detail_attrs, nbytes, start, end, io_before, io_after, pinned, plan)
 
 
-def _add(session, phase, detail, detail_attrs, nbytes, start, end, io_before, io_after, pinned, queued,
-         async_start) -> None:
+def _layout(source, destination, host) -> tuple[bool, bool]:
+    """(TensorIterator sees one contiguous block, the host-side tensor is contiguous with the
+    destination's shape). The common case, both contiguous and the same shape, costs two
+    flag reads."""
+    same_shape = source.shape == destination.shape
+    if same_shape and source.is_contiguous() and destination.is_contiguous():
+        return True, True
+    host_contiguous = same_shape and host.is_contiguous() if host is source else host.is_contiguous()
+    one_block = same_shape and source.stride() == destination.stride() and _dense(source)
+    return one_block, host_contiguous
+
+
+def _dense(tensor) -> bool:
+    try:
+        from torch._prims_common import is_non_overlapping_and_dense
+
+        return bool(is_non_overlapping_and_dense(tensor))
+    except Exception:  # pragma: no cover - private helper moved
+        return tensor.is_contiguous()
+
+
+def _add(session, phase, detail, detail_attrs, nbytes, start, end, io_before, io_after, pinned, plan) -> None:
     if io_before is not None and io_after is not None:
         read_bytes = io_after.read_bytes - io_before.read_bytes
         major_faults = io_after.major_faults - io_before.major_faults
     else:  # the source was on a device: no file page can fault in
         read_bytes = major_faults = 0
-    device_copy = phase in _DEVICE_PHASES
     on_add = None
-    if async_start is not None and device_copy:
-        def on_add(aggregate, nbytes=nbytes, busy=end - start):
-            _join_async(aggregate, async_start, nbytes, busy)
-
+    queued = False
+    if plan is not None:
+        queued = plan.queued and phase in _DEVICE_PHASES
+        if plan.timed and phase in _TIMED_PHASES:
+            def on_add(aggregate, mark=plan.mark, busy=end - start):
+                _join_device_work(aggregate, mark, busy)
+        elif plan.blocking_before is not None:
+            start, waited_ns = _finish_blocking(plan, start, end)
+            if waited_ns:
+                def on_add(aggregate, waited=waited_ns):
+                    if "waited_ns" not in aggregate.extras:
+                        aggregate.end_hooks.append(_waited_attribute)
+                    aggregate.extras["waited_ns"] = aggregate.extras.get("waited_ns", 0) + waited
     session.recorder.add(phase, detail, detail_attrs, nbytes, start, end, read_bytes, major_faults,
-                         pinned=pinned, non_blocking=queued and device_copy, on_add=on_add)
+                         pinned=pinned, non_blocking=queued, on_add=on_add)
 
 
 def _device_type(tensor) -> str:
@@ -271,7 +372,7 @@ def _move_is_non_blocking(method: str, args, kwargs) -> bool:
 
 
 def _move_target_gpu(method: str, instance, args, kwargs):
-    """The CUDA device whose stream a non-blocking move is queued on, or None."""
+    """The CUDA device a move of a host tensor goes to, or None."""
     import torch
 
     if instance.is_cuda:
@@ -285,6 +386,25 @@ def _move_target_gpu(method: str, instance, args, kwargs):
     if target is None or isinstance(target, torch.dtype):
         return None
     return _cuda_or_none(target)
+
+
+def _move_goes_to_host(method: str, args, kwargs) -> bool:
+    """A move of a GPU tensor whose result is in host memory (a D2H copy)."""
+    if method == "cpu":
+        return True
+    if method != "to":
+        return False
+    import torch
+
+    target = kwargs.get("device", args[0] if args else None)
+    if isinstance(target, torch.Tensor):
+        return target.is_cpu
+    if target is None or isinstance(target, torch.dtype):
+        return False
+    try:
+        return torch.device(target).type == "cpu"
+    except Exception:
+        return False
 
 
 def _storage_target_gpu(instance, kwargs):
@@ -302,101 +422,161 @@ def _cuda_or_none(target):
     return device if device.type == "cuda" else None
 
 
-# --- non-blocking copies: CUDA events, resolved once per aggregate --------------------------
-
-class _AsyncStart:
-    __slots__ = ("key", "device", "event", "wall_ns")
-
-    def __init__(self, key, device, event, wall_ns) -> None:
-        self.key = key
-        self.device = device
-        self.event = event
-        self.wall_ns = wall_ns
-
-
-class _AsyncCopies:
-    """The non-blocking copies of one aggregate on one device, as segments of device time.
-
-    A segment runs from the start event recorded before a copy to the end event re-recorded
-    after each later copy, as long as the device stayed busy. When a new copy finds the last
-    one already done (a cheap ``query()``, no wait), the device went idle in between (the host
-    was reading the next shard): that segment is closed and summed, so host gaps never count
-    as copy time."""
-
-    __slots__ = ("start_event", "segment_start_ns", "end_event", "bytes", "host_busy_ns", "device_ns")
-
-    def __init__(self, start_event, start_ns: int, end_event) -> None:
-        self.start_event = start_event
-        self.segment_start_ns = start_ns
-        self.end_event = end_event
-        self.bytes = 0
-        self.host_busy_ns = 0
-        self.device_ns = 0  # closed segments
-
-
-def _async_start(device) -> _AsyncStart | None:
-    """Mark the stream before a non-blocking copy. The event is a per-thread spare until a
-    window takes it as a segment start, so most copies cost one re-record."""
-    if device is None or _guard.any_capture_open():
-        return None
+def _initialise_cuda_first() -> None:
+    """The first touch of CUDA is a copy: initialise it before the copy's clock starts, so
+    ``runtime_init`` (patches/runtime.py records this call) is not also inside the copy's
+    time, and event timing starts after it. The host's call would initialise it anyway."""
+    global _cuda_up
     import torch
 
-    if torch.cuda.is_current_stream_capturing():  # a capture we did not see: record nothing into it
-        return None
+    if not torch.cuda.is_initialized():
+        try:
+            torch.cuda._lazy_init()
+        except Exception:
+            return  # no driver or device: the host's own call raises it, unchanged
+    _cuda_up = torch.cuda.is_initialized()
+
+
+# --- device timing: CUDA events, resolved without waiting --------------------------------------
+
+def _gate(call, *args):
+    return _guard.outside_captures(call, *args)
+
+
+def _stream_of(device):
+    import torch
+
     if device.index is None:  # one key per physical device, however the caller named it
         device = torch.device("cuda", torch.cuda.current_device())
-    spares = _local.__dict__.setdefault("spare_events", {})
-    key = str(device)
-    event = spares.get(key)
-    if event is None:
-        event = spares[key] = torch.cuda.Event(enable_timing=True)
-    wall_ns = time.time_ns()
-    event.record(torch.cuda.current_stream(device))
-    return _AsyncStart(key, device, event, wall_ns)
+    stream = torch.cuda.current_stream(device)
+    return (device.index, stream.stream_id), stream
 
 
-def _join_async(aggregate, start: _AsyncStart, nbytes: int, busy_ns: int) -> None:
+def _mark(device):
+    """An event recorded on the stream the call's device work will be queued on, before the
+    call. Events are per-thread spares per (device, stream) until a window keeps one."""
     import torch
 
-    windows = aggregate.extras.get("async_copies")
-    if windows is None:
-        windows = aggregate.extras["async_copies"] = {}
-        aggregate.end_hooks.append(_resolve_async)
+    if _guard.any_capture_open() or torch.cuda.is_current_stream_capturing():
+        return None  # a capture we did or did not see: record nothing into or beside it
+    key, stream = _stream_of(device)
     spares = _local.__dict__.setdefault("spare_events", {})
-    window = windows.get(start.key)
-    if window is None:
-        window = windows[start.key] = _AsyncCopies(start.event, start.wall_ns, torch.cuda.Event(enable_timing=True))
-        spares.pop(start.key, None)  # now this window's segment start
-    elif window.end_event.query():
-        # The device finished everything queued before this copy: close that segment and
-        # open the next one at the event recorded just before this copy.
-        window.device_ns += int(window.start_event.elapsed_time(window.end_event) * 1e6)
-        spares[start.key], window.start_event = window.start_event, start.event
-        window.segment_start_ns = start.wall_ns
-    window.end_event.record(torch.cuda.current_stream(start.device))
-    window.bytes += nbytes
-    window.host_busy_ns += busy_ns
+    event = spares.pop(key, None) or torch.cuda.Event(enable_timing=True)
+    wall_ns = time.time_ns()
+    ran, _ = _gate(event.record, stream)
+    if not ran:
+        spares[key] = event
+        return None
+    return _device_windows.Mark(key, stream, event, wall_ns)
 
 
-def _resolve_async(aggregate) -> None:
-    """End of the aggregate: wait once for its last queued copy on each device, then read how
-    long the device spent on them from the events."""
-    windows = aggregate.extras.pop("async_copies", None) or {}
-    if not windows or _guard.any_capture_open():
-        return  # waiting now could break a capture on another thread: host times stand
-    device_ns = 0
-    host_busy_ns = 0
-    for window in windows.values():
-        window.end_event.synchronize()
-        last_segment_ns = int(window.start_event.elapsed_time(window.end_event) * 1e6)
-        device_ns = max(device_ns, window.device_ns + last_segment_ns)  # devices copy in parallel
-        host_busy_ns += window.host_busy_ns
-        aggregate.last_ns = max(aggregate.last_ns, window.segment_start_ns + last_segment_ns)
-    aggregate.attributes[semconv.COPY_ASYNC_S] = device_ns / 1e9
-    # Achieved bandwidth: the blocking calls' own time plus the device time of the queued ones.
-    effective_ns = max(0, aggregate.busy_ns - host_busy_ns) + device_ns
-    if effective_ns > 0 and aggregate.bytes > 0:
-        aggregate.attributes[semconv.THROUGHPUT] = aggregate.bytes / (effective_ns / 1e9)
+def _new_event():
+    import torch
+
+    return torch.cuda.Event(enable_timing=True)
+
+
+class _DeviceWork:
+    """Per-aggregate state of its timed device work."""
+
+    __slots__ = ("windows", "timed_host_ns", "untimed_calls")
+
+    def __init__(self) -> None:
+        self.windows: dict = {}  # (device index, stream id) -> _device_windows.DeviceWindow
+        self.timed_host_ns = 0  # host time of the calls whose device time the windows hold
+        self.untimed_calls = 0  # asynchronous calls with no events (a capture was open)
+
+
+def _join_device_work(aggregate, mark, busy_ns: int) -> None:
+    work = aggregate.extras.get("device_work")
+    if work is None:
+        work = aggregate.extras["device_work"] = _DeviceWork()
+        aggregate.settle = _settle
+    if mark is None:
+        work.untimed_calls += 1
+        return
+    window, spare, timed = _device_windows.join(work.windows.get(mark.key), mark, _new_event, _gate)
+    work.windows[mark.key] = window
+    if spare is not None:
+        _local.__dict__.setdefault("spare_events", {})[mark.key] = spare
+    if timed and not window.broken:
+        work.timed_host_ns += busy_ns
+        _stream_tails[mark.key] = window.end_event  # a later blocking copy here may wait for it
+    else:
+        work.untimed_calls += 1
+
+
+def _settle(aggregate, final: bool) -> bool:
+    """The aggregate ended: read its device time if the work finished (query, no wait), else
+    ask to be held; at the end of the start-up, poll a bounded time, then give up and mark."""
+    work = aggregate.extras.get("device_work")
+    if work is None:
+        return True
+    if final:
+        resolution = _device_windows.resolve_bounded(work.windows, _gate)
+    else:
+        resolution = _device_windows.try_resolve(work.windows, _gate)
+        if resolution is None:
+            return False
+    aggregate.extras.pop("device_work", None)
+    for key, window in work.windows.items():
+        if _stream_tails.get(key) is window.end_event:
+            del _stream_tails[key]
+    broken_calls = sum(w.calls for w in work.windows.values() if w.broken)
+    untimed = work.untimed_calls + broken_calls
+    if resolution is None:  # still running at the end of the bounded wait, or a capture stayed open
+        untimed = aggregate.calls
+        aggregate.attributes[semconv.COPY_ASYNC_UNRESOLVED] = True
+    else:
+        aggregate.attributes[semconv.COPY_ASYNC_S] = resolution.device_ns / 1e9
+        aggregate.last_ns = max(aggregate.last_ns, resolution.last_end_ns)
+        # Achieved bandwidth: the host-timed calls' own time plus the device time of the rest.
+        effective_ns = max(0, aggregate.busy_ns - work.timed_host_ns) + resolution.device_ns
+        if effective_ns > 0 and aggregate.bytes > 0:
+            aggregate.attributes[semconv.THROUGHPUT] = aggregate.bytes / (effective_ns / 1e9)
+    if untimed:
+        aggregate.attributes[semconv.COPY_UNTIMED_CALLS] = untimed
+    return True
+
+
+def _mark_blocking(plan: _Plan, device) -> None:
+    """A blocking copy on a stream where timed work may still be queued: it will wait for that
+    work first. Bracket it with events so that wait is not counted as the copy's time."""
+    key, stream = _stream_of(device)
+    tail = _stream_tails.get(key)
+    if tail is None:
+        return
+    ran, done = _gate(tail.query)
+    if not ran:
+        return
+    if done:
+        _stream_tails.pop(key, None)
+        return
+    before = _new_event()
+    ran, _ = _gate(before.record, stream)
+    if ran:
+        plan.blocking_before, plan.blocking_stream = before, stream
+
+
+def _finish_blocking(plan: _Plan, start: int, end: int) -> tuple[int, int]:
+    """(start moved so the call's busy time is the copy's own device time, waited ns)."""
+    after = _new_event()
+    ran, _ = _gate(after.record, plan.blocking_stream)
+    if not ran:
+        return start, 0
+    try:
+        device_ns = _device_windows.blocking_call_device_ns(plan.blocking_before, after, _gate)
+    except Exception:
+        device_ns = None
+    if device_ns is None or device_ns >= end - start:
+        return start, 0
+    return end - device_ns, (end - start) - device_ns
+
+
+def _waited_attribute(aggregate) -> None:
+    waited = aggregate.extras.pop("waited_ns", 0)
+    if waited:
+        aggregate.attributes[semconv.COPY_WAITED_S] = waited / 1e9
 
 
 # --- Module.to and friends ----------------------------------------------------------------------
