@@ -48,6 +48,8 @@ def bus_copy(direction: str, numel: int, src_itemsize: int, dst_itemsize: int, s
     tensor is contiguous with the destination's shape (``.contiguous()`` returns it as is).
     ``host_pinned``: the host-side tensor the caller passed is pinned.
     """
+    if direction not in (H2D, D2H):
+        raise ValueError(f"not a host<->device direction: {direction!r}")
     if same_dtype and one_block:
         return BusCopy(numel * src_itemsize, host_pinned, CONVERTED_NOWHERE)
     if direction == H2D:
@@ -61,17 +63,15 @@ def bus_copy(direction: str, numel: int, src_itemsize: int, dst_itemsize: int, s
         keeps_source = same_dtype and host_contiguous
         return BusCopy(numel * dst_itemsize, host_pinned and keeps_source,
                        None if same_dtype else CONVERTED_ON_HOST)
-    if direction == D2H:
-        if non_blocking:
-            # src.to(dst_dtype) on the GPU; the host destination is used as is if contiguous.
-            pinned = host_pinned and host_contiguous
-            return BusCopy(numel * dst_itemsize, pinned, CONVERTED_ON_DEVICE if not same_dtype else None)
-        # A host temporary in the source dtype unless the destination is contiguous and the
-        # dtype is the same; the conversion happens on the host after the transfer.
-        keeps_destination = same_dtype and host_contiguous
-        return BusCopy(numel * src_itemsize, host_pinned and keeps_destination,
-                       None if same_dtype else CONVERTED_ON_HOST)
-    raise ValueError(f"not a host<->device direction: {direction!r}")
+    if non_blocking:  # D2H
+        # src.to(dst_dtype) on the GPU; the host destination is used as is if contiguous.
+        pinned = host_pinned and host_contiguous
+        return BusCopy(numel * dst_itemsize, pinned, CONVERTED_ON_DEVICE if not same_dtype else None)
+    # A host temporary in the source dtype unless the destination is contiguous and the
+    # dtype is the same; the conversion happens on the host after the transfer.
+    keeps_destination = same_dtype and host_contiguous
+    return BusCopy(numel * src_itemsize, host_pinned and keeps_destination,
+                   None if same_dtype else CONVERTED_ON_HOST)
 
 
 def stream_device_side(direction: str) -> str:

@@ -299,12 +299,15 @@ def _layout(source, destination, host) -> tuple[bool, bool]:
 
 
 def _dense(tensor) -> bool:
-    try:
-        from torch._prims_common import is_non_overlapping_and_dense
-
-        return bool(is_non_overlapping_and_dense(tensor))
-    except Exception:  # pragma: no cover - private helper moved
-        return tensor.is_contiguous()
+    """Non-overlapping and dense in some dimension order (what TensorIterator coalesces into
+    one block): sorted by stride, each stride is the product of the sizes inside it."""
+    expected = 1
+    for size, stride in sorted((p for p in zip(tensor.shape, tensor.stride()) if p[0] != 1),
+                               key=lambda p: p[1]):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
 
 
 def _add(session, phase, detail, detail_attrs, nbytes, start, end, io_before, io_after, pinned, plan) -> None:

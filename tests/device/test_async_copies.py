@@ -1,127 +1,435 @@
-"""Non-blocking copies are timed from CUDA events once per aggregate. No GPU here, so a
-stand-in event runs on a simulated device timeline (copies execute in queue order, an event
-completes when the work queued before it has), under the real helpers of tensor_ops."""
+"""Asynchronous device work (non-blocking copies, GPU casts, device-to-device copies) is timed
+from CUDA events without ever blocking the host. No GPU here, so a stand-in event runs on a
+simulated device timeline (work executes in queue order per stream, an event completes when
+the work queued before it has). Its ``synchronize()`` raises: any host wait added anywhere
+fails the test."""
 
 from __future__ import annotations
+
+import threading
+import time
 
 import pytest
 import torch
 
 from otel_coldstart import semconv
-from otel_coldstart.patches import tensor_ops
+from otel_coldstart.patches import _device_windows, _guard, tensor_ops
 from otel_coldstart.recorder import Aggregate
 
 MS = 1_000_000
 
 
+class HostWaited(AssertionError):
+    pass
+
+
 class Timeline:
-    """One device stream: host clock, and when the device is done with what was queued."""
+    """Device streams and a host clock; when each stream is done with what was queued."""
 
     def __init__(self) -> None:
         self.host_ns = 1_000 * MS
-        self.free_at_ns = 0
-        self.waits = 0
+        self.free_at_ns: dict = {}  # stream -> when its queued work ends
 
-    def queue_copy(self, duration_ns: int) -> None:
-        self.free_at_ns = max(self.free_at_ns, self.host_ns) + duration_ns
+    def queue(self, stream, duration_ns: int) -> None:
+        self.free_at_ns[stream] = max(self.free_at_ns.get(stream, 0), self.host_ns) + duration_ns
 
     def time_ns(self) -> int:
         return self.host_ns
 
 
-@pytest.fixture
-def timeline(monkeypatch):
-    line = Timeline()
-
+def make_event_class(line: Timeline):
     class StandInEvent:
+        created = 0
+
         def __init__(self, enable_timing: bool = False) -> None:
             assert enable_timing, "elapsed_time needs timing events"
+            type(self).created += 1
             self.done_at_ns = None
 
         def record(self, stream=None) -> None:
-            self.done_at_ns = max(line.free_at_ns, line.host_ns)
+            self.done_at_ns = max(line.free_at_ns.get(stream, 0), line.host_ns)
 
         def query(self) -> bool:
             return line.host_ns >= self.done_at_ns
 
         def synchronize(self) -> None:
-            line.waits += 1
-            line.host_ns = max(line.host_ns, self.done_at_ns)
+            raise HostWaited("a host wait was added")
 
         def elapsed_time(self, end: "StandInEvent") -> float:
+            if not (self.query() and end.query()):
+                raise RuntimeError("elapsed_time on an event that has not completed")
             return (end.done_at_ns - self.done_at_ns) / MS
 
-    import torch
+    return StandInEvent
 
-    monkeypatch.setattr(torch.cuda, "Event", StandInEvent)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
+
+def open_gate(call, *args):
+    return True, call(*args)
+
+
+# --- the pure scheduler --------------------------------------------------------------------------
+
+def _queue_call(line, Event, windows, stream, device_ns, host_ns=10_000, key=None):
+    key = key or (0, stream)
+    mark_event = Event(enable_timing=True)
+    mark_event.record(stream)
+    mark = _device_windows.Mark(key, stream, mark_event, line.host_ns)
+    line.queue(stream, device_ns)
+    line.host_ns += host_ns
+    window, spare, timed = _device_windows.join(windows.get(key), mark, lambda: Event(enable_timing=True),
+                                                open_gate)
+    windows[key] = window
+    return spare, timed
+
+
+def test_scheduler_resolves_by_query_only_and_waits_for_nothing():
+    line = Timeline()
+    Event = make_event_class(line)
+    windows: dict = {}
+    for _ in range(3):
+        _queue_call(line, Event, windows, "s0", 10 * MS)
+    assert _device_windows.try_resolve(windows, open_gate) is None  # still queued: not resolved, no wait
+    line.host_ns += 30 * MS
+    resolution = _device_windows.try_resolve(windows, open_gate)
+    assert resolution.device_ns == pytest.approx(30 * MS, abs=100_000)
+
+
+def test_scheduler_closes_segments_over_host_gaps():
+    line = Timeline()
+    Event = make_event_class(line)
+    windows: dict = {}
+    start = line.host_ns
+    spare, _ = _queue_call(line, Event, windows, "s0", 10 * MS)
+    assert spare is None  # the first mark is the window's start
+    line.host_ns += 50 * MS  # the host reads the next shard; the device is idle
+    spare, _ = _queue_call(line, Event, windows, "s0", 10 * MS)
+    assert spare is not None  # the old segment start comes back for re-use
+    line.host_ns += 100 * MS
+    resolution = _device_windows.try_resolve(windows, open_gate)
+    assert resolution.device_ns == pytest.approx(20 * MS, abs=100_000)
+    # The window ends when the last work finished: 10 ms, idle until 50 ms, 10 ms more.
+    assert resolution.last_end_ns == pytest.approx(start + 60 * MS, abs=100_000)
+
+
+def test_scheduler_streams_of_one_device_add_and_devices_overlap():
+    line = Timeline()
+    Event = make_event_class(line)
+    windows: dict = {}
+    _queue_call(line, Event, windows, "a", 10 * MS, key=(0, "a"))
+    _queue_call(line, Event, windows, "b", 20 * MS, key=(0, "b"))
+    _queue_call(line, Event, windows, "c", 5 * MS, key=(1, "c"))
+    line.host_ns += 100 * MS
+    assert _device_windows.try_resolve(windows, open_gate).device_ns == pytest.approx(30 * MS, abs=100_000)
+
+
+def test_scheduler_bounded_final_wait_polls_then_gives_up():
+    line = Timeline()
+    Event = make_event_class(line)
+    windows: dict = {}
+    _queue_call(line, Event, windows, "s0", 10_000 * MS)  # ten device seconds queued
+    clock = [0.0]
+    polls = []
+
+    def sleep(seconds):
+        polls.append(seconds)
+        clock[0] += seconds
+        line.host_ns += int(seconds * 1e9)
+
+    assert _device_windows.resolve_bounded(windows, open_gate, wait_s=0.5, clock=lambda: clock[0],
+                                           sleep=sleep) is None
+    assert clock[0] == pytest.approx(0.5, abs=0.01) and len(polls) >= 100
+    # Work that finishes inside the bound is resolved.
+    windows = {}
+    _queue_call(line, Event, windows, "s1", 100 * MS)
+    clock[0] = 0.0
+    resolution = _device_windows.resolve_bounded(windows, open_gate, wait_s=0.5, clock=lambda: clock[0],
+                                                 sleep=sleep)
+    assert resolution.device_ns == pytest.approx(100 * MS, abs=1 * MS)
+
+
+def test_scheduler_refused_gate_never_calls_events():
+    line = Timeline()
+    Event = make_event_class(line)
+    windows: dict = {}
+    _queue_call(line, Event, windows, "s0", 10 * MS)
+    line.host_ns += 100 * MS
+    calls = []
+
+    def closed_gate(call, *args):
+        calls.append(call)
+        return False, None
+
+    assert _device_windows.try_resolve(windows, closed_gate) is None
+    assert len(calls) == 1  # asked once, refused, nothing further attempted
+
+
+def test_scheduler_failed_elapsed_time_marks_the_window_broken():
+    class Broken:
+        def query(self):
+            return True
+
+        def elapsed_time(self, other):
+            raise RuntimeError("events on different devices")
+
+        def record(self, stream=None):
+            pass
+
+    mark = _device_windows.Mark((0, "s"), "s", Broken(), 0)
+    window, _, _ = _device_windows.join(None, mark, Broken, open_gate)
+    resolution = _device_windows.try_resolve({(0, "s"): window}, open_gate)
+    assert window.broken and resolution.device_ns == 0
+
+
+# --- tensor_ops over the scheduler: marks, joins, settle, held aggregates -----------------------
+
+@pytest.fixture
+def timeline(monkeypatch):
+    line = Timeline()
+    Event = make_event_class(line)
+
+    class StandInStream:
+        def __init__(self, device) -> None:
+            self.stream_id = getattr(device, "index", device) or 0
+
+        def __eq__(self, other):
+            return isinstance(other, StandInStream) and other.stream_id == self.stream_id
+
+        def __hash__(self):
+            return hash(self.stream_id)
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: StandInStream(device))
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.setattr(tensor_ops, "time", line)
+    line.Event = Event
+    line.Stream = StandInStream
     yield line
     tensor_ops._local.__dict__.pop("spare_events", None)
+    tensor_ops._stream_tails.clear()
 
 
-def _copy(line: Timeline, aggregate: Aggregate, nbytes: int, device_ns: int, host_ns: int = 10_000) -> None:
-    """What the Tensor.to wrapper does around one non-blocking copy."""
-    start = tensor_ops._async_start(torch.device("cuda", 0))
-    line.queue_copy(device_ns)
-    line.host_ns += host_ns  # the call returns at once
+def _timed_call(line, aggregate, nbytes, device_ns, host_ns=10_000, device_index=0):
+    """What the wrappers do around one call whose device work is asynchronous."""
+    device = torch.device("cuda", device_index)
+    mark = tensor_ops._mark(device)
+    line.queue(line.Stream(device), device_ns)
+    line.host_ns += host_ns
+    aggregate.calls += 1
     aggregate.bytes += nbytes
     aggregate.busy_ns += host_ns
     aggregate.last_ns = line.host_ns
-    tensor_ops._join_async(aggregate, start, nbytes, host_ns)
+    tensor_ops._join_device_work(aggregate, mark, host_ns)
 
 
-def _aggregate(line: Timeline) -> Aggregate:
-    aggregate = Aggregate(semconv.PHASE_H2D, None, None, {})
+def _aggregate(line, phase=semconv.PHASE_H2D) -> Aggregate:
+    aggregate = Aggregate(phase, None, None, {})
     aggregate.first_ns = line.host_ns
     return aggregate
 
 
-def test_back_to_back_copies_are_one_window_waited_for_once(timeline):
+def test_aggregate_ending_with_copies_queued_is_held_not_waited_for(timeline):
     aggregate = _aggregate(timeline)
     for _ in range(3):
-        _copy(timeline, aggregate, 1_000_000, 10 * MS)
-    assert timeline.waits == 0  # nothing waits per tensor
-    aggregate.run_end_hooks()
-    assert timeline.waits == 1
+        _timed_call(timeline, aggregate, 1_000_000, 10 * MS)
+    assert aggregate.settle(aggregate, False) is False  # held: the copies are still queued
+    assert semconv.COPY_ASYNC_S not in aggregate.attributes
+    timeline.host_ns += 40 * MS  # later (another span ended): the copies are done
+    assert aggregate.settle(aggregate, False) is True
     assert aggregate.attributes[semconv.COPY_ASYNC_S] == pytest.approx(0.030)
-    assert aggregate.attributes[semconv.THROUGHPUT] == pytest.approx(3_000_000 / 0.030)
+    assert aggregate.attributes[semconv.THROUGHPUT] == pytest.approx(3_000_000 / 0.030, rel=1e-3)
     assert aggregate.last_ns == pytest.approx(aggregate.first_ns + 30 * MS, abs=1)
-
-
-def test_host_gaps_between_copies_do_not_count_as_copy_time(timeline):
-    aggregate = _aggregate(timeline)
-    _copy(timeline, aggregate, 1_000_000, 10 * MS)
-    timeline.host_ns += 50 * MS  # the host reads the next shard; the device sits idle
-    _copy(timeline, aggregate, 1_000_000, 10 * MS)
-    _copy(timeline, aggregate, 1_000_000, 10 * MS)
-    aggregate.run_end_hooks()
-    assert aggregate.attributes[semconv.COPY_ASYNC_S] == pytest.approx(0.030)
-    # The span ends when the last copy finished: 10 ms copy, idle until 50 ms, 20 ms of copies.
-    assert aggregate.last_ns == pytest.approx(aggregate.first_ns + 70 * MS, abs=20_000)
+    assert semconv.COPY_UNTIMED_CALLS not in aggregate.attributes
 
 
 def test_blocking_calls_in_the_same_aggregate_keep_their_own_time(timeline):
     aggregate = _aggregate(timeline)
-    _copy(timeline, aggregate, 1_000_000, 10 * MS)
+    _timed_call(timeline, aggregate, 1_000_000, 10 * MS)
     aggregate.bytes += 1_000_000  # one blocking copy of 20 ms in the same aggregate
     aggregate.busy_ns += 20 * MS
-    aggregate.run_end_hooks()
+    timeline.host_ns += 50 * MS
+    assert aggregate.settle(aggregate, False)
     assert aggregate.attributes[semconv.THROUGHPUT] == pytest.approx(2_000_000 / 0.030, rel=1e-3)
 
 
-def test_no_device_timing_while_a_graph_capture_is_open(timeline):
-    """A query or a wait from this thread could invalidate a capture running elsewhere."""
-    from otel_coldstart.patches import _guard
-
+def test_final_settle_waits_a_bounded_time_then_marks_unresolved(timeline, monkeypatch):
     aggregate = _aggregate(timeline)
-    _copy(timeline, aggregate, 1_000_000, 10 * MS)
+    _timed_call(timeline, aggregate, 1_000_000, 60_000 * MS)  # a minute of device work queued
+    monkeypatch.setattr(_device_windows, "FINAL_WAIT_S", 0.05)
+    monkeypatch.setattr(_device_windows.resolve_bounded, "__defaults__", (0.05,) +
+                        _device_windows.resolve_bounded.__defaults__[1:])
+    assert aggregate.settle(aggregate, True) is True
+    assert aggregate.attributes[semconv.COPY_ASYNC_UNRESOLVED] is True
+    assert aggregate.attributes[semconv.COPY_UNTIMED_CALLS] == 1
+    assert semconv.COPY_ASYNC_S not in aggregate.attributes
+
+
+def test_no_event_call_while_a_capture_is_open_and_the_calls_are_marked(timeline):
+    aggregate = _aggregate(timeline)
+    _timed_call(timeline, aggregate, 1_000_000, 10 * MS)
     _guard.capture_started()
     try:
-        assert tensor_ops._async_start(torch.device("cuda", 0)) is None
-        aggregate.run_end_hooks()
+        assert tensor_ops._mark(torch.device("cuda", 0)) is None
+        _timed_call(timeline, aggregate, 1_000_000, 10 * MS)
+        timeline.host_ns += 100 * MS
+        assert aggregate.settle(aggregate, False) is False  # cannot even query: held
     finally:
         _guard.capture_ended()
-    assert timeline.waits == 0
-    assert semconv.COPY_ASYNC_S not in aggregate.attributes
+    assert aggregate.settle(aggregate, False) is True
+    assert aggregate.attributes[semconv.COPY_UNTIMED_CALLS] == 1
+    assert aggregate.attributes[semconv.COPY_ASYNC_S] == pytest.approx(0.010)
+
+
+def test_windows_are_keyed_by_device_and_stream(timeline):
+    aggregate = _aggregate(timeline, semconv.PHASE_D2D)
+    _timed_call(timeline, aggregate, 1, 10 * MS, device_index=0)
+    _timed_call(timeline, aggregate, 1, 10 * MS, device_index=1)
+    assert set(aggregate.extras["device_work"].windows) == {(0, 0), (1, 1)}
+    timeline.host_ns += 100 * MS
+    assert aggregate.settle(aggregate, False)
+    assert aggregate.attributes[semconv.COPY_ASYNC_S] == pytest.approx(0.010)  # two devices in parallel
+
+
+def test_blocking_copy_after_a_queued_gpu_cast_is_not_charged_the_cast(timeline):
+    """A blocking H2D synchronises its stream: the host's time for it includes the cast queued
+    before it. Bracketed by events, the copy keeps its own device time and the wait is reported."""
+    device = torch.device("cuda", 0)
+    cast = _aggregate(timeline, semconv.PHASE_CAST)
+    _timed_call(timeline, cast, 1_000_000, 80 * MS)  # an asynchronous GPU cast, 80 ms of device work
+    plan = tensor_ops._Plan(False)
+    tensor_ops._mark_blocking(plan, device)
+    assert plan.blocking_before is not None
+    start = timeline.host_ns
+    timeline.queue(timeline.Stream(device), 5 * MS)  # the copy itself, after the cast
+    timeline.host_ns = timeline.free_at_ns[timeline.Stream(device)]  # the blocking call returns then
+    moved_start, waited = tensor_ops._finish_blocking(plan, start, timeline.host_ns)
+    assert timeline.host_ns - moved_start == pytest.approx(5 * MS, abs=100_000)
+    assert waited == pytest.approx(80 * MS - 10_000, abs=200_000)
+    assert cast.settle(cast, False) and cast.attributes[semconv.COPY_ASYNC_S] == pytest.approx(0.080)
+
+
+def test_blocking_copy_with_nothing_queued_takes_no_event(timeline):
+    plan = tensor_ops._Plan(False)
+    created = timeline.Event.created
+    tensor_ops._mark_blocking(plan, torch.device("cuda", 0))
+    assert plan.blocking_before is None and timeline.Event.created == created
+
+
+# --- capture atomicity: a capture starting on another thread never meets an event call ---------
+
+def test_event_calls_and_capture_begin_never_overlap_across_threads():
+    """A capture thread raises the open count and then begins a capture; a copy thread makes
+    event calls through the gate. A call that ran while a capture was running would
+    invalidate it in global capture mode: the stand-in capture fails if it sees one."""
+    state = {"capturing": False, "in_event_call": 0, "violations": 0, "event_calls": 0, "refused": 0}
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def event_call():
+        with lock:
+            state["in_event_call"] += 1
+            if state["capturing"]:
+                state["violations"] += 1
+        for _ in range(50):  # a call that takes a little while
+            pass
+        with lock:
+            state["in_event_call"] -= 1
+            state["event_calls"] += 1
+
+    def copier():
+        while not stop.is_set():
+            ran, _ = _guard.outside_captures(event_call)
+            if not ran:
+                state["refused"] += 1
+
+    def capture_begin():
+        with lock:
+            if state["in_event_call"]:
+                state["violations"] += 1
+            state["capturing"] = True
+
+    def capture_end():
+        with lock:
+            state["capturing"] = False
+
+    threads = [threading.Thread(target=copier) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    try:
+        for _ in range(500):
+            _guard.capture_started()  # what the capture wrappers do before torch's capture_begin
+            capture_begin()
+            time.sleep(0.0002)  # the capture runs a while; copier threads keep trying
+            capture_end()
+            _guard.capture_ended()
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert state["violations"] == 0
+    assert state["event_calls"] > 0 and state["refused"] > 0  # both sides really ran
+
+
+def test_the_unguarded_pattern_would_race():
+    """The same harness without the shared lock: the check can fail, so the test above means
+    something. (Check, then call, with a capture beginning in between.)"""
+    capturing = threading.Event()
+    checked = threading.Event()
+    violations = []
+
+    def copier():
+        if not capturing.is_set():  # "any capture open?" - no
+            checked.set()
+            capturing.wait(1)  # a capture begins on another thread right here
+            if capturing.is_set():
+                violations.append("event call during a capture")
+
+    thread = threading.Thread(target=copier)
+    thread.start()
+    checked.wait(1)
+    capturing.set()
+    thread.join()
+    assert violations
+
+
+# --- the recorder holds an aggregate until its device work finished ---------------------------
+
+class _Session:
+    def __init__(self) -> None:
+        self.spans = []
+
+    def current_parent(self):
+        from opentelemetry.trace import INVALID_SPAN_CONTEXT
+
+        return INVALID_SPAN_CONTEXT
+
+    def emit_span(self, name, phase, parent, start_ns, end_ns, attributes):
+        self.spans.append((phase, attributes))
+
+
+def test_recorder_holds_unfinished_aggregates_and_writes_them_later_or_at_the_end():
+    from otel_coldstart.recorder import Recorder
+
+    session = _Session()
+    recorder = Recorder(session)
+    done = {"first": False}
+
+    def settle(aggregate, final):
+        if done[aggregate.phase] or final:
+            aggregate.attributes["settled_final"] = final
+            return True
+        return False
+
+    recorder.add("first", None, None, 1, 0, 1, 0, 0, on_add=lambda a: setattr(a, "settle", settle))
+    aggregate = recorder._take(None)[0]
+    recorder.emit(aggregate, None)
+    assert session.spans == []  # held, nothing waited
+    recorder.settle_held(final=False)
+    assert session.spans == []
+    done["first"] = True
+    recorder.flush_children(1, None)  # any container end looks again
+    assert session.spans == [("first", {**session.spans[0][1]})] and session.spans[0][1]["settled_final"] is False
+    # At the end of the start-up, a held aggregate is written whatever happens.
+    done["first"] = False
+    recorder.add("first", None, None, 1, 0, 1, 0, 0, on_add=lambda a: setattr(a, "settle", settle))
+    recorder.flush_all()
+    assert len(session.spans) == 2 and session.spans[1][1]["settled_final"] is True
