@@ -8,8 +8,10 @@ all callers go through:
   ``make_graphed_callables`` call them; so does code that drives a graph by hand);
 - ``torch.accelerator.Graph.capture_begin/capture_end``: torch 2.13's device-generic graph,
   which bypasses ``torch.cuda.graph``;
-- the ``__enter__/__exit__`` of ``torch.cuda.graph`` and ``torch.accelerator.Graph``, so a
-  capture's time includes the synchronize and cache flush they do before capture begins;
+- the ``__enter__/__exit__`` of ``torch.cuda.graph`` and ``torch.accelerator.Graph``. Their
+  ``__enter__`` starts with ``synchronize()`` (which waits for whatever GPU work was queued
+  before, such as vLLM's eager warm-up run) and cache flushes: that part is reported apart
+  (``coldstart.graph.pre_capture_s``); capture time starts at ``capture_begin``;
 - ``torch.cuda.make_graphed_callables``: one parent span over its warm-up and captures.
 
 A capture is one ``coldstart.graph_capture`` span. Captures that repeat under the same parent
@@ -21,7 +23,11 @@ vLLM's forward context, or from :func:`batch_size` around the capture. Captures 
 ``coldstart.after_ready``; so these patches stay after ``ready()`` (they are rare calls).
 
 While a capture runs on a thread, the per-tensor patches record nothing there: work inside a
-capture is recorded into the graph, not executed.
+capture is recorded into the graph, not executed. From the start of ``__enter__`` (or
+``capture_begin``) to the end of the capture, no other thread makes a CUDA event call for
+device timing: the open count is raised before torch begins the capture, under the lock the
+event calls are made under (patches/_guard.py), which in ``global`` capture mode (vLLM's)
+would otherwise invalidate the capture.
 """
 
 from __future__ import annotations
@@ -113,7 +119,7 @@ def batch_size(size: int) -> Iterator[None]:
 # --- one capture ------------------------------------------------------------------------------
 
 class _Capture:
-    __slots__ = ("key", "api", "owner", "start_ns", "batch_size")
+    __slots__ = ("key", "api", "owner", "start_ns", "batch_size", "begun", "pre_capture_ns")
 
     def __init__(self, key: int, api: str, owner: str, batch: int | None) -> None:
         self.key = key
@@ -121,6 +127,18 @@ class _Capture:
         self.owner = owner  # "context": its __enter__/__exit__ bound it; "begin": capture_begin/end did
         self.start_ns = time.time_ns()
         self.batch_size = batch
+        self.begun = owner == "begin"
+        self.pre_capture_ns = 0
+
+    def capture_begins(self) -> None:
+        """capture_begin inside a graph context: the capture's time starts here. What the
+        context's ``__enter__`` did before (``synchronize()``, which waits for the eager
+        warm-up queued before it, and the cache flushes) is reported apart."""
+        if not self.begun:
+            now = time.time_ns()
+            self.pre_capture_ns = now - self.start_ns
+            self.start_ns = now
+            self.begun = True
 
 
 def _open_capture(graph, api: str, owner: str) -> _Capture:
@@ -149,6 +167,8 @@ def _close_capture(capture: _Capture, error: BaseException | None) -> None:
     attrs = {semconv.GRAPH_API: capture.api}
     if capture.batch_size is not None:
         attrs[semconv.GRAPH_BATCH_SIZE] = capture.batch_size
+    if capture.pre_capture_ns:
+        attrs[semconv.GRAPH_PRE_CAPTURE_S] = capture.pre_capture_ns / 1e9
     if error is not None:
         # A failed capture is rare and worth its own span, with the host's exception on it.
         attrs[semconv.GRAPH_FAILED] = True
@@ -162,19 +182,20 @@ def _close_capture(capture: _Capture, error: BaseException | None) -> None:
     else:
         duration = end - capture.start_ns
 
-        def note(aggregate, size=capture.batch_size):
-            _note_capture(aggregate, size, duration)
+        def note(aggregate, size=capture.batch_size, pre_ns=capture.pre_capture_ns):
+            _note_capture(aggregate, size, duration, pre_ns)
 
         session.recorder.add(semconv.PHASE_GRAPH_CAPTURE, capture.api, {semconv.GRAPH_API: capture.api}, 0,
                              capture.start_ns, end, 0, 0, on_add=note)
 
 
-def _note_capture(aggregate, size: int | None, duration_ns: int) -> None:
+def _note_capture(aggregate, size: int | None, duration_ns: int, pre_capture_ns: int = 0) -> None:
     state = aggregate.extras.get("graph")
     if state is None:
-        state = aggregate.extras["graph"] = {"sizes": [], "seen": set(), "longest_ns": 0}
+        state = aggregate.extras["graph"] = {"sizes": [], "seen": set(), "longest_ns": 0, "pre_ns": 0}
         aggregate.end_hooks.append(_graph_attributes)
     state["longest_ns"] = max(state["longest_ns"], duration_ns)
+    state["pre_ns"] += pre_capture_ns
     if size is not None and size not in state["seen"] and len(state["sizes"]) < _MAX_BATCH_SIZES:
         state["seen"].add(size)
         state["sizes"].append(size)
@@ -185,6 +206,8 @@ def _graph_attributes(aggregate) -> None:
     if state is None:
         return
     aggregate.attributes[semconv.GRAPH_MAX_CAPTURE_S] = state["longest_ns"] / 1e9
+    if state["pre_ns"]:
+        aggregate.attributes[semconv.GRAPH_PRE_CAPTURE_S] = state["pre_ns"] / 1e9
     if state["sizes"]:
         aggregate.attributes[semconv.GRAPH_BATCH_SIZES] = list(state["sizes"])
 
@@ -272,8 +295,11 @@ def _capture_begin(api: str):
             return wrapped(*args, **kwargs)
         created = None
         try:
-            if _find_capture(instance) is None:  # not inside a graph context we already timed
+            found = _find_capture(instance)
+            if found is None:  # not inside a graph context we already opened
                 created = _open_capture(instance, api, "begin")
+            else:
+                found.capture_begins()
         except Exception:
             report_internal_error("capture_begin")
         try:

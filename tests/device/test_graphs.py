@@ -159,3 +159,43 @@ def test_vllm_forward_context_gives_the_batch_size(graph_standins, traced, monke
     otel_coldstart.ready()
     (span,) = _captures(traced)
     assert list(span.attributes[semconv.GRAPH_BATCH_SIZES]) == [8, 16]
+
+
+@pytest.mark.parametrize("api", ["torch.cuda.graph", "torch.accelerator.Graph"])
+def test_capture_time_starts_at_capture_begin_and_the_pre_capture_sync_is_apart(
+        graph_standins, traced, monkeypatch, api):
+    """``__enter__`` first synchronises: it waits for GPU work queued before (vLLM's eager
+    warm-up). That wait is not the capture's; it is reported as pre_capture_s."""
+    import time
+
+    from otel_coldstart.patches import _guard
+
+    def slow_synchronize(device=None):
+        time.sleep(0.2)  # the device finishing an earlier eager run
+
+    if api == "torch.cuda.graph":
+        monkeypatch.setattr(torch.cuda, "synchronize", slow_synchronize)
+        context = torch.cuda.graph(torch.cuda.CUDAGraph())
+        graph_class = graph_standins
+    else:
+        monkeypatch.setattr(torch.accelerator, "synchronize", slow_synchronize)
+        context = torch.accelerator.Graph()
+        graph_class = type(context)
+    seen_open = []
+    wrapped_begin = graph_class.capture_begin  # our wrapper around the stand-in's
+
+    def capture_begin(self, *args, **kwargs):
+        # Other threads' event calls must already be shut out when torch begins the capture.
+        seen_open.append(_guard.any_capture_open())
+        time.sleep(0.01)
+        return wrapped_begin(self, *args, **kwargs)
+
+    monkeypatch.setattr(graph_class, "capture_begin", capture_begin)
+    with context:
+        pass
+    otel_coldstart.ready()
+    (span,) = _captures(traced)
+    assert seen_open == [True]
+    assert span.attributes[semconv.GRAPH_PRE_CAPTURE_S] >= 0.19
+    assert span.attributes[semconv.BUSY_S] < 0.15  # the capture alone: ~10 ms, not the 200 ms sync
+    assert (span.end_time - span.start_time) / 1e9 < 0.15
