@@ -14,6 +14,18 @@ the host's exception propagates unchanged. ``_lazy_init`` is called by most ``to
 functions, so the wrapper removes itself as soon as CUDA is up (and at ``ready()`` at the
 latest).
 
+The driver starts earlier than that when the first CUDA question is
+``torch.cuda.is_available()`` (or ``device_count()`` without NVML): it asks the CUDA runtime
+for the device count (``torch._C._cuda_getDeviceCount`` -> ``cudaGetDeviceCount``), which
+runs ``cuInit`` without ``_lazy_init``. That first call is its own ``runtime_init`` span,
+``coldstart.runtime.step=driver``; the ``_lazy_init`` one is ``step=lazy_init``. It is
+watched only if the driver library is not already loaded in the process when
+``instrument()`` runs (Linux: ``libcuda.so`` in ``/proc/self/maps``); elsewhere its first call
+is taken as the start. Inside ``_lazy_init`` it is part of that span, not a second one.
+
+A copy that is the first CUDA touch (``t.to("cuda")``) initialises CUDA before its own clock
+starts (patches/tensor_ops.py), so the copy's time and bandwidth do not contain the init.
+
 Not included: the primary CUDA context of a device is created on its first allocation, so
 that cost lands in whatever span makes it (usually the first host-to-device copy).
 """
@@ -32,6 +44,8 @@ TARGETS = ("torch",)
 HOT_PATH = True
 
 _patches = PatchSet()
+_driver_patches = PatchSet()  # torch._C._cuda_getDeviceCount, until its first call
+_driver_seen = False  # the driver's start was observed (or is part of _lazy_init): once per process
 _lock = threading.Lock()
 _local = threading.local()  # .busy: _lazy_init re-enters itself through its queued calls
 _initialised_seen = False  # CUDA came up under our eyes: once per process
@@ -43,7 +57,7 @@ def get_version() -> str | None:
 
 
 def is_patched() -> bool:
-    return bool(_patches)
+    return bool(_patches) or bool(_driver_patches)
 
 
 def patch() -> None:
@@ -52,10 +66,59 @@ def patch() -> None:
     if _initialised_seen or torch.cuda.is_initialized():
         return  # already up: its cost was paid before instrument(), inside "import"
     _patches.wrap(torch.cuda, "_lazy_init", _lazy_init)
+    if not _driver_seen and hasattr(torch._C, "_cuda_getDeviceCount") and not _driver_loaded():
+        _driver_patches.wrap(torch._C, "_cuda_getDeviceCount", _driver_start)
 
 
 def unpatch() -> None:
     _patches.restore()
+    _driver_patches.restore()
+
+
+def _driver_loaded() -> bool:
+    """The CUDA driver library is mapped into this process already (its start happened before
+    instrument()). Linux only; elsewhere False: the first device-count call is the start."""
+    try:
+        with open("/proc/self/maps", "rb") as maps:
+            return b"libcuda.so" in maps.read()
+    except OSError:
+        return False
+
+
+def _driver_start(wrapped, instance, args, kwargs):
+    """The first ``cudaGetDeviceCount`` of the process: ``cuInit``, the driver's start."""
+    global _driver_seen
+    session = _session.ACTIVE
+    if session is None or _driver_seen:
+        return wrapped(*args, **kwargs)
+    if getattr(_local, "busy", False):  # inside _lazy_init: part of that span
+        _driver_seen = True
+        _restore_driver_patch()
+        return wrapped(*args, **kwargs)
+    start = time.time_ns()
+    result = wrapped(*args, **kwargs)  # never raises: 0 when there is no driver or device
+    end = time.time_ns()
+    try:
+        with _lock:
+            if _driver_seen:
+                return result
+            _driver_seen = True
+        attrs = {semconv.RUNTIME_BACKEND: "cuda", semconv.RUNTIME_STEP: semconv.RUNTIME_STEP_DRIVER}
+        if isinstance(result, int):
+            attrs[semconv.RUNTIME_DEVICE_COUNT] = result
+        container = session.start_container(semconv.PHASE_RUNTIME_INIT, attrs, start_ns=start, make_current=False)
+        container.finish(end_ns=end)
+    except Exception:
+        report_internal_error("runtime driver start")
+    _restore_driver_patch()
+    return result
+
+
+def _restore_driver_patch() -> None:
+    try:
+        _driver_patches.restore()  # asked by every is_available(): nothing left to see
+    except Exception:
+        report_internal_error("runtime driver start")
 
 
 def _lazy_init(wrapped, instance, args, kwargs):
@@ -100,12 +163,13 @@ def _finish(session, start: int, error: BaseException | None) -> None:
                 if _failure_recorded_for is session:
                     return
                 _failure_recorded_for = session
-        attrs = {semconv.RUNTIME_BACKEND: "cuda"}
+        attrs = {semconv.RUNTIME_BACKEND: "cuda", semconv.RUNTIME_STEP: semconv.RUNTIME_STEP_LAZY_INIT}
         if error is None:
             attrs[semconv.RUNTIME_DEVICE_COUNT] = torch.cuda.device_count()
         container = session.start_container(semconv.PHASE_RUNTIME_INIT, attrs, start_ns=start, make_current=False)
         container.finish(error=error, end_ns=end)
         if error is None:
             _patches.restore()  # called by most torch.cuda functions: nothing left to see
+            _driver_patches.restore()  # the driver is up too
     except Exception:
         report_internal_error("runtime init")

@@ -161,3 +161,100 @@ def test_pinning_is_one_aggregate_per_kind_with_bytes(traced):
     assert by_kind[semconv.PIN_KIND_COPY].attributes[semconv.BYTES] == 10 * 256 * 4
     assert by_kind[semconv.PIN_KIND_COPY].attributes[semconv.CALLS] == 10
     assert by_kind[semconv.PIN_KIND_ALLOC].attributes[semconv.BYTES] == 3 * 1024
+
+
+# --- the driver's start (cuInit through is_available) and a copy as the first CUDA touch -------
+
+@pytest.fixture
+def stand_in_cuda(monkeypatch, request):
+    """torch's CUDA entry points with stand-ins that take real time: the device count (the
+    driver's start, ``cudaGetDeviceCount``) and ``_lazy_init``. Our real wrappers go on top."""
+    import time
+
+    state = {"driver_started": False, "initialised": False, "count_calls": 0, "init_calls": 0}
+
+    def get_device_count():
+        state["count_calls"] += 1
+        if not state["driver_started"]:
+            time.sleep(0.15)  # cuInit
+            state["driver_started"] = True
+        return 1
+
+    def lazy_init():
+        state["init_calls"] += 1
+        if not state["initialised"]:
+            torch._C._cuda_getDeviceCount()  # torch's own init asks too: part of this span
+            time.sleep(0.1)
+            state["initialised"] = True
+
+    otel_coldstart.uninstrument()
+    monkeypatch.setattr(runtime, "_initialised_seen", False)
+    monkeypatch.setattr(runtime, "_driver_seen", False)
+    monkeypatch.setattr(runtime, "_driver_loaded", lambda: False)
+    monkeypatch.setattr(torch._C, "_cuda_getDeviceCount", get_device_count, raising=False)
+    monkeypatch.setattr(torch.cuda, "_lazy_init", lazy_init)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: state["initialised"])
+    traced = request.getfixturevalue("traced")
+    yield traced, state
+    otel_coldstart.uninstrument()
+
+
+def test_driver_start_through_is_available_is_its_own_runtime_init_span(stand_in_cuda):
+    traced, state = stand_in_cuda
+    assert torch.cuda.is_available()
+    assert torch.cuda.is_available()  # asked again: the wrapper is gone, nothing more recorded
+    assert not isinstance(torch._C._cuda_getDeviceCount, ColdstartWrapper)
+    torch.cuda._lazy_init()
+    otel_coldstart.ready()
+    spans = sorted(traced.by_phase(semconv.PHASE_RUNTIME_INIT), key=lambda s: s.start_time)
+    assert [s.attributes[semconv.RUNTIME_STEP] for s in spans] == ["driver", "lazy_init"]
+    driver, init = spans
+    assert (driver.end_time - driver.start_time) / 1e9 >= 0.14
+    assert driver.attributes[semconv.RUNTIME_DEVICE_COUNT] == 1
+    # The lazy init's own time only: the driver was already up.
+    assert 0.09 <= (init.end_time - init.start_time) / 1e9 < 0.14
+    assert state["count_calls"] >= 3  # is_available twice, _lazy_init (and device_count for the span)
+
+
+def test_driver_start_inside_lazy_init_is_not_a_second_span(stand_in_cuda):
+    traced, _ = stand_in_cuda
+    torch.cuda._lazy_init()
+    otel_coldstart.ready()
+    (span,) = traced.by_phase(semconv.PHASE_RUNTIME_INIT)
+    assert span.attributes[semconv.RUNTIME_STEP] == "lazy_init"
+    assert (span.end_time - span.start_time) / 1e9 >= 0.24  # driver start and init, once
+
+
+def test_a_copy_that_is_the_first_cuda_touch_initialises_cuda_before_its_clock(stand_in_cuda, monkeypatch):
+    """``t.to("cuda")`` as the first CUDA call: the init happens before the copy is timed (a
+    CPU build then fails the copy itself, which reaches the caller unchanged)."""
+    from otel_coldstart.patches import tensor_ops
+
+    traced, state = stand_in_cuda
+    monkeypatch.setattr(tensor_ops, "_cuda_up", False)
+    order = []
+    real_timed_call = tensor_ops._timed_call
+
+    def timed_call(*args, **kwargs):
+        order.append(("timed", state["initialised"]))
+        return real_timed_call(*args, **kwargs)
+
+    monkeypatch.setattr(tensor_ops, "_timed_call", timed_call)
+    try:
+        torch.ones(4).to("cuda")
+    except (RuntimeError, AssertionError):
+        pass  # no CUDA in this torch build: the host's own error
+    assert order == [("timed", True)]  # initialised before the copy's clock started
+    otel_coldstart.ready()
+    (init,) = traced.by_phase(semconv.PHASE_RUNTIME_INIT)
+    assert init.attributes[semconv.RUNTIME_STEP] == "lazy_init"
+
+
+def test_a_host_cast_does_not_initialise_cuda(stand_in_cuda, monkeypatch):
+    from otel_coldstart.patches import tensor_ops
+
+    traced, state = stand_in_cuda
+    monkeypatch.setattr(tensor_ops, "_cuda_up", False)
+    torch.ones(4).to(torch.float16)
+    torch.ones(4).to("cpu", torch.float64)
+    assert state["init_calls"] == 0
