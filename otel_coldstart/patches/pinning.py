@@ -17,6 +17,13 @@ earlier, when torch.compile starts its first compilation (patches/compile.py cal
 :func:`suspend_allocators`): dynamo guards on the identity of a ``torch`` attribute it traces
 through, so a function compiled while ``torch.empty`` was our wrapper would recompile when
 ``ready()`` put the original back. ``Tensor`` methods are not guarded that way.
+
+TorchScript: ``torch.jit.script`` resolves ``torch.ones`` in a scripted function through a
+table keyed by ``id()`` of the ``torch`` attribute (``torch.jit._builtins``), built once (at
+torch's import in 2.13). Our wrapper's id is not in it, so scripting a function that calls
+``torch.ones(n)`` during the start-up would fail ("Expected a value of type 'Tensor' for
+argument '0'"). So each wrapper is registered there under its original's op while it is
+installed, and removed before it is dropped (an id can be re-used by a later object).
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from .. import probes, semconv
 from .._errors import report_internal_error
 from . import _guard
 from ._tensor_bytes import tensor_nbytes
-from ._wrapping import PatchSet, installed_version
+from ._wrapping import ColdstartWrapper, PatchSet, installed_version
 
 TARGETS = ("torch",)
 HOT_PATH = True
@@ -63,16 +70,62 @@ def patch() -> None:
     if not _compiled_already():
         for name in _ALLOCATORS:
             _allocator_patches.wrap(torch, name, _pinned_alloc)
+        _register_with_torchscript(torch)
 
 
 def unpatch() -> None:
     _patches.restore()
-    _allocator_patches.restore()
+    _restore_allocators()
 
 
 def suspend_allocators() -> None:
     """Put the original ``torch.empty`` and friends back before dynamo traces anything."""
+    _restore_allocators()
+
+
+def _restore_allocators() -> None:
+    _unregister_from_torchscript()
     _allocator_patches.restore()
+
+
+_torchscript_ids: list[int] = []  # ids of our wrappers entered in torch.jit's builtin table
+
+
+def _builtin_table():
+    try:
+        from torch.jit import _builtins
+
+        return _builtins._get_builtin_table()  # built at torch's import; built here otherwise
+    except Exception:  # pragma: no cover - private API moved: scripting is then the host's risk
+        return None
+
+
+def _register_with_torchscript(torch) -> None:
+    table = _builtin_table()
+    if table is None:
+        return
+    try:
+        for name in _ALLOCATORS:
+            wrapper = vars(torch).get(name)
+            if not isinstance(wrapper, ColdstartWrapper):
+                continue
+            original = wrapper.__wrapped__
+            # The original's own entry (kept, or added if the table was built while wrapped).
+            op = table.setdefault(id(original), f"aten::{name}")
+            table[id(wrapper)] = op
+            _torchscript_ids.append(id(wrapper))
+    except Exception:
+        report_internal_error("TorchScript builtin registration")
+
+
+def _unregister_from_torchscript() -> None:
+    if not _torchscript_ids:
+        return
+    table = _builtin_table()
+    while _torchscript_ids:
+        wrapper_id = _torchscript_ids.pop()
+        if table is not None:
+            table.pop(wrapper_id, None)
 
 
 def _compiled_already() -> bool:
