@@ -134,13 +134,22 @@ class _Plan:
         self.blocking_stream = None
 
 
+# Shared plans for the common calls with nothing to time (never mutated): no allocation per call.
+_HOST_TIMED = _Plan(False)
+_HOST_TIMED_QUEUED = _Plan(True)
+
+
+def _untimed(queued: bool) -> _Plan:
+    return _HOST_TIMED_QUEUED if queued else _HOST_TIMED
+
+
 def _plan(source_is_cuda: bool, work_device, direction: str | None, queued: bool) -> _Plan:
     """``direction``: "h2d", "d2h" or None (the work stays on GPUs: a cast or a d2d copy).
     GPU casts and device-to-device copies are asynchronous whatever ``non_blocking`` says;
     host<->device copies only with it (a blocking one synchronises its stream)."""
-    plan = _Plan(queued)
     if work_device is None:
-        return plan
+        return _untimed(queued)
+    plan = _Plan(queued)
     if direction is None or queued:
         plan.timed = True
         plan.mark = _mark(work_device)
@@ -167,6 +176,8 @@ def _tensor_move(method: str):
                 _record_tensors(session, instance, result, start, end, io_before, io_after, plan)
             except Exception:
                 report_internal_error(f"Tensor.{method}")
+        elif plan is not None and plan.mark is not None:  # a no-op: the event goes back to the spares
+            _local.__dict__.setdefault("spare_events", {})[plan.mark.key] = plan.mark.event
         return result
 
     return wrapper
@@ -176,13 +187,13 @@ def _plan_move(method: str, instance, args, kwargs, from_host: bool) -> _Plan:
     queued = _move_is_non_blocking(method, args, kwargs)
     if from_host:
         if method not in ("to", "cuda") or not (queued or _stream_tails or not _cuda_up):
-            return _Plan(queued)  # a host cast or a blocking copy with nothing queued before it
+            return _untimed(queued)  # a host cast or a blocking copy with nothing queued before it
         target = _move_target_gpu(method, instance, args, kwargs)
         if target is not None and not _cuda_up:
             _initialise_cuda_first()
         return _plan(False, target, "h2d", queued)
     if not instance.is_cuda:
-        return _Plan(queued)  # meta, or another accelerator: host timing
+        return _untimed(queued)  # meta, or another accelerator: host timing
     direction = "d2h" if _move_goes_to_host(method, args, kwargs) else None
     return _plan(True, instance.device, direction, queued)
 
@@ -204,7 +215,7 @@ def _tensor_copy(wrapped, instance, args, kwargs):
             # D2H and device-to-device (also across GPUs): the source device's stream.
             plan = _plan(True, source.device, "d2h" if instance.is_cpu else None, queued)
         else:
-            plan = _Plan(queued)
+            plan = _untimed(queued)
     except Exception:
         report_internal_error("Tensor.copy_")
     result, start, end, io_before, io_after = _timed_call(wrapped, args, kwargs, from_host)
@@ -230,10 +241,11 @@ def _storage_to(wrapped, instance, args, kwargs):
         if from_host:
             plan = _plan(False, target, "h2d", queued)
         elif instance.device.type == "cuda":
-            to_host = target is None and kwargs.get("device") is not None
+            destination = kwargs.get("device")
+            to_host = destination is not None and _cuda_or_none(destination) is None
             plan = _plan(True, instance.device, "d2h" if to_host else None, queued)
         else:
-            plan = _Plan(queued)
+            plan = _untimed(queued)
     except Exception:
         report_internal_error("UntypedStorage.to")
     result, start, end, io_before, io_after = _timed_call(wrapped, args, kwargs, from_host)

@@ -29,6 +29,8 @@ SCRIPT = textwrap.dedent("""
         return torch.ones(n) + torch.zeros(n) + torch.empty(n).fill_(0) + torch.full([n], 1.0)
 
     print("during", during(3).tolist())
+    # What torch.ones is now (our wrapper while instrumented) resolves to the original's op.
+    print("registered", builtins._builtin_table.get(id(torch.ones)), type(torch.ones).__name__ != "builtin_function_or_method")
     otel_coldstart.ready()
 
     @torch.jit.script
@@ -54,19 +56,7 @@ def test_scripting_torch_allocators_works_during_and_after_the_startup(tmp_path,
                                 text=True, timeout=120)
         assert result.returncode == 0, result.stderr[-2000:]
         outputs[mode] = result.stdout
-    assert outputs["instrumented"] == outputs["plain"]
+    # Same results; only "is torch.ones wrapped right now" differs during the start-up.
+    assert outputs["instrumented"].replace("aten::ones True", "aten::ones False") == outputs["plain"]
+    assert "registered aten::ones True" in outputs["instrumented"]
     assert "during [2.0, 2.0, 2.0]" in outputs["plain"] and "wrappers-left 0 table-entries 0" in outputs["plain"]
-
-
-def test_wrapper_ids_leave_the_table_when_the_wrappers_go(traced):
-    import torch
-    import torch.jit._builtins as builtins
-
-    import otel_coldstart
-
-    wrapper = vars(torch)["ones"]
-    assert type(wrapper).__name__ == "ColdstartWrapper"
-    assert builtins._builtin_table[id(wrapper)] == builtins._builtin_table[id(wrapper.__wrapped__)]
-    otel_coldstart.ready()
-    assert id(wrapper) not in builtins._builtin_table
-    assert builtins._builtin_table[id(torch.ones)] == "aten::ones"
