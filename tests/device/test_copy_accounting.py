@@ -78,3 +78,69 @@ def test_not_a_bus_direction_is_refused():
 def test_layout_facts_from_real_tensors(make_source, make_destination, expected):
     source, destination = make_source(), make_destination()
     assert tensor_ops._layout(source, destination, source) == expected
+
+
+# --- the wrappers' recording path feeds the model: tensors described as torch describes them ---
+
+class _Described:
+    """A tensor as the recording path reads it (device, dtype, layout, pinning): a real host
+    tensor's facts, with the device it would be on."""
+
+    def __init__(self, real: torch.Tensor, device: str, pinned: bool = False) -> None:
+        self._real = real
+        self.device = torch.device(device)
+        self.is_cpu = device == "cpu"
+        self.is_cuda = device.startswith("cuda")
+        self.dtype = real.dtype
+        self.shape = real.shape
+        self._pinned = pinned
+
+    def numel(self):
+        return self._real.numel()
+
+    def element_size(self):
+        return self._real.element_size()
+
+    def is_contiguous(self):
+        return self._real.is_contiguous()
+
+    def stride(self):
+        return self._real.stride()
+
+    def is_pinned(self):
+        return self._pinned
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.calls = []
+
+    def add(self, phase, detail, detail_attrs, nbytes, start, end, read_bytes, major_faults, pinned=None,
+            non_blocking=False, on_add=None):
+        self.calls.append((phase, nbytes, pinned, non_blocking))
+
+
+class _Session:
+    def __init__(self) -> None:
+        self.recorder = _Recorder()
+
+
+@pytest.mark.parametrize("non_blocking, expected", [
+    (False, ("h2d", 64 * 2, False, False)),  # converted on the host: bf16 bytes, from a pageable temporary
+    (True, ("h2d", 64 * 4, True, True)),  # fp32 bytes from the pinned source, cast on the device
+])
+def test_h2d_with_a_dtype_change_is_counted_as_copy_cu_moves_it(non_blocking, expected):
+    source = _Described(torch.ones(8, 8, dtype=torch.float32), "cpu", pinned=True)
+    destination = _Described(torch.empty(8, 8, dtype=torch.bfloat16), "cuda:0")
+    session = _Session()
+    tensor_ops._record_tensors(session, source, destination, 0, 10, None, None, tensor_ops._untimed(non_blocking))
+    assert session.recorder.calls == [expected]
+
+
+def test_transposed_source_into_a_contiguous_parameter_is_pageable_even_if_pinned():
+    """vLLM's ``param.data.copy_(w)`` with a transposed checkpoint tensor: .contiguous() first."""
+    source = _Described(torch.ones(8, 4).t(), "cpu", pinned=True)
+    destination = _Described(torch.empty(4, 8), "cuda:0")
+    session = _Session()
+    tensor_ops._record_tensors(session, source, destination, 0, 10, None, None, tensor_ops._untimed(False))
+    assert session.recorder.calls == [("h2d", 32 * 4, False, False)]
