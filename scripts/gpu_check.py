@@ -1,45 +1,78 @@
 #!/usr/bin/env python3
-"""GPU check of the device phases: run on a machine with a CUDA GPU (CI has none).
+"""GPU check of the device phases: one command, a verdict per check. Needs a CUDA GPU.
 
-What it does, in one fresh process (runtime init must be the first CUDA touch):
+Each check runs its workloads in fresh processes (CUDA must start under the instrumentation,
+and instrumented and plain runs must not share a process), compares what the plugin reports
+with an independent measurement, and gives PASS, FAIL, INCONCLUSIVE (the measurement could
+not tell: the baseline itself failed, or the check was not sensitive enough on this machine)
+or SKIP (a dependency of that check is missing):
 
-1. instruments with an OTLP JSON file exporter, before anything touches CUDA;
-2. writes a multi-shard bf16 safetensors checkpoint (and one torch.save shard);
-3. loads it to the GPU three ways, each in its own phase: pageable sources with blocking
-   ``.to("cuda")``; pinned sources (``pin_memory()``) with ``.to("cuda", non_blocking=True)``
-   (the copies are attributed through CUDA events when the aggregate ends); and
-   ``torch.load(map_location="cuda")`` (``UntypedStorage.to``);
-4. casts the GPU model to fp16, captures CUDA graphs of a small MLP for several batch sizes
-   with ``torch.cuda.graph``, once with ``torch.accelerator.Graph`` and through
-   ``make_graphed_callables``; calls ``ready()``; captures once more (after-ready);
-5. reads the trace back from the OTLP JSON file with ``otel_coldstart.analyze`` and asserts:
-   h2d bytes equal the checkpoint's bytes in every load phase, the pinned/pageable split,
-   a plausible achieved bandwidth, graph captures with their counts and batch sizes, one
-   successful runtime init span, the loaded tensors bit-identical to the files, and the
-   per-tensor patches removed at ready().
+- ``stall``: wall time of pinned non-blocking shard loads (``safe_open`` per shard,
+  ``pin_memory()``, ``.to("cuda", non_blocking=True)``), instrumented vs plain, best of
+  several runs: within 2%. Once with the device as fast as it is, once with the device side
+  slowed to the host side's pace (``torch.cuda._sleep``), where a host wait added at a shard's
+  end would cost most. A plain run that synchronises at each shard's end (the defect, made
+  on purpose) must be more than 2% slower, or the check is INCONCLUSIVE.
+- ``throughput``: the plugin's H2D figures against independent ones: pinned non-blocking
+  throughput within +-20% of an event-timed bulk copy of the same bytes; pageable blocking
+  throughput within +-20% of a synchronize()-timed loop of the same copies; pinned at least
+  1.5x pageable; bytes and the pinned/pageable split as Copy.cu moves them (a blocking
+  bf16->fp32 H2D moves fp32 bytes from pageable memory; a non-blocking one bf16 bytes from
+  pinned memory).
+- ``capture_race``: a capture loop over batch sizes in torch's default (``global``) capture
+  mode while another thread pins memory and queues non-blocking copies, plain and
+  instrumented: no capture error, replays equal eager results, the capture count and batch
+  sizes right, the other thread's copies and pins all counted. A plain run that fails makes
+  it INCONCLUSIVE (the workload, not the plugin).
+- ``cast_copy``: GPU casts and device-to-device copies (``copy_``, also on a side stream):
+  the plugin's device time (``coldstart.copy.async_s``) within +-20% (+0.5 ms) of
+  ``synchronize()``-bracketed truth; a blocking H2D queued behind a GPU cast keeps its own
+  time and reports the wait (``coldstart.copy.waited_s``); non-blocking ``copy_`` into
+  preallocated parameters timed too.
+- ``runtime_init``: the plugin's ``runtime_init`` spans (driver start through
+  ``is_available()``, then ``_lazy_init``) against the same steps timed separately in a plain
+  process (0.5x-2x, +-50 ms), and a ``.to("cuda")`` that is the first CUDA touch does not
+  contain the init (its span and the init's do not overlap).
+- ``vllm``: ``scripts/gpu_check_vllm.py --decoder``: vLLM on a small generated decoder model
+  (random weights, no hub), asserting graph-capture and compile spans. SKIP without vLLM.
 
-Prints a compact report. Exit codes: 0 all checks passed; 1 a check failed; 2 bad
-arguments or the output file exists; 3 no CUDA device (the checks need one); 4 a
-dependency (torch, safetensors, opentelemetry-sdk, otel_coldstart) is missing.
-Takes well under a minute on a current GPU (about 1 GiB of checkpoint I/O by default).
+Figures go to ``benchmarks/gpu-check/<UTC time>.json`` and ``.md`` (never overwritten) and a
+summary is printed. Exit codes: 0 every check passed; 1 a check failed; 2 bad arguments;
+3 no CUDA device; 4 a dependency (torch, safetensors, opentelemetry-sdk, otel_coldstart) is
+missing; 5 nothing failed but a check was INCONCLUSIVE or SKIPPED. Takes 3-6 minutes on one
+H200; scripts/gpu-check.sh adds a 10-minute limit (124).
+
+Nothing here has run on a GPU yet (written without one): read the first run's figures
+critically, and fix the check if a verdict is wrong for a reason outside the plugin.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict, dataclass, field
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_CUDA, EXIT_MISSING_DEPENDENCY = 0, 1, 2, 3, 4
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_CUDA, EXIT_MISSING_DEPENDENCY, EXIT_INCONCLUSIVE = 0, 1, 2, 3, 4, 5
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHECKS = ("stall", "throughput", "capture_race", "cast_copy", "runtime_init", "vllm")
 
-# Achieved host-to-device bandwidth outside this range means the bytes or the time are wrong
-# (PCIe 3 x16 pageable is ~3 GB/s at worst; NVLink-C2C peaks near 900 GB/s).
-PLAUSIBLE_BANDWIDTH = (0.2e9, 2.0e12)
-GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32)
-TIED_BASE, TIED_VIEW = "layers.0.w0", "tied.w0_half"
+STALL_TOLERANCE = 0.02  # instrumented may be at most 2% slower than plain
+THROUGHPUT_TOLERANCE = 0.20
+PINNED_OVER_PAGEABLE = 1.5
+DEVICE_TIME_TOLERANCE = 0.20
+DEVICE_TIME_SLACK_S = 0.0005
+INIT_RATIO = (0.5, 2.0)
+INIT_SLACK_S = 0.05
+CAPTURE_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+CAPTURE_ROUNDS = 3
+CHILD_TIMEOUT_S = 240
 
 
 class CheckFailed(Exception):
@@ -51,328 +84,816 @@ def _check(condition: bool, message: str) -> None:
         raise CheckFailed(message)
 
 
+@dataclass
+class Verdict:
+    check: str
+    status: str  # PASS | FAIL | INCONCLUSIVE | SKIP
+    reasons: list = field(default_factory=list)
+    figures: dict = field(default_factory=dict)
+
+
+# --- judges: pure functions over figures (tested on CPU with healthy and defective figures) -----
+
+def _verdict(check: str, figures: dict, failures: list, inconclusive: list | None = None) -> Verdict:
+    if failures:
+        return Verdict(check, "FAIL", failures, figures)
+    if inconclusive:
+        return Verdict(check, "INCONCLUSIVE", inconclusive, figures)
+    return Verdict(check, "PASS", [], figures)
+
+
+def judge_stall(figures: dict) -> Verdict:
+    """figures: {variant: {"plain_s", "instrumented_s", "defect_s"}} (best-of-runs wall times)."""
+    failures, inconclusive = [], []
+    for variant, f in figures.items():
+        plain, instrumented, defect = f["plain_s"], f["instrumented_s"], f.get("defect_s")
+        f["overhead"] = instrumented / plain - 1.0
+        if instrumented > plain * (1 + STALL_TOLERANCE):
+            failures.append(f"{variant}: instrumented {instrumented:.3f} s vs plain {plain:.3f} s "
+                            f"(+{f['overhead'] * 100:.1f}% > {STALL_TOLERANCE * 100:.0f}%)")
+        if defect is not None:
+            f["defect_overhead"] = defect / plain - 1.0
+            if defect <= plain * (1 + STALL_TOLERANCE):
+                inconclusive.append(f"{variant}: a wait at each shard's end costs only "
+                                    f"{f['defect_overhead'] * 100:.1f}% here: this variant cannot see one")
+    if inconclusive and len(inconclusive) < len(figures):
+        inconclusive = []  # one sensitive variant is enough
+    return _verdict("stall", figures, failures, inconclusive)
+
+
+def _within(value, reference, tolerance, slack=0.0) -> bool:
+    return value is not None and reference is not None and abs(value - reference) <= tolerance * reference + slack
+
+
+def judge_throughput(figures: dict) -> Verdict:
+    failures = []
+    pinned, pageable = figures.get("plugin_pinned_gbps"), figures.get("plugin_pageable_gbps")
+    if not _within(pinned, figures.get("bulk_pinned_gbps"), THROUGHPUT_TOLERANCE):
+        failures.append(f"pinned non-blocking: plugin {pinned} GB/s vs event-timed bulk copy "
+                        f"{figures.get('bulk_pinned_gbps')} GB/s (more than {THROUGHPUT_TOLERANCE:.0%} apart)")
+    if not _within(pageable, figures.get("reference_pageable_gbps"), THROUGHPUT_TOLERANCE):
+        failures.append(f"pageable blocking: plugin {pageable} GB/s vs synchronize()-timed "
+                        f"{figures.get('reference_pageable_gbps')} GB/s")
+    if not (pinned and pageable and pinned >= PINNED_OVER_PAGEABLE * pageable):
+        failures.append(f"pinned {pinned} GB/s is not >= {PINNED_OVER_PAGEABLE}x pageable {pageable} GB/s")
+    failures += figures.get("accounting_failures", [])
+    return _verdict("throughput", figures, failures)
+
+
+def judge_capture_race(figures: dict) -> Verdict:
+    plain, instrumented = figures.get("plain", {}), figures.get("instrumented", {})
+    if plain.get("error"):
+        return Verdict("capture_race", "INCONCLUSIVE",
+                       [f"the workload fails without the plugin too: {plain['error']}"], figures)
+    failures = []
+    if instrumented.get("error"):
+        failures.append(f"instrumented run failed: {instrumented['error']}")
+    failures += instrumented.get("failures", [])
+    if not instrumented.get("copies") or not instrumented.get("captures_while_copying"):
+        return _verdict("capture_race", figures, failures,
+                        ["the copy thread and the captures did not overlap: nothing was tested"])
+    return _verdict("capture_race", figures, failures)
+
+
+def judge_cast_copy(figures: dict) -> Verdict:
+    failures = list(figures.get("failures", []))
+    for name in ("gpu_cast", "d2d_copy", "side_stream_copy", "param_copy"):
+        f = figures.get(name)
+        if f is None:
+            continue
+        if not _within(f.get("plugin_device_s"), f.get("truth_s"), DEVICE_TIME_TOLERANCE, DEVICE_TIME_SLACK_S):
+            failures.append(f"{name}: plugin device time {f.get('plugin_device_s')} s vs synchronize()-bracketed "
+                            f"{f.get('truth_s')} s")
+    behind = figures.get("h2d_behind_cast")
+    if behind is not None:
+        if behind["h2d_busy_s"] > 0.25 * behind["cast_truth_s"] + 0.002:
+            failures.append(f"a blocking H2D behind a {behind['cast_truth_s'] * 1e3:.1f} ms GPU cast was charged "
+                            f"{behind['h2d_busy_s'] * 1e3:.1f} ms (the cast's time)")
+        if not _within(behind.get("h2d_waited_s"), behind["expected_wait_s"], 0.3, 0.002):
+            failures.append(f"waited_s {behind.get('h2d_waited_s')} s, expected about {behind['expected_wait_s']} s "
+                            f"(the casts' device time not yet done when the copy was called)")
+    return _verdict("cast_copy", figures, failures)
+
+
+def _ratio_ok(value, reference) -> bool:
+    if value is None or reference is None:
+        return False
+    if abs(value - reference) <= INIT_SLACK_S:
+        return True
+    return reference > 0 and INIT_RATIO[0] <= value / reference <= INIT_RATIO[1]
+
+
+def judge_runtime_init(figures: dict) -> Verdict:
+    plain, instrumented = figures.get("plain", {}), figures.get("instrumented", {})
+    failures = list(instrumented.get("failures", []))
+    if not _ratio_ok(instrumented.get("driver_s"), plain.get("is_available_s")):
+        failures.append(f"driver step {instrumented.get('driver_s')} s vs is_available() timed alone "
+                        f"{plain.get('is_available_s')} s")
+    if not _ratio_ok(instrumented.get("lazy_init_s"), plain.get("lazy_init_s")):
+        failures.append(f"lazy_init step {instrumented.get('lazy_init_s')} s vs torch.cuda.init() timed alone "
+                        f"{plain.get('lazy_init_s')} s")
+    if instrumented.get("init_overlaps_copy"):
+        failures.append("the first .to('cuda') span contains the runtime init (double counted)")
+    copy_s, alone = instrumented.get("first_copy_busy_s"), plain.get("first_alloc_and_copy_s")
+    if copy_s is not None and alone is not None and copy_s > alone * INIT_RATIO[1] + INIT_SLACK_S:
+        failures.append(f"first copy {copy_s} s vs first allocation + copy timed alone {alone} s")
+    return _verdict("runtime_init", figures, failures)
+
+
+def judge_vllm(figures: dict) -> Verdict:
+    if figures.get("skipped"):
+        return Verdict("vllm", "SKIP", [figures["skipped"]], figures)
+    failures = list(figures.get("failures", []))
+    if figures.get("exit_code") not in (0, None):
+        failures.append(f"gpu_check_vllm.py exited {figures.get('exit_code')}")
+    return _verdict("vllm", figures, failures)
+
+
+JUDGES = {"stall": judge_stall, "throughput": judge_throughput, "capture_race": judge_capture_race,
+          "cast_copy": judge_cast_copy, "runtime_init": judge_runtime_init, "vllm": judge_vllm}
+
+
+# --- the parent: runs children, judges, writes figures ----------------------------------------------
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shards", type=int, default=4)
-    parser.add_argument("--shard-mib", type=int, default=64, help="size of each checkpoint shard (MiB)")
-    parser.add_argument("--trace-out", help="also keep the OTLP JSON trace here (must not exist)")
-    args = parser.parse_args(argv)
-    if args.shards < 2 or not 1 <= args.shard_mib <= 4096:
-        print("gpu-check: --shards must be >= 2 and --shard-mib in 1..4096", file=sys.stderr)
-        return EXIT_USAGE
-    if args.trace_out and os.path.exists(args.trace_out):
-        print(f"gpu-check: {args.trace_out} exists; not overwriting it", file=sys.stderr)
+    parser.add_argument("--only", action="append", choices=CHECKS, help="run only this check (repeatable)")
+    parser.add_argument("--out-dir", default=os.path.join(ROOT, "benchmarks", "gpu-check"),
+                        help="where the JSON and Markdown figures go (default benchmarks/gpu-check)")
+    parser.add_argument("--shard-mib", type=int, default=256, help="size of each checkpoint shard (MiB)")
+    parser.add_argument("--shards", type=int, default=6)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--child-args", help=argparse.SUPPRESS)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return EXIT_USAGE if exc.code else EXIT_OK
+    if args.shards < 2 or not 8 <= args.shard_mib <= 4096:
+        print("gpu-check: --shards must be >= 2 and --shard-mib in 8..4096", file=sys.stderr)
         return EXIT_USAGE
     try:
-        import torch  # noqa: F401  (torch.cuda.is_available() does not initialise CUDA)
-        import safetensors  # noqa: F401
         import opentelemetry.sdk  # noqa: F401
+        import safetensors  # noqa: F401
+        import torch
 
         import otel_coldstart  # noqa: F401
     except ImportError as exc:
         print(f"gpu-check: missing dependency: {exc.name} (pip install -e . safetensors)", file=sys.stderr)
         return EXIT_MISSING_DEPENDENCY
+    if args.child:
+        return run_child(args.child, json.loads(args.child_args or "{}"))
     if not torch.cuda.is_available():
         print("gpu-check: no CUDA device: this check needs a CUDA GPU (the CPU tests cover the rest)",
               file=sys.stderr)
         return EXIT_NO_CUDA
+    checks = args.only or list(CHECKS)
+    started = time.time()
+    verdicts = []
     with tempfile.TemporaryDirectory(prefix="otel-coldstart-gpu-check-") as workdir:
-        trace_path = args.trace_out or os.path.join(workdir, "trace.otlp.jsonl")
-        try:
-            report = run(workdir, trace_path, args.shards, args.shard_mib * 1024 * 1024)
-        except CheckFailed as failure:
-            print(f"gpu-check: FAILED: {failure}", file=sys.stderr)
-            return EXIT_FAILED
-    print(report)
-    return EXIT_OK
+        files = write_shards(workdir, args.shards, args.shard_mib * 1024 * 1024)
+        for check in checks:
+            print(f"gpu-check: {check} ...", file=sys.stderr, flush=True)
+            try:
+                figures = RUNNERS[check](workdir, files)
+                verdict = JUDGES[check](figures)
+            except CheckFailed as failure:
+                verdict = Verdict(check, "FAIL", [str(failure)])
+            except Exception as error:  # a broken check is a failed check, with its reason
+                verdict = Verdict(check, "FAIL", [f"{type(error).__name__}: {error}"])
+            verdicts.append(verdict)
+            print(f"gpu-check: {check}: {verdict.status} {'; '.join(verdict.reasons)}", file=sys.stderr, flush=True)
+    report = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+              "wall_s": round(time.time() - started, 1), "environment": environment(),
+              "checks": [asdict(v) for v in verdicts]}
+    json_path, md_path = write_report(args.out_dir, report)
+    print(render_summary(report))
+    print(f"figures: {json_path} {md_path}")
+    statuses = {v.status for v in verdicts}
+    if "FAIL" in statuses:
+        return EXIT_FAILED
+    return EXIT_INCONCLUSIVE if statuses - {"PASS"} else EXIT_OK
 
 
-def run(workdir: str, trace_path: str, shards: int, shard_bytes: int) -> str:
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-
-    import otel_coldstart
-    from otel_coldstart.export import OtlpJsonFileExporter
-
-    wall_start = time.perf_counter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(OtlpJsonFileExporter(trace_path)))
-    # First, before any CUDA call: runtime init must happen under the instrumentation.
-    otel_coldstart.instrument(tracer_provider=provider, start_at="instrument", summary=False, handle_sigterm=False)
-
+def environment() -> dict:
     import torch
-    from safetensors.torch import load_file
 
-    files, torch_file, expected = write_checkpoint(workdir, shards, shard_bytes)
-    model_bytes = sum(t.nbytes for t in expected.values())
-    # torch.load moves storages, not tensors: a tied view shares its base's storage and bytes.
-    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
-                for t in torch.load(torch_file, map_location="cpu").values()}
-    torch_file_bytes = sum(storages.values())
-
-    with otel_coldstart.phase("cuda_start"):
-        # The first CUDA touch: runtime init, then the device's context on the first
-        # allocation; kept out of the copies so their bandwidth is the copies' own.
-        torch.zeros(1, device="cuda")
-        torch.cuda.synchronize()
-    with otel_coldstart.phase("load_pageable"):
-        pageable = {}
-        for path in files:
-            for name, tensor in load_file(path).items():
-                pageable[name] = tensor.to("cuda")
-        torch.cuda.synchronize()
-    with otel_coldstart.phase("load_pinned"):
-        pinned = {}
-        for path in files:
-            staged = {name: tensor.pin_memory() for name, tensor in load_file(path).items()}
-            for name, tensor in staged.items():
-                pinned[name] = tensor.to("cuda", non_blocking=True)
-        torch.cuda.synchronize()
-    with otel_coldstart.phase("load_torch"):
-        from_torch_load = torch.load(torch_file, map_location="cuda")
-    with otel_coldstart.phase("cast_model"):
-        casted = {name: t.half() for name, t in pinned.items()}
-
-    captures = capture_graphs(torch)
-    otel_coldstart.ready()
-    ready_ok = torch.Tensor.to is torch._C.TensorBase.to and "to" not in vars(torch.Tensor)
-    with torch.no_grad(), torch.cuda.graph(torch.cuda.CUDAGraph()):  # a lazy capture, after ready
-        captures["mlp"](captures["inputs"][1])
-    torch.cuda.synchronize()
-    provider.force_flush()
-
-    # Bits: compared after ready(), with the originals of every patched method back.
-    for name, tensor in expected.items():
-        for label, loaded in (("pageable", pageable), ("pinned", pinned)):
-            _check(torch.equal(loaded[name].cpu().view(torch.uint8), tensor.view(torch.uint8)),
-                   f"{label} load changed the bits of {name}")
-        _check(torch.equal(casted[name].cpu(), tensor.half()), f"cast of {name} differs from a plain cast")
-    tied_base, tied_view = from_torch_load[TIED_BASE], from_torch_load[TIED_VIEW]
-    _check(tied_view.untyped_storage().data_ptr() == tied_base.untyped_storage().data_ptr(),
-           "torch.load(map_location='cuda') broke the storage sharing of a tied view")
-    for name, tensor in from_torch_load.items():
-        original = expected[TIED_BASE][: tensor.shape[0]] if name == TIED_VIEW else expected[name]
-        _check(tensor.is_cuda and torch.equal(tensor.cpu().view(torch.uint8), original.view(torch.uint8)),
-               f"torch.load(map_location='cuda') changed {name}")
-    _check(ready_ok, "Tensor.to is not the original after ready()")
-    otel_coldstart.uninstrument()
-
-    spans = read_back(trace_path)
-    facts = check_trace(spans, model_bytes, torch_file_bytes, len(expected), captures)
-    facts["wall_s"] = time.perf_counter() - wall_start
-    facts["device"] = torch.cuda.get_device_name(0)
-    facts["torch"] = torch.__version__
-    return render(facts)
+    loadavg = None
+    with contextlib.suppress(OSError):
+        with open("/proc/loadavg") as handle:
+            loadavg = handle.read().split()[:3]
+    return {"device": torch.cuda.get_device_name(0), "device_count": torch.cuda.device_count(),
+            "torch": torch.__version__, "cuda": torch.version.cuda, "loadavg": loadavg,
+            "python": sys.version.split()[0]}
 
 
-def write_checkpoint(workdir: str, shards: int, shard_bytes: int):
-    """Shards of bf16 tensors (random bits, so every byte is checked), an HF-style index and
-    one torch.save file; returns the files, the torch file and the tensors for comparison."""
+def write_report(out_dir: str, report: dict) -> tuple[str, str]:
+    os.makedirs(out_dir, exist_ok=True)
+    stamp = report["started"].replace(":", "")
+    base = os.path.join(out_dir, stamp)
+    suffix = 0
+    while os.path.exists(base + ".json") or os.path.exists(base + ".md"):  # never overwrite
+        suffix += 1
+        base = os.path.join(out_dir, f"{stamp}-{suffix}")
+    with open(base + ".json", "x") as handle:
+        json.dump(report, handle, indent=1, default=str)
+    with open(base + ".md", "x") as handle:
+        handle.write(render_markdown(report))
+    return base + ".json", base + ".md"
+
+
+def render_summary(report: dict) -> str:
+    env = report["environment"]
+    lines = [f"gpu-check on {env['device']} (torch {env['torch']}, CUDA {env['cuda']}) in {report['wall_s']} s"]
+    for check in report["checks"]:
+        lines.append(f"  {check['status']:<12} {check['check']:<13} {'; '.join(check['reasons'])}")
+    return "\n".join(lines)
+
+
+def render_markdown(report: dict) -> str:
+    env = report["environment"]
+    lines = [f"# GPU check, {report['started']}", "",
+             f"{env['device']} x{env['device_count']}, torch {env['torch']}, CUDA {env['cuda']}, "
+             f"load {env['loadavg']}, {report['wall_s']} s", "",
+             "| check | verdict | reasons |", "|---|---|---|"]
+    for check in report["checks"]:
+        lines.append(f"| {check['check']} | {check['status']} | {'; '.join(check['reasons']) or '-'} |")
+    lines.append("")
+    for check in report["checks"]:
+        lines += [f"## {check['check']}", "", "```json", json.dumps(check["figures"], indent=1, default=str), "```", ""]
+    return "\n".join(lines)
+
+
+def run_child_process(name: str, child_args: dict, timeout_s: float = CHILD_TIMEOUT_S) -> dict:
+    """One workload in a fresh interpreter; its figures come back as JSON on the last stdout line."""
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               OTEL_COLDSTART_SUMMARY="0")
+    for key in list(env):
+        if key.startswith("OTEL_EXPORTER_OTLP"):
+            del env[key]  # the children write their own trace file
+    command = [sys.executable, os.path.abspath(__file__), "--child", name, "--child-args", json.dumps(child_args)]
+    try:
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"error": f"{name} did not finish in {timeout_s:.0f} s"}
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        return {"error": f"{name} exited {done.returncode}: {done.stderr.strip()[-1500:]}"}
+    return json.loads(lines[-1])
+
+
+def _require(result: dict) -> dict:
+    if "error" in result:
+        raise CheckFailed(result["error"])
+    return result
+
+
+def run_stall(workdir: str, files: list) -> dict:
+    base = {"files": files, "runs": 5}
+    calibration = _require(run_child_process("calibrate", base))
+    variants = {"device_as_is": 0, "device_at_host_pace": calibration["sleep_cycles_per_tensor"]}
+    figures = {}
+    for variant, cycles in variants.items():
+        times = {}
+        for mode in ("plain", "instrumented", "defect", "plain", "instrumented"):  # interleaved
+            result = _require(run_child_process("stall", dict(base, mode=mode, sleep_cycles=cycles)))
+            times.setdefault(mode, []).append(min(result["wall_s"]))
+        figures[variant] = {"plain_s": min(times["plain"]), "instrumented_s": min(times["instrumented"]),
+                            "defect_s": min(times["defect"]), "sleep_cycles_per_tensor": cycles,
+                            "all_runs_s": times}
+    return figures
+
+
+def run_throughput(workdir: str, files: list) -> dict:
+    return _require(run_child_process("throughput", {"files": files}))
+
+
+def run_capture_race(workdir: str, files: list) -> dict:
+    return {mode: run_child_process("capture_race", {"mode": mode}) for mode in ("plain", "instrumented")}
+
+
+def run_cast_copy(workdir: str, files: list) -> dict:
+    return _require(run_child_process("cast_copy", {}))
+
+
+def run_runtime_init(workdir: str, files: list) -> dict:
+    return {mode: _require(run_child_process("runtime_init", {"mode": mode})) for mode in ("plain", "instrumented")}
+
+
+def run_vllm(workdir: str, files: list) -> dict:
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        return {"skipped": "vLLM is not installed (pip install vllm)"}
+    command = [sys.executable, os.path.join(ROOT, "scripts", "gpu_check_vllm.py"), "--decoder", "--json"]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=420)
+    except subprocess.TimeoutExpired:
+        return {"failures": ["gpu_check_vllm.py did not finish in 420 s"]}
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    figures = json.loads(lines[-1]) if lines else {"failures": [done.stderr.strip()[-1500:]]}
+    figures["exit_code"] = done.returncode
+    if done.returncode == EXIT_MISSING_DEPENDENCY:
+        return {"skipped": done.stderr.strip()[-300:]}
+    return figures
+
+
+RUNNERS = {"stall": run_stall, "throughput": run_throughput, "capture_race": run_capture_race,
+           "cast_copy": run_cast_copy, "runtime_init": run_runtime_init, "vllm": run_vllm}
+
+
+def write_shards(workdir: str, shards: int, shard_bytes: int) -> list:
+    """bf16 safetensors shards of [2048, 4096] tensors (16 MiB each), random bits."""
     import torch
     from safetensors.torch import save_file
 
     generator = torch.Generator().manual_seed(0)
-    rows = 1024
-    per_tensor = rows * 2048 * 2  # bytes of one [1024, 2048] bf16 tensor
-    per_shard = max(1, shard_bytes // per_tensor)
-    expected, files, weight_map = {}, [], {}
+    per_tensor = 2048 * 4096 * 2
+    files = []
     for shard in range(shards):
-        state = {}
-        for i in range(per_shard):
-            # Random values (no NaN, so a cast compares with torch.equal), written as bf16.
-            values = torch.randn(rows, 2048, generator=generator)
-            state[f"layers.{shard}.w{i}"] = values.to(torch.bfloat16)
-        name = f"model-{shard + 1:05d}-of-{shards:05d}.safetensors"
-        save_file(state, os.path.join(workdir, name))
-        files.append(os.path.join(workdir, name))
-        weight_map.update({k: name for k in state})
-        expected.update(state)
-    with open(os.path.join(workdir, "model.safetensors.index.json"), "w") as handle:
-        json.dump({"metadata": {}, "weight_map": weight_map}, handle)
-    torch_file = os.path.join(workdir, "extra.pt")
-    saved = dict(list(expected.items())[:per_shard])
-    saved[TIED_VIEW] = expected[TIED_BASE][: rows // 2]  # a tied weight: a view of another tensor
-    torch.save(saved, torch_file)
-    return files, torch_file, expected
+        state = {f"layers.{shard}.w{i}": torch.randn(2048, 4096, generator=generator).to(torch.bfloat16)
+                 for i in range(max(1, shard_bytes // per_tensor))}
+        path = os.path.join(workdir, f"model-{shard + 1:05d}-of-{shards:05d}.safetensors")
+        save_file(state, path)
+        files.append(path)
+    return files
 
 
-def capture_graphs(torch) -> dict:
-    from otel_coldstart.patches import cuda_graphs
+# --- children: each runs in a fresh process ----------------------------------------------------------
 
-    torch.manual_seed(0)
-    mlp = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 256)).cuda()
-    inputs = {n: torch.randn(n, 256, device="cuda") for n in GRAPH_BATCH_SIZES}
-    graphs, outputs = {}, {}
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side), torch.no_grad():  # warm-up off the capture, as torch advises
-        for n in GRAPH_BATCH_SIZES:
-            mlp(inputs[n])
-    torch.cuda.current_stream().wait_stream(side)
-    with otel_coldstart_phase("capture_batch_sizes"), torch.no_grad():
-        for n in GRAPH_BATCH_SIZES:
-            graphs[n] = torch.cuda.CUDAGraph()
-            with cuda_graphs.batch_size(n), torch.cuda.graph(graphs[n]):
-                outputs[n] = mlp(inputs[n])
-    with torch.no_grad():
-        for n in GRAPH_BATCH_SIZES:
-            graphs[n].replay()
-        torch.cuda.synchronize()
-        for n in GRAPH_BATCH_SIZES:
-            _check(torch.allclose(outputs[n], mlp(inputs[n])), f"graph replay for batch {n} differs from eager")
-    if hasattr(torch, "accelerator") and hasattr(torch.accelerator, "Graph"):  # torch >= 2.13
-        accelerator_graph = torch.accelerator.Graph()
-        static = torch.zeros(64, device="cuda")
-        stream = torch.cuda.Stream()  # it captures the current stream: never the default one
-        stream.wait_stream(torch.cuda.current_stream())
-        with otel_coldstart_phase("capture_accelerator"):
-            with torch.cuda.stream(stream), accelerator_graph:
-                static.add_(1)
-        torch.cuda.current_stream().wait_stream(stream)
-        accelerator_graph.replay()
-        torch.cuda.synchronize()
-        _check(torch.equal(static.cpu(), torch.ones(64)), "torch.accelerator.Graph replay gave a wrong result")
-    graphed_input = torch.randn(8, 256, device="cuda", requires_grad=True)
-    with otel_coldstart_phase("make_graphed"):
-        torch.cuda.make_graphed_callables(
-            torch.nn.Sequential(torch.nn.Linear(256, 256)).cuda(), (graphed_input,), num_warmup_iters=3)
-    return {"mlp": mlp, "inputs": inputs, "batch_sizes": list(GRAPH_BATCH_SIZES)}
+class _Instrumented:
+    """instrument() with an OTLP JSON file exporter first, before anything touches CUDA; the
+    trace is read back through the analyzer's reader, as a user's file would be."""
+
+    def __init__(self) -> None:
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+        import otel_coldstart
+        from otel_coldstart.export import OtlpJsonFileExporter
+
+        self.dir = tempfile.mkdtemp(prefix="gpu-check-trace-")
+        self.path = os.path.join(self.dir, "trace.otlp.jsonl")
+        self.provider = TracerProvider()
+        self.provider.add_span_processor(SimpleSpanProcessor(OtlpJsonFileExporter(self.path)))
+        otel_coldstart.instrument(tracer_provider=self.provider, start_at="instrument", summary=False,
+                                  handle_sigterm=False)
+
+    def finish(self) -> "_Trace":
+        import otel_coldstart
+        from otel_coldstart.analyze.readers import read_trace_file
+
+        otel_coldstart.ready()
+        self.provider.force_flush()
+        otel_coldstart.uninstrument()
+        return _Trace(read_trace_file(self.path))
 
 
-def otel_coldstart_phase(name: str):
-    import otel_coldstart
+class _Trace:
+    def __init__(self, spans) -> None:
+        self.spans = spans
+        self.by_id = {s.span_id: s for s in spans}
 
-    return otel_coldstart.phase(name)
+    def phase_span(self, name: str):
+        found = [s for s in self.spans if s.name == f"coldstart.{name}"]
+        _check(len(found) == 1, f"expected one span for phase {name}, found {len(found)}")
+        return found[0]
 
-
-def read_back(trace_path: str):
-    """The trace as the analyzer sees it: the OTLP JSON file, through its readers."""
-    from otel_coldstart.analyze.readers import read_trace_file
-
-    return read_trace_file(trace_path)
-
-
-def check_trace(spans, model_bytes: int, torch_file_bytes: int, tensor_count: int, captures: dict) -> dict:
-    """Assertions over analyzer records. Returns the figures the report prints."""
-    from otel_coldstart import semconv
-
-    by_id = {s.span_id: s for s in spans}
-    own_phases = ("load_pageable", "load_pinned", "load_torch", "cast_model", "capture_batch_sizes",
-                  "capture_accelerator", "make_graphed")
-    phase_spans = {s.attributes[semconv.PHASE]: s for s in spans
-                   if s.attributes.get(semconv.PHASE) in own_phases and s.name == "coldstart." + s.attributes[semconv.PHASE]}
-    for needed in ("load_pageable", "load_pinned", "load_torch", "capture_batch_sizes", "make_graphed"):
-        _check(needed in phase_spans, f"no span for phase {needed}")
-
-    def under(ancestor, phase):
+    def under(self, ancestor_name: str, phase: str) -> list:
+        """Aggregates of ``phase`` anywhere below the span of phase ``ancestor_name``."""
+        ancestor = self.phase_span(ancestor_name)
         found = []
-        for span in spans:
-            if span.attributes.get(semconv.PHASE) != phase or not span.attributes.get(semconv.AGGREGATE):
+        for span in self.spans:
+            if span.phase != phase or not span.is_aggregate:
                 continue
-            parent = by_id.get(span.parent_id)
+            parent = self.by_id.get(span.parent_id)
             while parent is not None and parent.span_id != ancestor.span_id:
-                parent = by_id.get(parent.parent_id)
+                parent = self.by_id.get(parent.parent_id)
             if parent is not None:
                 found.append(span)
         return found
 
-    facts: dict = {"model_bytes": model_bytes, "tensors": tensor_count}
-    for label, memory in (("load_pageable", "pageable"), ("load_pinned", "pinned")):
-        h2d = under(phase_spans[label], semconv.PHASE_H2D)
-        total = sum(s.attributes.get(semconv.BYTES, 0) for s in h2d)
-        pinned = sum(s.attributes.get(semconv.COPY_PINNED_BYTES, 0) for s in h2d)
-        pageable = sum(s.attributes.get(semconv.COPY_PAGEABLE_BYTES, 0) for s in h2d)
-        calls = sum(s.attributes.get(semconv.CALLS, 0) for s in h2d)
-        _check(total == model_bytes, f"{label}: h2d bytes {total} != model bytes {model_bytes}")
-        _check(calls == tensor_count, f"{label}: {calls} h2d calls for {tensor_count} tensors")
-        _check(len(h2d) < tensor_count, f"{label}: {len(h2d)} h2d spans for {tensor_count} tensors")
-        expect_pinned = model_bytes if memory == "pinned" else 0
-        _check(pinned == expect_pinned and pinned + pageable == model_bytes,
-               f"{label}: pinned/pageable split {pinned}/{pageable}, expected {expect_pinned} pinned")
-        rates = [s.attributes.get(semconv.THROUGHPUT) for s in h2d]
-        _check(all(isinstance(r, (int, float)) for r in rates), f"{label}: an h2d span has no throughput")
-        busy = sum(_effective_s(s) for s in h2d)
-        rate = total / busy if busy > 0 else 0.0
-        low, high = PLAUSIBLE_BANDWIDTH
-        _check(low <= rate <= high, f"{label}: achieved {rate / 1e9:.2f} GB/s is not plausible")
-        facts[f"{memory}_gbps"] = rate / 1e9
-        facts[f"{memory}_h2d_spans"] = len(h2d)
-        if memory == "pinned":
-            queued = sum(s.attributes.get(semconv.COPY_NON_BLOCKING_CALLS, 0) for s in h2d)
-            _check(queued == tensor_count, f"load_pinned: {queued} non-blocking calls for {tensor_count}")
-            _check(all(semconv.COPY_ASYNC_S in s.attributes for s in h2d),
-                   "load_pinned: queued copies were not resolved through CUDA events")
-            pins = under(phase_spans[label], semconv.PHASE_PIN)
-            pin_bytes = sum(s.attributes.get(semconv.BYTES, 0) for s in pins)
-            _check(pin_bytes == model_bytes, f"pin bytes {pin_bytes} != model bytes {model_bytes}")
-            facts["pin_gbps"] = pin_bytes / max(1e-9, sum(_effective_s(s) for s in pins)) / 1e9
 
-    torch_h2d = under(phase_spans["load_torch"], semconv.PHASE_H2D)
-    torch_bytes = sum(s.attributes.get(semconv.BYTES, 0) for s in torch_h2d)
-    _check(torch_bytes == torch_file_bytes,
-           f"torch.load(map_location='cuda'): h2d bytes {torch_bytes} != {torch_file_bytes}")
-
-    if "cast_model" in phase_spans:
-        casts = under(phase_spans["cast_model"], semconv.PHASE_CAST)
-        cast_bytes = sum(s.attributes.get(semconv.BYTES, 0) for s in casts)
-        _check(cast_bytes == model_bytes, f"cast bytes {cast_bytes} != model bytes {model_bytes}")
-
-    loop = under(phase_spans["capture_batch_sizes"], semconv.PHASE_GRAPH_CAPTURE)
-    _check(len(loop) == 1, f"{len(loop)} graph_capture aggregates for one capture loop, expected 1")
-    _check(loop[0].attributes.get(semconv.CALLS) == len(captures["batch_sizes"]),
-           f"capture loop: {loop[0].attributes.get(semconv.CALLS)} captures, expected {len(captures['batch_sizes'])}")
-    _check(list(loop[0].attributes.get(semconv.GRAPH_BATCH_SIZES, ())) == captures["batch_sizes"],
-           f"capture loop batch sizes {loop[0].attributes.get(semconv.GRAPH_BATCH_SIZES)}")
-    facts["capture_loop_s"] = _effective_s(loop[0])
-    if "capture_accelerator" in phase_spans:
-        accel = under(phase_spans["capture_accelerator"], semconv.PHASE_GRAPH_CAPTURE)
-        _check(len(accel) == 1 and accel[0].attributes.get(semconv.GRAPH_API) == "torch.accelerator.Graph",
-               "torch.accelerator.Graph capture not recorded")
-    graphed = [s for s in spans if s.name == semconv.SPAN_MAKE_GRAPHED_CALLABLES]
-    _check(len(graphed) == 1, f"{len(graphed)} make_graphed_callables spans")
-    graphed_captures = under(graphed[0], semconv.PHASE_GRAPH_CAPTURE)
-    _check(sum(s.attributes.get(semconv.CALLS, 0) for s in graphed_captures) == 2,
-           "make_graphed_callables: expected a forward and a backward capture")
-    after_ready = [s for s in spans if s.attributes.get(semconv.PHASE) == semconv.PHASE_GRAPH_CAPTURE
-                   and s.attributes.get(semconv.AFTER_READY)]
-    _check(len(after_ready) == 1, f"{len(after_ready)} after-ready captures, expected 1")
-    facts["graph_captures"] = sum(s.attributes.get(semconv.CALLS, 1) for s in spans
-                                  if s.attributes.get(semconv.PHASE) == semconv.PHASE_GRAPH_CAPTURE
-                                  and s.attributes.get(semconv.AGGREGATE))
-
-    inits = [s for s in spans if s.attributes.get(semconv.PHASE) == semconv.PHASE_RUNTIME_INIT]
-    _check(len(inits) == 1, f"{len(inits)} runtime_init spans, expected 1")
-    _check(inits[0].status != "error", "runtime_init span has an error status")
-    _check((inits[0].attributes.get(semconv.RUNTIME_DEVICE_COUNT) or 0) >= 1, "runtime_init: no device count")
-    facts["runtime_init_s"] = inits[0].duration_ns / 1e9
-    facts["spans"] = len(spans)
-    return facts
+def _sum(spans, key: str) -> float:
+    return sum(s.attributes.get(key, 0) or 0 for s in spans)
 
 
-def _effective_s(span) -> float:
-    """Seconds a copy aggregate took: the device window for queued copies, else busy time."""
+def _effective_s(spans) -> float:
+    """Seconds of device time for queued work (bytes / the span's throughput), else busy time."""
     from otel_coldstart import semconv
 
-    rate = span.attributes.get(semconv.THROUGHPUT)
-    nbytes = span.attributes.get(semconv.BYTES, 0)
-    if isinstance(rate, (int, float)) and rate > 0 and nbytes:
-        return nbytes / rate
-    return span.busy_ns / 1e9
+    total = 0.0
+    for span in spans:
+        rate, nbytes = span.attributes.get(semconv.THROUGHPUT), span.attributes.get(semconv.BYTES, 0)
+        total += nbytes / rate if isinstance(rate, (int, float)) and rate > 0 and nbytes else span.busy_ns / 1e9
+    return total
 
 
-def render(facts: dict) -> str:
-    gib = facts["model_bytes"] / 2**30
-    return "\n".join([
-        f"gpu-check: OK on {facts['device']} (torch {facts['torch']}) in {facts['wall_s']:.1f} s, "
-        f"{facts['spans']} spans",
-        f"  runtime init      {facts['runtime_init_s'] * 1e3:8.1f} ms",
-        f"  h2d pageable      {facts['pageable_gbps']:8.2f} GB/s  {gib:.2f} GiB, {facts['tensors']} tensors "
-        f"in {facts['pageable_h2d_spans']} span(s)",
-        f"  h2d pinned (nb)   {facts['pinned_gbps']:8.2f} GB/s  {gib:.2f} GiB in {facts['pinned_h2d_spans']} span(s)",
-        f"  pin_memory        {facts['pin_gbps']:8.2f} GB/s",
-        f"  graph captures    {facts['graph_captures']:8d}     loop of {len(GRAPH_BATCH_SIZES)} sizes "
-        f"took {facts['capture_loop_s'] * 1e3:.1f} ms",
-    ])
+def run_child(name: str, args: dict) -> int:
+    figures = CHILDREN[name](args)
+    print(json.dumps(figures, default=str))
+    return EXIT_OK
+
+
+def _load_pinned(files, sleep_cycles: int, synchronize_each_shard: bool = False) -> dict:
+    """The loader the overlap matters for: a shard is read, pinned and queued; the next shard is
+    read while the previous one's copies run."""
+    import torch
+    from safetensors import safe_open
+
+    out = {}
+    for path in files:
+        with safe_open(path, framework="pt") as handle:
+            for name in handle.keys():
+                staged = handle.get_tensor(name).pin_memory()
+                out[name] = staged.to("cuda", non_blocking=True)
+                if sleep_cycles:
+                    torch.cuda._sleep(sleep_cycles)  # the device side as slow as the host side
+        if synchronize_each_shard:
+            torch.cuda.synchronize()  # the defect, on purpose: a host wait at each shard's end
+    return out
+
+
+def child_calibrate(args: dict) -> dict:
+    """GPU clock (cycles per second of torch.cuda._sleep) and host time per tensor of the
+    loader, so the slowed device takes as long per tensor as the host."""
+    import torch
+
+    torch.zeros(1, device="cuda")
+    _load_pinned(args["files"], 0)  # warm: page cache, pinned allocator
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(50_000_000)
+    end.record()
+    end.synchronize()
+    cycles_per_s = 50_000_000 / (start.elapsed_time(end) / 1e3)
+    from safetensors import safe_open
+
+    tensors = 0
+    began = time.perf_counter()
+    for path in args["files"]:
+        with safe_open(path, framework="pt") as handle:
+            for name in handle.keys():
+                handle.get_tensor(name).pin_memory()
+                tensors += 1
+    host_per_tensor_s = (time.perf_counter() - began) / tensors
+    return {"cycles_per_s": cycles_per_s, "host_per_tensor_s": host_per_tensor_s,
+            "sleep_cycles_per_tensor": int(cycles_per_s * host_per_tensor_s)}
+
+
+def child_stall(args: dict) -> dict:
+    import torch
+
+    instrumented = _Instrumented() if args["mode"] == "instrumented" else None
+    import otel_coldstart
+
+    torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()
+    _load_pinned(args["files"], args["sleep_cycles"])  # warm-up run, not counted
+    torch.cuda.synchronize()
+    walls = []
+    for run in range(args["runs"]):
+        context = otel_coldstart.phase(f"load_{run}") if instrumented else contextlib.nullcontext()
+        torch.cuda.synchronize()
+        began = time.perf_counter()
+        with context:
+            loaded = _load_pinned(args["files"], args["sleep_cycles"], args["mode"] == "defect")
+            torch.cuda.synchronize()
+        walls.append(time.perf_counter() - began)
+        del loaded
+    figures = {"wall_s": walls}
+    if instrumented:
+        from otel_coldstart import semconv
+
+        trace = instrumented.finish()
+        h2d = trace.under("load_0", semconv.PHASE_H2D)
+        figures["async_resolved"] = all(semconv.COPY_ASYNC_S in s.attributes for s in h2d)
+    return figures
+
+
+def child_throughput(args: dict) -> dict:
+    import torch
+    from safetensors.torch import load_file
+
+    from otel_coldstart import semconv
+
+    instrumented = _Instrumented()
+    import otel_coldstart
+
+    torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()
+    host = {}
+    for path in args["files"]:
+        host.update(load_file(path))
+    tensors = list(host.values())
+    total = sum(t.nbytes for t in tensors)
+    pinned = [t.pin_memory() for t in tensors]
+    warm = [t.to("cuda") for t in tensors]  # warm the path: the caching allocator holds the blocks after
+    torch.cuda.synchronize()
+    del warm
+    with otel_coldstart.phase("pageable"):
+        kept = [t.to("cuda") for t in tensors]
+        torch.cuda.synchronize()
+    del kept
+    with otel_coldstart.phase("pinned"):
+        kept = [t.to("cuda", non_blocking=True) for t in pinned]
+        torch.cuda.synchronize()
+    del kept
+    few = pinned[:4]
+    few_bytes = sum(t.nbytes for t in few)
+    with otel_coldstart.phase("blocking_cast_h2d"):  # bf16 -> fp32, blocking: converted on the host
+        kept = [t.to("cuda", torch.float32) for t in few]
+    with otel_coldstart.phase("queued_cast_h2d"):  # bf16 -> fp32, non-blocking: bf16 crosses, cast on the GPU
+        kept = [t.to("cuda", torch.float32, non_blocking=True) for t in few]
+        torch.cuda.synchronize()
+    del kept
+    trace = instrumented.finish()  # ready(): the patches are off for the reference figures below
+
+    failures = []
+    figures: dict = {"bytes": total, "tensors": len(tensors)}
+    for phase, memory in (("pageable", "pageable"), ("pinned", "pinned")):
+        h2d = trace.under(phase, semconv.PHASE_H2D)
+        nbytes = _sum(h2d, semconv.BYTES)
+        split = _sum(h2d, semconv.COPY_PINNED_BYTES if memory == "pinned" else semconv.COPY_PAGEABLE_BYTES)
+        if nbytes != total or split != total or _sum(h2d, semconv.CALLS) != len(tensors):
+            failures.append(f"{phase}: bytes {nbytes}, {memory} bytes {split}, calls {_sum(h2d, semconv.CALLS)}; "
+                            f"expected {total} bytes, {len(tensors)} calls")
+        if memory == "pinned" and not all(semconv.COPY_ASYNC_S in s.attributes for s in h2d):
+            failures.append("pinned: queued copies were not resolved from events")
+        figures[f"plugin_{memory}_gbps"] = nbytes / _effective_s(h2d) / 1e9 if h2d else None
+    blocking = trace.under("blocking_cast_h2d", semconv.PHASE_H2D)
+    if (_sum(blocking, semconv.BYTES), _sum(blocking, semconv.COPY_PAGEABLE_BYTES)) != (2 * few_bytes, 2 * few_bytes):
+        failures.append(f"blocking bf16->fp32 H2D: {_sum(blocking, semconv.BYTES)} bytes, "
+                        f"{_sum(blocking, semconv.COPY_PAGEABLE_BYTES)} pageable; Copy.cu moves {2 * few_bytes} "
+                        f"fp32 bytes from a pageable temporary")
+    queued = trace.under("queued_cast_h2d", semconv.PHASE_H2D)
+    if (_sum(queued, semconv.BYTES), _sum(queued, semconv.COPY_PINNED_BYTES)) != (few_bytes, few_bytes):
+        failures.append(f"non-blocking bf16->fp32 H2D: {_sum(queued, semconv.BYTES)} bytes, "
+                        f"{_sum(queued, semconv.COPY_PINNED_BYTES)} pinned; Copy.cu moves {few_bytes} bf16 bytes "
+                        f"from the pinned source")
+
+    # Independent figures, with every patch removed.
+    big = torch.empty(total, dtype=torch.uint8).pin_memory()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    rates = []
+    for _ in range(3):
+        torch.cuda.synchronize()
+        start.record()
+        on_device = big.to("cuda", non_blocking=True)
+        end.record()
+        end.synchronize()
+        rates.append(total / (start.elapsed_time(end) / 1e3) / 1e9)
+        del on_device
+    figures["bulk_pinned_gbps"] = max(rates)
+    torch.cuda.synchronize()
+    began = time.perf_counter()
+    kept = [t.to("cuda") for t in tensors]
+    torch.cuda.synchronize()
+    figures["reference_pageable_gbps"] = total / (time.perf_counter() - began) / 1e9
+    figures["accounting_failures"] = failures
+    return figures
+
+
+def _mlp(torch):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 1024)).cuda()
+
+
+def child_capture_race(args: dict) -> dict:
+    import threading
+
+    import torch
+
+    instrumented = _Instrumented() if args["mode"] == "instrumented" else None
+    import otel_coldstart
+    from otel_coldstart.patches import cuda_graphs
+
+    figures: dict = {"failures": []}
+    mlp = _mlp(torch)
+    inputs = {n: torch.randn(n, 1024, device="cuda") for n in CAPTURE_SIZES}
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.no_grad():  # warm-up off the capture stream, as torch advises
+        for n in CAPTURE_SIZES:
+            mlp(inputs[n])
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+
+    stop = threading.Event()
+    capturing = threading.Event()
+    counts = {"copies": 0, "pins": 0, "captures_while_copying": 0, "error": None}
+    # The copy thread allocates nothing on the GPU and reuses its staging buffers: a cudaMalloc
+    # or a stream synchronize from another thread would break a global-mode capture by itself,
+    # with or without the plugin. It does pin (allocations and copies, served by torch's host
+    # cache after the first ones) and queue non-blocking copies on its own stream.
+    pool = 8
+    staging = [torch.randn(1 << 18).pin_memory() for _ in range(pool)]
+    on_device = [torch.empty(1 << 18, device="cuda") for _ in range(pool)]
+    small = torch.randn(1 << 12)
+    copy_stream = torch.cuda.Stream()
+    with torch.cuda.stream(copy_stream):
+        staging[0].to("cuda", non_blocking=True)  # the block the thread's .to() re-uses from the cache
+    torch.cuda.synchronize()
+
+    def copier():
+        try:
+            i = 0
+            while not stop.is_set():
+                with torch.cuda.stream(copy_stream):
+                    torch.empty(1 << 12, pin_memory=True)  # a pinned allocation (vLLM's staging buffers)
+                    small.pin_memory()  # a pin copy
+                    on_device[i % pool].copy_(staging[i % pool], non_blocking=True)  # vLLM's param.copy_
+                    staging[(i + 1) % pool].to("cuda", non_blocking=True) if i % 16 == 0 else None
+                copies = 2 if i % 16 == 0 else 1
+                i += 1
+                counts["pins"] += 2
+                counts["copies"] += copies
+                if capturing.is_set():
+                    counts["captures_while_copying"] += 1
+                time.sleep(0.0005)
+        except Exception as error:
+            counts["error"] = f"copy thread: {type(error).__name__}: {error}"
+
+    thread = threading.Thread(target=copier, name="copier")
+    graphs, outputs = {}, {}
+    thread.start()
+    try:
+        phase = otel_coldstart.phase("captures") if instrumented else contextlib.nullcontext()
+        with phase, torch.no_grad():
+            for round_ in range(CAPTURE_ROUNDS):
+                for n in CAPTURE_SIZES:
+                    graph = torch.cuda.CUDAGraph()
+                    capturing.set()
+                    with cuda_graphs.batch_size(n), torch.cuda.graph(graph):  # default: capture_error_mode="global"
+                        outputs[n] = mlp(inputs[n])
+                    capturing.clear()
+                    graphs[n] = graph
+    except Exception as error:
+        figures["error"] = f"capture: {type(error).__name__}: {error}"
+    finally:
+        stop.set()
+        thread.join()
+    if counts["error"]:
+        figures["error"] = figures.get("error") or counts["error"]
+    figures.update(copies=counts["copies"], pins=counts["pins"], captures_while_copying=counts["captures_while_copying"])
+    if "error" in figures:
+        return figures
+    with torch.no_grad():
+        for n in CAPTURE_SIZES:
+            graphs[n].replay()
+        torch.cuda.synchronize()
+        for n in CAPTURE_SIZES:
+            if not torch.allclose(outputs[n], mlp(inputs[n]), rtol=1e-3, atol=1e-3):
+                figures["failures"].append(f"replay for batch {n} differs from eager")
+    if instrumented:
+        from otel_coldstart import semconv
+
+        trace = instrumented.finish()
+        captures = trace.under("captures", semconv.PHASE_GRAPH_CAPTURE)
+        expected = len(CAPTURE_SIZES) * CAPTURE_ROUNDS
+        calls = _sum(captures, semconv.CALLS)
+        sizes = [list(s.attributes.get(semconv.GRAPH_BATCH_SIZES, ())) for s in captures]
+        if len(captures) != 1 or calls != expected or sizes != [list(CAPTURE_SIZES)]:
+            figures["failures"].append(f"captures: {len(captures)} aggregate(s), {calls} calls, sizes {sizes}; "
+                                       f"expected 1, {expected}, {list(CAPTURE_SIZES)}")
+        copier_spans = [s for s in trace.spans if s.is_aggregate and s.attributes.get(semconv.THREAD_NAME) == "copier"]
+        h2d_calls = sum(s.attributes.get(semconv.CALLS, 0) for s in copier_spans if s.phase == semconv.PHASE_H2D)
+        pin_calls = sum(s.attributes.get(semconv.CALLS, 0) for s in copier_spans if s.phase == semconv.PHASE_PIN)
+        if h2d_calls != counts["copies"] or pin_calls != counts["pins"]:
+            figures["failures"].append(f"copy thread: {h2d_calls} h2d and {pin_calls} pin calls recorded; it made "
+                                       f"{counts['copies']} copies and {counts['pins']} pins")
+        figures["untimed_copies"] = sum(s.attributes.get(semconv.COPY_UNTIMED_CALLS, 0) for s in copier_spans)
+        figures["pre_capture_s"] = _sum(captures, semconv.GRAPH_PRE_CAPTURE_S)
+        figures["capture_s"] = _sum(captures, semconv.BUSY_S)
+    return figures
+
+
+def _truth(torch, work) -> float:
+    torch.cuda.synchronize()
+    began = time.perf_counter()
+    result = work()
+    torch.cuda.synchronize()
+    elapsed = time.perf_counter() - began
+    del result
+    return elapsed
+
+
+def child_cast_copy(args: dict) -> dict:
+    import torch
+
+    from otel_coldstart import semconv
+
+    instrumented = _Instrumented()
+    import otel_coldstart
+
+    torch.zeros(1, device="cuda")
+    sources = [torch.randn(4096, 8192, device="cuda", dtype=torch.bfloat16) for _ in range(32)]  # 2 GiB
+    targets = [torch.empty_like(t) for t in sources]
+    side = torch.cuda.Stream()
+    host_params = [torch.randn(4096, 4096).to(torch.bfloat16).pin_memory() for _ in range(8)]
+    device_params = [torch.empty(4096, 4096, device="cuda", dtype=torch.bfloat16) for _ in host_params]
+    [t.to(torch.float32) for t in sources[:2]]  # warm the kernels
+    torch.cuda.synchronize()
+    truths = {}
+
+    def casts():
+        return [t.to(torch.float32) for _ in range(2) for t in sources]
+
+    def d2d():
+        for _ in range(4):
+            for source, target in zip(sources, targets):
+                target.copy_(source)
+
+    def side_d2d():
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            d2d()
+        torch.cuda.current_stream().wait_stream(side)
+
+    def params():
+        for _ in range(8):
+            for host, device in zip(host_params, device_params):
+                device.copy_(host, non_blocking=True)
+
+    for name, work in (("gpu_cast", casts), ("d2d_copy", d2d), ("side_stream_copy", side_d2d), ("param_copy", params)):
+        with otel_coldstart.phase(name):
+            truths[name] = _truth(torch, work)
+    small = torch.randn(1 << 18)
+    with otel_coldstart.phase("h2d_behind_cast"):
+        torch.cuda.synchronize()
+        began = time.perf_counter()
+        queued = casts() + casts()  # queued GPU work, no sync
+        launched_s = time.perf_counter() - began
+        small.to("cuda")  # blocking: waits for the casts, then copies 1 MiB
+        torch.cuda.synchronize()
+        del queued
+    cast_truth = _truth(torch, lambda: casts() + casts())
+    trace = instrumented.finish()
+
+    figures: dict = {"failures": []}
+    phases = {"gpu_cast": semconv.PHASE_CAST, "d2d_copy": semconv.PHASE_D2D, "side_stream_copy": semconv.PHASE_D2D,
+              "param_copy": semconv.PHASE_H2D}
+    for name, phase in phases.items():
+        spans = trace.under(name, phase)
+        async_s = [s.attributes.get(semconv.COPY_ASYNC_S) for s in spans]
+        if not spans or None in async_s:
+            figures["failures"].append(f"{name}: no device time on {len(spans)} {phase} aggregate(s)")
+            continue
+        figures[name] = {"truth_s": truths[name], "plugin_device_s": sum(async_s),
+                         "plugin_host_busy_s": _sum(spans, semconv.BUSY_S),
+                         "untimed_calls": _sum(spans, semconv.COPY_UNTIMED_CALLS)}
+    h2d = trace.under("h2d_behind_cast", semconv.PHASE_H2D)
+    # The copy waits for what the device still had to do when it was called.
+    figures["h2d_behind_cast"] = {"cast_truth_s": cast_truth, "launched_s": launched_s,
+                                  "expected_wait_s": max(0.0, cast_truth - launched_s),
+                                  "h2d_busy_s": _sum(h2d, semconv.BUSY_S),
+                                  "h2d_waited_s": _sum(h2d, semconv.COPY_WAITED_S)}
+    return figures
+
+
+def child_runtime_init(args: dict) -> dict:
+    if args["mode"] == "plain":
+        import torch
+
+        began = time.perf_counter()
+        torch.cuda.is_available()
+        available = time.perf_counter()
+        torch.cuda.init()  # _lazy_init
+        initialised = time.perf_counter()
+        torch.zeros(1, device="cuda")  # the primary context, on the first allocation
+        torch.ones(1 << 20).to("cuda")
+        torch.cuda.synchronize()
+        done = time.perf_counter()
+        return {"is_available_s": available - began, "lazy_init_s": initialised - available,
+                "first_alloc_and_copy_s": done - initialised}
+    instrumented = _Instrumented()
+    import torch
+
+    from otel_coldstart import semconv
+
+    torch.cuda.is_available()
+    with __import__("otel_coldstart").phase("first_touch"):
+        torch.ones(1 << 20).to("cuda")  # the first CUDA touch is a copy
+        torch.cuda.synchronize()
+    trace = instrumented.finish()
+    steps = {s.attributes.get(semconv.RUNTIME_STEP): s for s in trace.spans if s.phase == semconv.PHASE_RUNTIME_INIT}
+    figures: dict = {"failures": [], "steps": sorted(k for k in steps if k)}
+    if set(steps) != {semconv.RUNTIME_STEP_DRIVER, semconv.RUNTIME_STEP_LAZY_INIT}:
+        figures["failures"].append(f"runtime_init steps {sorted(map(str, steps))}, expected driver and lazy_init")
+    driver, init = steps.get(semconv.RUNTIME_STEP_DRIVER), steps.get(semconv.RUNTIME_STEP_LAZY_INIT)
+    figures["driver_s"] = driver.duration_ns / 1e9 if driver else None
+    figures["lazy_init_s"] = init.duration_ns / 1e9 if init else None
+    copies = trace.under("first_touch", semconv.PHASE_H2D)
+    if copies and init:
+        figures["first_copy_busy_s"] = _sum(copies, semconv.BUSY_S)
+        figures["init_overlaps_copy"] = any(c.start_ns < init.end_ns and init.start_ns < c.end_ns for c in copies)
+    else:
+        figures["failures"].append("no h2d aggregate for the first copy")
+    return figures
+
+
+CHILDREN = {"calibrate": child_calibrate, "stall": child_stall, "throughput": child_throughput,
+            "capture_race": child_capture_race, "cast_copy": child_cast_copy, "runtime_init": child_runtime_init}
 
 
 if __name__ == "__main__":

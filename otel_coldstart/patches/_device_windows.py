@@ -58,10 +58,14 @@ class DeviceWindow:
 def join(window: DeviceWindow | None, mark: Mark, new_event: Callable[[], Any], gate: Gate):
     """Add one call, already queued after ``mark``, to its window (created if None).
 
-    Returns ``(window, spare, timed)``: the window, the event the caller may re-use for its
-    next mark (None when the window took it), and whether this call is covered by events."""
+    Returns ``(window, spare, timed)``: the window (None when none could be created: the
+    gate refused), the event the caller may re-use for its next mark (None when the window
+    took it), and whether this call is covered by events."""
     if window is None:
-        window = DeviceWindow(mark, new_event())
+        ran, end_event = gate(new_event)  # creating an event is a CUDA call too
+        if not ran:
+            return None, mark.event, False
+        window = DeviceWindow(mark, end_event)
         spare = None
     elif window.broken:
         window.calls += 1

@@ -476,7 +476,11 @@ def _mark(device):
         return None  # a capture we did or did not see: record nothing into or beside it
     key, stream = _stream_of(device)
     spares = _local.__dict__.setdefault("spare_events", {})
-    event = spares.pop(key, None) or torch.cuda.Event(enable_timing=True)
+    event = spares.pop(key, None)
+    if event is None:
+        ran, event = _gate(_new_event)  # creating an event is a CUDA call too
+        if not ran:
+            return None
     wall_ns = time.time_ns()
     ran, _ = _gate(event.record, stream)
     if not ran:
@@ -511,6 +515,10 @@ def _join_device_work(aggregate, mark, busy_ns: int) -> None:
         work.untimed_calls += 1
         return
     window, spare, timed = _device_windows.join(work.windows.get(mark.key), mark, _new_event, _gate)
+    if window is None:  # no event could be made for a new window (a capture began): untimed
+        work.untimed_calls += 1
+        _local.__dict__.setdefault("spare_events", {})[mark.key] = mark.event
+        return
     work.windows[mark.key] = window
     if spare is not None:
         _local.__dict__.setdefault("spare_events", {})[mark.key] = spare
@@ -567,16 +575,18 @@ def _mark_blocking(plan: _Plan, device) -> None:
     if done:
         _stream_tails.pop(key, None)
         return
-    before = _new_event()
-    ran, _ = _gate(before.record, stream)
+    ran, before = _gate(_new_event)
+    if ran:
+        ran, _ = _gate(before.record, stream)
     if ran:
         plan.blocking_before, plan.blocking_stream = before, stream
 
 
 def _finish_blocking(plan: _Plan, start: int, end: int) -> tuple[int, int]:
     """(start moved so the call's busy time is the copy's own device time, waited ns)."""
-    after = _new_event()
-    ran, _ = _gate(after.record, plan.blocking_stream)
+    ran, after = _gate(_new_event)
+    if ran:
+        ran, _ = _gate(after.record, plan.blocking_stream)
     if not ran:
         return start, 0
     try:

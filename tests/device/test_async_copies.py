@@ -433,3 +433,13 @@ def test_recorder_holds_unfinished_aggregates_and_writes_them_later_or_at_the_en
     recorder.add("first", None, None, 1, 0, 1, 0, 0, on_add=lambda a: setattr(a, "settle", settle))
     recorder.flush_all()
     assert len(session.spans) == 2 and session.spans[1][1]["settled_final"] is True
+
+
+def test_scheduler_makes_no_event_when_the_gate_refuses():
+    line = Timeline()
+    Event = make_event_class(line)
+    mark = _device_windows.Mark((0, "s"), "s", Event(enable_timing=True), line.host_ns)
+    created = Event.created
+    window, spare, timed = _device_windows.join(None, mark, lambda: Event(enable_timing=True),
+                                                lambda call, *args: (False, None))
+    assert window is None and spare is mark.event and not timed and Event.created == created
