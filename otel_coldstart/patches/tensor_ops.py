@@ -41,6 +41,10 @@ _local = threading.local()  # .spare_events: {(device, stream) key: CUDA event n
 # there: a later blocking copy on that stream waits for it first (see _mark_blocking).
 _stream_tails: dict = {}
 _cuda_up = False  # CUDA initialised: until then a copy to CUDA initialises it before timing
+# A CUDA build of torch (bound at patch()): on a CPU build no call can reach a GPU, and the
+# per-call path skips every device question (the common CPU start-up pays nothing for them).
+_cuda_possible = False
+_dtype_type: type = type(None)  # torch.dtype, bound at patch()
 
 _TENSOR_METHODS = ("to", "cuda", "cpu", "half", "bfloat16", "float")
 _MODULE_METHODS = (("to", None), ("cuda", semconv.PHASE_H2D), ("cpu", semconv.PHASE_D2H),
@@ -61,6 +65,9 @@ def is_patched() -> bool:
 def patch() -> None:
     import torch
 
+    global _cuda_possible, _dtype_type
+    _cuda_possible = hasattr(torch._C, "_cuda_getDeviceCount")  # torch.cuda._is_compiled()
+    _dtype_type = torch.dtype
     _guard.bind_torch()
     _resolve_fake_types()
     # Module.half/.bfloat16/.float/.cpu reach tensors through the Tensor methods of the same name.
@@ -185,9 +192,13 @@ def _tensor_move(method: str):
 
 def _plan_move(method: str, instance, args, kwargs, from_host: bool) -> _Plan:
     queued = _move_is_non_blocking(method, args, kwargs)
+    if not _cuda_possible:
+        return _untimed(queued)
     if from_host:
         if method not in ("to", "cuda") or not (queued or _stream_tails or not _cuda_up):
             return _untimed(queued)  # a host cast or a blocking copy with nothing queued before it
+        if method == "to" and args and type(args[0]) is _dtype_type and kwargs.get("device") is None:
+            return _untimed(queued)  # .to(dtype): stays on the host
         target = _move_target_gpu(method, instance, args, kwargs)
         if target is not None and not _cuda_up:
             _initialise_cuda_first()
@@ -208,7 +219,9 @@ def _tensor_copy(wrapped, instance, args, kwargs):
     try:
         from_host = source.is_cpu
         queued = bool(args[1]) if len(args) > 1 else bool(kwargs.get("non_blocking", False))
-        if from_host:
+        if not _cuda_possible:
+            plan = _untimed(queued)
+        elif from_host:
             # Copy.cu: an H2D copy runs on the destination device's current stream.
             plan = _plan(False, instance.device if instance.is_cuda else None, "h2d", queued)
         elif source.is_cuda:
@@ -220,7 +233,7 @@ def _tensor_copy(wrapped, instance, args, kwargs):
         report_internal_error("Tensor.copy_")
     result, start, end, io_before, io_after = _timed_call(wrapped, args, kwargs, from_host)
     try:
-        _record_tensors(session, source, instance, start, end, io_before, io_after, plan)
+        _record_tensors(session, source, instance, start, end, io_before, io_after, plan, True)
     except Exception:
         report_internal_error("Tensor.copy_")
     return result
@@ -263,7 +276,8 @@ def _storage_to(wrapped, instance, args, kwargs):
 
 # --- classification and recording --------------------------------------------------------
 
-def _record_tensors(session, source, destination, start, end, io_before, io_after, plan) -> None:
+def _record_tensors(session, source, destination, start, end, io_before, io_after, plan,
+                    broadcast_possible: bool = False) -> None:
     if _fake_types and (isinstance(source, _fake_types) or isinstance(destination, _fake_types)):
         return
     src_dtype, dst_dtype = source.dtype, destination.dtype
@@ -279,9 +293,9 @@ def _record_tensors(session, source, destination, start, end, io_before, io_afte
                                                        semconv.CAST_TO: _dtype_name(dst_dtype)}
     else:
         detail, detail_attrs = None, None
-    numel = destination.numel()  # a copy_ that broadcasts reads what the destination holds
     pinned = None
     if phase == semconv.PHASE_H2D or phase == semconv.PHASE_D2H:
+        numel = destination.numel()  # a copy_ that broadcasts reads what the destination holds
         # What crosses the bus, as Copy.cu does it (a blocking H2D with a dtype change converts
         # on the host into a pageable temporary and moves the destination dtype's bytes).
         queued = plan is not None and plan.queued
@@ -293,8 +307,10 @@ def _record_tensors(session, source, destination, start, end, io_before, io_afte
                                     not cast, one_block, host_contiguous, host.is_pinned(), queued)
         nbytes = moved.bytes
         pinned = moved.pinned if phase == semconv.PHASE_H2D else None
+    elif broadcast_possible:  # copy_: what the destination holds, read from the source
+        nbytes = destination.numel() * source.element_size()
     else:
-        nbytes = numel * source.element_size()
+        nbytes = source.nbytes
     _add(session, phase, detail, detail_attrs, nbytes, start, end, io_before, io_after, pinned, plan)
 
 
