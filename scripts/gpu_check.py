@@ -787,7 +787,9 @@ def child_cast_copy(args: dict) -> dict:
     import otel_coldstart
 
     torch.zeros(1, device="cuda")
-    sources = [torch.randn(4096, 8192, device="cuda", dtype=torch.bfloat16) for _ in range(32)]  # 2 GiB
+    # Large tensors (256 MiB each): every call keeps the device busy far longer than the host
+    # takes to queue the next one, so the truth below is device time, not launch gaps.
+    sources = [torch.randn(8192, 16384, device="cuda", dtype=torch.bfloat16) for _ in range(8)]  # 2 GiB
     targets = [torch.empty_like(t) for t in sources]
     side = torch.cuda.Stream()
     host_params = [torch.randn(4096, 4096).to(torch.bfloat16).pin_memory() for _ in range(8)]

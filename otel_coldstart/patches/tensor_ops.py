@@ -8,12 +8,22 @@ Each call is classified by what actually happened (source and result device and 
 by its arguments: h2d, d2h, d2d, h2h, cast, or a no-op, which costs one identity check and
 records nothing. Calls are aggregated by the recorder, never one span each.
 
-Copies queued with ``non_blocking=True`` return before the device has moved a byte, so their
-call time says nothing about the transfer. For those, CUDA events are recorded on the copy's
-stream around the calls (two re-used events per device, never a wait); when the aggregate
-ends (its parent span ends), the last event is waited for once and the device time of the
-queued copies is read from the events (``coldstart.copy.async_s``). That extends the span to
-when the copies finished and gives the achieved bandwidth. No synchronisation per tensor.
+Bytes and memory of a host<->device copy are what crosses the bus, decided as PyTorch's
+Copy.cu decides them (``_cuda_copy.py``): a blocking H2D with a dtype change converts on the
+host into a pageable temporary and moves the destination dtype's bytes.
+
+GPU work is asynchronous: a copy queued with ``non_blocking=True``, and a cast on the GPU or
+a device-to-device copy whatever ``non_blocking`` says, return before the device has done
+it, so their call time says nothing about the work. For those, CUDA events are recorded on
+the work's stream (keyed by device and stream; the source device's for D2H and d2d, as
+Copy.cu does) around the calls, re-used, and resolved when the aggregate ends by
+``query()``, never a wait (``_device_windows.py``): an aggregate whose work is still queued
+is held by the recorder and written once it is done (``coldstart.copy.async_s``, the span
+extended to when the work finished, the achieved bandwidth). A blocking copy behind such
+work is bracketed by events so the wait is not its own time (``coldstart.copy.waited_s``).
+Every event call is atomic against a CUDA graph capture beginning on any thread
+(``_guard.outside_captures``). A copy that is the first CUDA touch initialises CUDA before
+its clock starts.
 
 These wrappers sit on the hottest paths torch has, so they are removed at ``ready()``:
 after it, ``torch.Tensor.to is`` the original.
@@ -150,7 +160,7 @@ def _untimed(queued: bool) -> _Plan:
     return _HOST_TIMED_QUEUED if queued else _HOST_TIMED
 
 
-def _plan(source_is_cuda: bool, work_device, direction: str | None, queued: bool) -> _Plan:
+def _plan(work_device, direction: str | None, queued: bool) -> _Plan:
     """``direction``: "h2d", "d2h" or None (the work stays on GPUs: a cast or a d2d copy).
     GPU casts and device-to-device copies are asynchronous whatever ``non_blocking`` says;
     host<->device copies only with it (a blocking one synchronises its stream)."""
@@ -202,11 +212,11 @@ def _plan_move(method: str, instance, args, kwargs, from_host: bool) -> _Plan:
         target = _move_target_gpu(method, instance, args, kwargs)
         if target is not None and not _cuda_up:
             _initialise_cuda_first()
-        return _plan(False, target, "h2d", queued)
+        return _plan(target, "h2d", queued)
     if not instance.is_cuda:
         return _untimed(queued)  # meta, or another accelerator: host timing
     direction = "d2h" if _move_goes_to_host(method, args, kwargs) else None
-    return _plan(True, instance.device, direction, queued)
+    return _plan(instance.device, direction, queued)
 
 
 def _tensor_copy(wrapped, instance, args, kwargs):
@@ -223,10 +233,10 @@ def _tensor_copy(wrapped, instance, args, kwargs):
             plan = _untimed(queued)
         elif from_host:
             # Copy.cu: an H2D copy runs on the destination device's current stream.
-            plan = _plan(False, instance.device if instance.is_cuda else None, "h2d", queued)
+            plan = _plan(instance.device if instance.is_cuda else None, "h2d", queued)
         elif source.is_cuda:
             # D2H and device-to-device (also across GPUs): the source device's stream.
-            plan = _plan(True, source.device, "d2h" if instance.is_cpu else None, queued)
+            plan = _plan(source.device, "d2h" if instance.is_cpu else None, queued)
         else:
             plan = _untimed(queued)
     except Exception:
@@ -252,11 +262,11 @@ def _storage_to(wrapped, instance, args, kwargs):
         if from_host and target is not None and not _cuda_up:
             _initialise_cuda_first()
         if from_host:
-            plan = _plan(False, target, "h2d", queued)
+            plan = _plan(target, "h2d", queued)
         elif instance.device.type == "cuda":
             destination = kwargs.get("device")
             to_host = destination is not None and _cuda_or_none(destination) is None
-            plan = _plan(True, instance.device, "d2h" if to_host else None, queued)
+            plan = _plan(instance.device, "d2h" if to_host else None, queued)
         else:
             plan = _untimed(queued)
     except Exception:
