@@ -128,11 +128,12 @@ def try_resolve(windows, gate: Gate) -> Resolution | None:
     return Resolution(max(per_device.values(), default=0), last_end_ns)
 
 
-def resolve_bounded(windows, gate: Gate, wait_s: float = FINAL_WAIT_S,
+def resolve_bounded(windows, gate: Gate, wait_s: float | None = None,
                     clock: Callable[[], float] = time.monotonic,
                     sleep: Callable[[float], None] = time.sleep) -> Resolution | None:
-    """End of the start-up: poll until the work finished or ``wait_s`` passed (None then)."""
-    deadline = clock() + wait_s
+    """End of the start-up: poll until the work finished or ``wait_s`` (default
+    :data:`FINAL_WAIT_S`) passed (None then)."""
+    deadline = clock() + (FINAL_WAIT_S if wait_s is None else wait_s)
     while True:
         resolution = try_resolve(windows, gate)
         if resolution is not None or clock() >= deadline:
