@@ -10,6 +10,7 @@ span count grows with shards and phases, never with tensors.
 from __future__ import annotations
 
 import threading
+import time
 from typing import TYPE_CHECKING, Any, Callable, Hashable
 
 from opentelemetry.trace import SpanContext
@@ -52,9 +53,10 @@ class Aggregate:
         self.extras: dict[str, Any] = {}
         self.end_hooks: list[Callable[["Aggregate"], None]] = []
         # Device work still queued when the aggregate ends (non-blocking copies, GPU casts):
-        # settle(aggregate, final) -> True once it has set its figures. False holds the
-        # aggregate back (nothing waits); final=True is the end of the start-up.
-        self.settle: Callable[["Aggregate", bool], bool] | None = None
+        # settle(aggregate, final_deadline) -> True once it has set its figures. False holds
+        # the aggregate back (nothing waits). final_deadline is None until the end of the
+        # start-up, then the time.monotonic() by which every held aggregate must be written.
+        self.settle: Callable[["Aggregate", float | None], bool] | None = None
 
     def run_end_hooks(self) -> None:
         """Called once, just before the aggregate becomes a span. A hook may move
@@ -94,6 +96,10 @@ def _parent_key(parent) -> Hashable:
 
 
 class Recorder:
+    # At the end of the start-up, held aggregates may wait this long in total for their
+    # device work (a bounded delay of ready(), only when work queued before it still runs).
+    FINAL_SETTLE_S = 2.0
+
     def __init__(self, session: "StartupSession") -> None:
         self._session = session
         self._lock = threading.Lock()
@@ -159,18 +165,19 @@ class Recorder:
     def flush_children(self, span_id: int, span_context: SpanContext) -> None:
         for aggregate in self._take(span_id):
             self.emit(aggregate, span_context)
-        self.settle_held(final=False)  # a cheap look at earlier held ones: query(), no wait
+        self.settle_held()  # a cheap look at earlier held ones: query(), no wait
 
     def flush_all(self) -> None:
+        deadline = time.monotonic() + self.FINAL_SETTLE_S  # one bound for all of them together
         for aggregate in self._take(None):
             parent = aggregate.parent
             if not isinstance(parent, SpanContext):  # a pending parent still open at the end
                 parent = parent.parent
-            self.emit(aggregate, parent, final=True)
-        self.settle_held(final=True)
+            self.emit(aggregate, parent, final_deadline=deadline)
+        self.settle_held(final_deadline=deadline)
 
-    def emit(self, aggregate: Aggregate, parent: SpanContext | None, final: bool = False) -> None:
-        if not self._settled(aggregate, final):
+    def emit(self, aggregate: Aggregate, parent: SpanContext | None, final_deadline: float | None = None) -> None:
+        if not self._settled(aggregate, final_deadline):
             with self._lock:
                 self._held.append((aggregate, parent))
             return
@@ -180,27 +187,28 @@ class Recorder:
             aggregate.first_ns, aggregate.last_ns, aggregate.span_attributes(),
         )
 
-    def settle_held(self, final: bool) -> None:
-        """Write the held aggregates whose device work has finished (all of them when final:
-        their settle then waits a bounded time and marks what stayed unresolved)."""
+    def settle_held(self, final_deadline: float | None = None) -> None:
+        """Write the held aggregates whose device work has finished; with a final deadline
+        (the end of the start-up), all of them: their settle waits at most until then and
+        marks what stayed unresolved."""
         with self._lock:
             if not self._held:
                 return
             held, self._held = self._held, []
         for aggregate, parent in held:
-            self.emit(aggregate, parent, final)
+            self.emit(aggregate, parent, final_deadline)
 
     @staticmethod
-    def _settled(aggregate: Aggregate, final: bool) -> bool:
+    def _settled(aggregate: Aggregate, final_deadline: float | None) -> bool:
         settle = aggregate.settle
         if settle is None:
             return True
         try:
-            done = settle(aggregate, final)
+            done = settle(aggregate, final_deadline)
         except Exception:
             report_internal_error("aggregate settle")
             done = True
-        if done or final:
+        if done or final_deadline is not None:
             aggregate.settle = None
             return True
         return False

@@ -26,10 +26,10 @@ from typing import Any, Callable, NamedTuple
 Gate = Callable[..., "tuple[bool, Any]"]
 
 # At the end of the start-up (ready() or exit), work still queued is waited for by polling
-# query() at most this long: ready() returns at most this much later, and only when copies
-# queued before it are still running (the first request would wait for them anyway: same
-# stream). Past it, the aggregate keeps its host timing and is marked unresolved.
-FINAL_WAIT_S = 2.0
+# query() until a deadline the recorder sets (Recorder.FINAL_SETTLE_S, for all held
+# aggregates together): ready() returns at most that much later, and only when copies queued
+# before it are still running (the first request would wait for them anyway: same stream).
+# Past it, the aggregate keeps its host timing and is marked unresolved.
 _POLL_S = 0.001
 
 
@@ -128,12 +128,11 @@ def try_resolve(windows, gate: Gate) -> Resolution | None:
     return Resolution(max(per_device.values(), default=0), last_end_ns)
 
 
-def resolve_bounded(windows, gate: Gate, wait_s: float | None = None,
+def resolve_bounded(windows, gate: Gate, deadline: float,
                     clock: Callable[[], float] = time.monotonic,
                     sleep: Callable[[float], None] = time.sleep) -> Resolution | None:
-    """End of the start-up: poll until the work finished or ``wait_s`` (default
-    :data:`FINAL_WAIT_S`) passed (None then)."""
-    deadline = clock() + (FINAL_WAIT_S if wait_s is None else wait_s)
+    """End of the start-up: poll until the work finished or ``clock()`` reaches ``deadline``
+    (None then). Never a synchronize: the host sleeps, the device keeps going."""
     while True:
         resolution = try_resolve(windows, gate)
         if resolution is not None or clock() >= deadline:

@@ -555,14 +555,14 @@ def _join_device_work(aggregate, mark, busy_ns: int) -> None:
         work.untimed_calls += 1
 
 
-def _settle(aggregate, final: bool) -> bool:
+def _settle(aggregate, final_deadline: float | None) -> bool:
     """The aggregate ended: read its device time if the work finished (query, no wait), else
     ask to be held; at the end of the start-up, poll a bounded time, then give up and mark."""
     work = aggregate.extras.get("device_work")
     if work is None:
         return True
-    if final:
-        resolution = _device_windows.resolve_bounded(work.windows, _gate)
+    if final_deadline is not None:
+        resolution = _device_windows.resolve_bounded(work.windows, _gate, final_deadline)
     else:
         resolution = _device_windows.try_resolve(work.windows, _gate)
         if resolution is None:

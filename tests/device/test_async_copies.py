@@ -135,14 +135,14 @@ def test_scheduler_bounded_final_wait_polls_then_gives_up():
         clock[0] += seconds
         line.host_ns += int(seconds * 1e9)
 
-    assert _device_windows.resolve_bounded(windows, open_gate, wait_s=0.5, clock=lambda: clock[0],
+    assert _device_windows.resolve_bounded(windows, open_gate, 0.5, clock=lambda: clock[0],
                                            sleep=sleep) is None
     assert clock[0] == pytest.approx(0.5, abs=0.01) and len(polls) >= 100
     # Work that finishes inside the bound is resolved.
     windows = {}
     _queue_call(line, Event, windows, "s1", 100 * MS)
     clock[0] = 0.0
-    resolution = _device_windows.resolve_bounded(windows, open_gate, wait_s=0.5, clock=lambda: clock[0],
+    resolution = _device_windows.resolve_bounded(windows, open_gate, 0.5, clock=lambda: clock[0],
                                                  sleep=sleep)
     assert resolution.device_ns == pytest.approx(100 * MS, abs=1 * MS)
 
@@ -231,10 +231,10 @@ def test_aggregate_ending_with_copies_queued_is_held_not_waited_for(timeline):
     aggregate = _aggregate(timeline)
     for _ in range(3):
         _timed_call(timeline, aggregate, 1_000_000, 10 * MS)
-    assert aggregate.settle(aggregate, False) is False  # held: the copies are still queued
+    assert aggregate.settle(aggregate, None) is False  # held: the copies are still queued
     assert semconv.COPY_ASYNC_S not in aggregate.attributes
     timeline.host_ns += 40 * MS  # later (another span ended): the copies are done
-    assert aggregate.settle(aggregate, False) is True
+    assert aggregate.settle(aggregate, None) is True
     assert aggregate.attributes[semconv.COPY_ASYNC_S] == pytest.approx(0.030)
     assert aggregate.attributes[semconv.THROUGHPUT] == pytest.approx(3_000_000 / 0.030, rel=1e-3)
     assert aggregate.last_ns == pytest.approx(aggregate.first_ns + 30 * MS, abs=1)
@@ -247,15 +247,16 @@ def test_blocking_calls_in_the_same_aggregate_keep_their_own_time(timeline):
     aggregate.bytes += 1_000_000  # one blocking copy of 20 ms in the same aggregate
     aggregate.busy_ns += 20 * MS
     timeline.host_ns += 50 * MS
-    assert aggregate.settle(aggregate, False)
+    assert aggregate.settle(aggregate, None)
     assert aggregate.attributes[semconv.THROUGHPUT] == pytest.approx(2_000_000 / 0.030, rel=1e-3)
 
 
 def test_final_settle_waits_a_bounded_time_then_marks_unresolved(timeline, monkeypatch):
     aggregate = _aggregate(timeline)
     _timed_call(timeline, aggregate, 1_000_000, 60_000 * MS)  # a minute of device work queued
-    monkeypatch.setattr(_device_windows, "FINAL_WAIT_S", 0.05)
-    assert aggregate.settle(aggregate, True) is True
+    import time as real_time
+
+    assert aggregate.settle(aggregate, real_time.monotonic() + 0.05) is True
     assert aggregate.attributes[semconv.COPY_ASYNC_UNRESOLVED] is True
     assert aggregate.attributes[semconv.COPY_UNTIMED_CALLS] == 1
     assert semconv.COPY_ASYNC_S not in aggregate.attributes
@@ -269,10 +270,10 @@ def test_no_event_call_while_a_capture_is_open_and_the_calls_are_marked(timeline
         assert tensor_ops._mark(torch.device("cuda", 0)) is None
         _timed_call(timeline, aggregate, 1_000_000, 10 * MS)
         timeline.host_ns += 100 * MS
-        assert aggregate.settle(aggregate, False) is False  # cannot even query: held
+        assert aggregate.settle(aggregate, None) is False  # cannot even query: held
     finally:
         _guard.capture_ended()
-    assert aggregate.settle(aggregate, False) is True
+    assert aggregate.settle(aggregate, None) is True
     assert aggregate.attributes[semconv.COPY_UNTIMED_CALLS] == 1
     assert aggregate.attributes[semconv.COPY_ASYNC_S] == pytest.approx(0.010)
 
@@ -283,7 +284,7 @@ def test_windows_are_keyed_by_device_and_stream(timeline):
     _timed_call(timeline, aggregate, 1, 10 * MS, device_index=1)
     assert set(aggregate.extras["device_work"].windows) == {(0, 0), (1, 1)}
     timeline.host_ns += 100 * MS
-    assert aggregate.settle(aggregate, False)
+    assert aggregate.settle(aggregate, None)
     assert aggregate.attributes[semconv.COPY_ASYNC_S] == pytest.approx(0.010)  # two devices in parallel
 
 
@@ -302,7 +303,7 @@ def test_blocking_copy_after_a_queued_gpu_cast_is_not_charged_the_cast(timeline)
     moved_start, waited = tensor_ops._finish_blocking(plan, start, timeline.host_ns)
     assert timeline.host_ns - moved_start == pytest.approx(5 * MS, abs=100_000)
     assert waited == pytest.approx(80 * MS - 10_000, abs=200_000)
-    assert cast.settle(cast, False) and cast.attributes[semconv.COPY_ASYNC_S] == pytest.approx(0.080)
+    assert cast.settle(cast, None) and cast.attributes[semconv.COPY_ASYNC_S] == pytest.approx(0.080)
 
 
 def test_blocking_copy_with_nothing_queued_takes_no_event(timeline):
@@ -411,9 +412,9 @@ def test_recorder_holds_unfinished_aggregates_and_writes_them_later_or_at_the_en
     recorder = Recorder(session)
     done = {"first": False}
 
-    def settle(aggregate, final):
-        if done[aggregate.phase] or final:
-            aggregate.attributes["settled_final"] = final
+    def settle(aggregate, final_deadline):
+        if done[aggregate.phase] or final_deadline is not None:
+            aggregate.attributes["settled_final"] = final_deadline is not None
             return True
         return False
 
@@ -421,7 +422,7 @@ def test_recorder_holds_unfinished_aggregates_and_writes_them_later_or_at_the_en
     aggregate = recorder._take(None)[0]
     recorder.emit(aggregate, None)
     assert session.spans == []  # held, nothing waited
-    recorder.settle_held(final=False)
+    recorder.settle_held()
     assert session.spans == []
     done["first"] = True
     recorder.flush_children(1, None)  # any container end looks again
@@ -501,7 +502,9 @@ def test_queued_copies_through_the_wrapper_are_held_past_their_span_and_written_
     assert h2d.attributes[semconv.CALLS] == 3 and h2d.attributes[semconv.COPY_PINNED_BYTES] == 3 * 4096
     assert h2d.parent.span_id == traced.named("coldstart.shard")[0].context.span_id
     # Copies still queued at ready(): a bounded poll, then written as unresolved.
-    monkeypatch.setattr(_device_windows, "FINAL_WAIT_S", 0.05)
+    from otel_coldstart.recorder import Recorder
+
+    monkeypatch.setattr(Recorder, "FINAL_SETTLE_S", 0.05)
     with otel_coldstart.phase("last_shard"):
         wrapper(queued_to, source, ("cuda:0",), {"non_blocking": True})
         timeline.queue(stream, 60_000 * MS)  # the device is busy for a minute
