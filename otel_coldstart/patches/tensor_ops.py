@@ -570,7 +570,7 @@ def _settle(aggregate, final_deadline: float | None) -> bool:
     aggregate.extras.pop("device_work", None)
     for key, window in work.windows.items():
         if _stream_tails.get(key) is window.end_event:
-            del _stream_tails[key]
+            _stream_tails.pop(key, None)  # another thread may have dropped it meanwhile
     broken_calls = sum(w.calls for w in work.windows.values() if w.broken)
     untimed = work.untimed_calls + broken_calls
     if resolution is None:  # still running at the end of the bounded wait, or a capture stayed open
