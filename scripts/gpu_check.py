@@ -40,7 +40,8 @@ Figures go to ``benchmarks/gpu-check/<UTC time>.json`` and ``.md`` (never overwr
 summary is printed. Exit codes: 0 every check passed; 1 a check failed; 2 bad arguments;
 3 no CUDA device; 4 a dependency (torch, safetensors, opentelemetry-sdk, otel_coldstart) is
 missing; 5 nothing failed but a check was INCONCLUSIVE or SKIPPED. Takes 3-6 minutes on one
-H200; scripts/gpu-check.sh adds a 10-minute limit (124).
+H200 (estimated); checks that would run past ``--budget-s`` (540 s) are INCONCLUSIVE, so the
+figures are written before scripts/gpu-check.sh's 10-minute limit (124).
 
 Nothing here has run on a GPU yet (written without one): read the first run's figures
 critically, and fix the check if a verdict is wrong for a reason outside the plugin.
@@ -76,6 +77,22 @@ CHILD_TIMEOUT_S = 240
 
 class CheckFailed(Exception):
     pass
+
+
+class OutOfTime(Exception):
+    """The run's time budget is spent: the check did not run (INCONCLUSIVE, not FAIL)."""
+
+
+# time.monotonic() by which every child must be done (set by main from --budget-s), so the
+# run writes its figures before the shell wrapper's 10-minute limit kills it.
+_deadline = float("inf")
+
+
+def _time_left(wanted_s: float) -> float:
+    left = _deadline - time.monotonic()
+    if left < 10:
+        raise OutOfTime("the time budget (--budget-s) is spent: not run")
+    return min(wanted_s, left)
 
 
 def _check(condition: bool, message: str) -> None:
@@ -221,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="where the JSON and Markdown figures go (default benchmarks/gpu-check)")
     parser.add_argument("--shard-mib", type=int, default=256, help="size of each checkpoint shard (MiB)")
     parser.add_argument("--shards", type=int, default=6)
+    parser.add_argument("--budget-s", type=float, default=540,
+                        help="seconds the whole run may take; checks past it are INCONCLUSIVE (default 540)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--child-args", help=argparse.SUPPRESS)
     try:
@@ -245,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
         print("gpu-check: no CUDA device: this check needs a CUDA GPU (the CPU tests cover the rest)",
               file=sys.stderr)
         return EXIT_NO_CUDA
+    global _deadline
+    _deadline = time.monotonic() + args.budget_s
     checks = args.only or list(CHECKS)
     started = time.time()
     verdicts = []
@@ -255,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 figures = RUNNERS[check](workdir, files)
                 verdict = JUDGES[check](figures)
+            except OutOfTime as late:
+                verdict = Verdict(check, "INCONCLUSIVE", [str(late)])
             except CheckFailed as failure:
                 verdict = Verdict(check, "FAIL", [str(failure)])
             except Exception as error:  # a broken check is a failed check, with its reason
@@ -330,6 +353,7 @@ def run_child_process(name: str, child_args: dict, timeout_s: float = CHILD_TIME
         if key.startswith("OTEL_EXPORTER_OTLP"):
             del env[key]  # the children write their own trace file
     command = [sys.executable, os.path.abspath(__file__), "--child", name, "--child-args", json.dumps(child_args)]
+    timeout_s = _time_left(timeout_s)
     try:
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -383,11 +407,13 @@ def run_vllm(workdir: str, files: list) -> dict:
         import vllm  # noqa: F401
     except ImportError:
         return {"skipped": "vLLM is not installed (pip install vllm)"}
-    command = [sys.executable, os.path.join(ROOT, "scripts", "gpu_check_vllm.py"), "--decoder", "--json"]
+    timeout_s = _time_left(420)
+    command = [sys.executable, os.path.join(ROOT, "scripts", "gpu_check_vllm.py"), "--decoder", "--json",
+               "--timeout", str(max(30, int(timeout_s) - 20))]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=420)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        return {"failures": ["gpu_check_vllm.py did not finish in 420 s"]}
+        return {"failures": [f"gpu_check_vllm.py did not finish in {timeout_s:.0f} s"]}
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     figures = json.loads(lines[-1]) if lines else {"failures": [done.stderr.strip()[-1500:]]}
     figures["exit_code"] = done.returncode

@@ -224,3 +224,14 @@ def test_decoder_span_checks(tmp_path):
     assert failures == [] and figures["graph_captures"] == 4 and figures["batch_sizes"] == [1, 2, 4, 8]
     failures, _ = vllm_check.check_decoder([s for s in spans if s.phase != semconv.PHASE_COMPILE][:2])
     assert any("graph capture" in f for f in failures) and any("compile" in f for f in failures)
+
+
+def test_checks_past_the_time_budget_are_inconclusive_not_failed(gpu_check, monkeypatch, tmp_path):
+    monkeypatch.setattr(gpu_check, "write_shards", lambda *a: [])
+    monkeypatch.setattr(gpu_check, "environment", lambda: {"device": "stand-in", "device_count": 1, "torch": "x",
+                                                           "cuda": None, "loadavg": None})
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert gpu_check.main(["--only", "throughput", "--budget-s", "1", "--out-dir", str(tmp_path)]) == 5
+    (report,) = [p for p in tmp_path.iterdir() if p.suffix == ".json"]
+    (check,) = json.loads(report.read_text())["checks"]
+    assert check["status"] == "INCONCLUSIVE" and "budget" in check["reasons"][0]
