@@ -403,15 +403,16 @@ def run_runtime_init(workdir: str, files: list) -> dict:
 
 
 def run_vllm(workdir: str, files: list) -> dict:
-    try:
-        import vllm  # noqa: F401
-    except ImportError:
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:  # not imported here: it is slow and touches CUDA
         return {"skipped": "vLLM is not installed (pip install vllm)"}
     timeout_s = _time_left(420)
     command = [sys.executable, os.path.join(ROOT, "scripts", "gpu_check_vllm.py"), "--decoder", "--json",
                "--timeout", str(max(30, int(timeout_s) - 20))]
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return {"failures": [f"gpu_check_vllm.py did not finish in {timeout_s:.0f} s"]}
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
