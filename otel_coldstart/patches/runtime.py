@@ -18,10 +18,11 @@ The driver starts earlier than that when the first CUDA question is
 ``torch.cuda.is_available()`` (or ``device_count()`` without NVML): it asks the CUDA runtime
 for the device count (``torch._C._cuda_getDeviceCount`` -> ``cudaGetDeviceCount``), which
 runs ``cuInit`` without ``_lazy_init``. That first call is its own ``runtime_init`` span,
-``coldstart.runtime.step=driver``; the ``_lazy_init`` one is ``step=lazy_init``. It is
-watched only if the driver library is not already loaded in the process when
-``instrument()`` runs (Linux: ``libcuda.so`` in ``/proc/self/maps``); elsewhere its first call
-is taken as the start. Inside ``_lazy_init`` it is part of that span, not a second one.
+``coldstart.runtime.step=driver``; the ``_lazy_init`` one is ``step=lazy_init``. If the
+driver library is already loaded when ``instrument()`` runs (Linux: ``libcuda.so`` in
+``/proc/self/maps``), the driver may have started before: the first call is then a span only
+if it took 10 ms or more (a real ``cuInit`` takes 100 ms and up; a started driver answers in
+microseconds). Inside ``_lazy_init`` it is part of that span, not a second one.
 
 A copy that is the first CUDA touch (``t.to("cuda")``) initialises CUDA before its own clock
 starts (patches/tensor_ops.py), so the copy's time and bandwidth do not contain the init.
@@ -46,6 +47,10 @@ HOT_PATH = True
 _patches = PatchSet()
 _driver_patches = PatchSet()  # torch._C._cuda_getDeviceCount, until its first call
 _driver_seen = False  # the driver's start was observed (or is part of _lazy_init): once per process
+# Shortest first device-count call recorded as the driver's start: 0 when the driver library
+# was not loaded at patch(); 10 ms when it was (the driver may already be up).
+_DRIVER_MAYBE_UP_NS = 10_000_000
+_driver_min_ns = 0
 _lock = threading.Lock()
 _local = threading.local()  # .busy: _lazy_init re-enters itself through its queued calls
 _initialised_seen = False  # CUDA came up under our eyes: once per process
@@ -66,7 +71,9 @@ def patch() -> None:
     if _initialised_seen or torch.cuda.is_initialized():
         return  # already up: its cost was paid before instrument(), inside "import"
     _patches.wrap(torch.cuda, "_lazy_init", _lazy_init)
-    if not _driver_seen and hasattr(torch._C, "_cuda_getDeviceCount") and not _driver_loaded():
+    if not _driver_seen and hasattr(torch._C, "_cuda_getDeviceCount"):
+        global _driver_min_ns
+        _driver_min_ns = _DRIVER_MAYBE_UP_NS if _driver_loaded() else 0
         _driver_patches.wrap(torch._C, "_cuda_getDeviceCount", _driver_start)
 
 
@@ -76,8 +83,8 @@ def unpatch() -> None:
 
 
 def _driver_loaded() -> bool:
-    """The CUDA driver library is mapped into this process already (its start happened before
-    instrument()). Linux only; elsewhere False: the first device-count call is the start."""
+    """The CUDA driver library is mapped into this process already (its start may have
+    happened before instrument()). Linux only; elsewhere False."""
     try:
         with open("/proc/self/maps", "rb") as maps:
             return b"libcuda.so" in maps.read()
@@ -103,6 +110,9 @@ def _driver_start(wrapped, instance, args, kwargs):
             if _driver_seen:
                 return result
             _driver_seen = True
+        if end - start < _driver_min_ns:  # the driver was up already: nothing started here
+            _restore_driver_patch()
+            return result
         attrs = {semconv.RUNTIME_BACKEND: "cuda", semconv.RUNTIME_STEP: semconv.RUNTIME_STEP_DRIVER}
         if isinstance(result, int):
             attrs[semconv.RUNTIME_DEVICE_COUNT] = result

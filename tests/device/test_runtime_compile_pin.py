@@ -258,3 +258,17 @@ def test_a_host_cast_does_not_initialise_cuda(stand_in_cuda, monkeypatch):
     torch.ones(4).to(torch.float16)
     torch.ones(4).to("cpu", torch.float64)
     assert state["init_calls"] == 0
+
+
+def test_driver_already_loaded_and_answering_at_once_is_no_span(stand_in_cuda, monkeypatch):
+    """libcuda already mapped at instrument(): a first device-count call of microseconds means
+    the driver was up before; only a slow one (a real cuInit) is recorded."""
+    traced, state = stand_in_cuda
+    state["driver_started"] = True  # answers at once
+    otel_coldstart.uninstrument()
+    monkeypatch.setattr(runtime, "_driver_loaded", lambda: True)
+    traced.reinstrument()
+    assert torch.cuda.is_available()
+    assert not isinstance(torch._C._cuda_getDeviceCount, ColdstartWrapper)
+    otel_coldstart.ready()
+    assert traced.by_phase(semconv.PHASE_RUNTIME_INIT) == []
