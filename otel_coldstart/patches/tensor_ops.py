@@ -574,7 +574,7 @@ def _settle(aggregate, final_deadline: float | None) -> bool:
     broken_calls = sum(w.calls for w in work.windows.values() if w.broken)
     untimed = work.untimed_calls + broken_calls
     if resolution is None:  # still running at the end of the bounded wait, or a capture stayed open
-        untimed = aggregate.calls
+        untimed = work.untimed_calls + sum(w.calls for w in work.windows.values())  # blocking calls keep theirs
         aggregate.attributes[semconv.COPY_ASYNC_UNRESOLVED] = True
     else:
         aggregate.attributes[semconv.COPY_ASYNC_S] = resolution.device_ns / 1e9
