@@ -178,9 +178,13 @@ class Recorder:
 
     def emit(self, aggregate: Aggregate, parent: SpanContext | None, final_deadline: float | None = None) -> None:
         if not self._settled(aggregate, final_deadline):
-            with self._lock:
-                self._held.append((aggregate, parent))
-            return
+            if not getattr(self._session, "ended", False):
+                with self._lock:
+                    self._held.append((aggregate, parent))
+                return
+            # The start-up has ended (another thread's flush may be past already): nobody
+            # would write it later, so settle it now against the end's bound.
+            self._settled(aggregate, time.monotonic() + self.FINAL_SETTLE_S)
         aggregate.run_end_hooks()
         self._session.emit_span(
             semconv.phase_span_name(aggregate.phase), aggregate.phase, parent,

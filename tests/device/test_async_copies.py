@@ -395,6 +395,7 @@ def test_the_unguarded_pattern_would_race():
 class _Session:
     def __init__(self) -> None:
         self.spans = []
+        self.ended = False
 
     def current_parent(self):
         from opentelemetry.trace import INVALID_SPAN_CONTEXT
@@ -513,3 +514,18 @@ def test_queued_copies_through_the_wrapper_are_held_past_their_span_and_written_
     last = [s for s in traced.by_phase(semconv.PHASE_H2D) if s is not h2d and s.attributes[semconv.CALLS] == 2]
     assert len(last) == 1 and last[0].attributes[semconv.COPY_ASYNC_UNRESOLVED] is True
     assert semconv.COPY_ASYNC_S not in last[0].attributes
+
+
+def test_an_aggregate_ending_after_the_start_up_ended_is_not_held_forever():
+    """A span ending on another thread while the start-up ends: its aggregate must not be
+    held after the end's flush has passed (nobody would write it)."""
+    from otel_coldstart.recorder import Recorder
+
+    session = _Session()
+    recorder = Recorder(session)
+    recorder.add("late", None, None, 1, 0, 1, 0, 0,
+                 on_add=lambda a: setattr(a, "settle", lambda agg, deadline: deadline is not None))
+    aggregate = recorder._take(None)[0]
+    session.ended = True
+    recorder.emit(aggregate, None)
+    assert [phase for phase, _ in session.spans] == ["late"]
