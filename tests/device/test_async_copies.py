@@ -529,3 +529,34 @@ def test_an_aggregate_ending_after_the_start_up_ended_is_not_held_forever():
     session.ended = True
     recorder.emit(aggregate, None)
     assert [phase for phase, _ in session.spans] == ["late"]
+
+
+@pytest.mark.parametrize("source_device, destination_device, stream_device", [
+    ("cuda:0", "cuda:1", 0),  # cross-GPU copy_: Copy.cu queues it on the source device's stream
+    ("cuda:1", "cpu", 1),  # D2H: the source device's stream
+    ("cpu", "cuda:1", 1),  # H2D: the destination device's stream
+])
+def test_copy_is_timed_on_the_stream_copy_cu_uses(timeline, traced, monkeypatch, source_device,
+                                                   destination_device, stream_device):
+    import otel_coldstart
+
+    monkeypatch.setattr(tensor_ops, "_cuda_possible", True)
+    monkeypatch.setattr(tensor_ops, "_cuda_up", True)
+    source = _Described(torch.ones(256), source_device, pinned=True)
+    destination = _Described(torch.empty(256), destination_device, pinned=True)
+    keys = []
+    real_mark = tensor_ops._mark
+
+    def mark(device):
+        made = real_mark(device)
+        keys.append(made.key)
+        return made
+
+    monkeypatch.setattr(tensor_ops, "_mark", mark)
+    with otel_coldstart.phase("copies"):
+        tensor_ops._tensor_copy(lambda *a, **k: destination, destination, (source, True), {})
+    assert keys == [(stream_device, stream_device)]  # (device index, stream id of the stand-in)
+    timeline.host_ns += 100 * MS
+    otel_coldstart.ready()
+    (span,) = [s for s in traced.spans() if s.attributes.get(semconv.AGGREGATE)]
+    assert semconv.COPY_ASYNC_S in span.attributes
