@@ -37,9 +37,11 @@ What you get
   call counts, bytes and busy time: span count grows with shards and phases, never with
   tensors. These per-tensor patches are removed at ``ready()``: steady-state serving runs
   the original functions.
-- Device work: host-to-device copies with pinned vs pageable bytes and achieved bandwidth
-  (non-blocking copies resolved from CUDA events once per aggregate), ``pin_memory`` and
-  pinned allocations, the first CUDA runtime initialisation, torch.compile compilations,
+- Device work: host-to-device copies with the bytes that cross the bus, pinned vs pageable
+  (as PyTorch's Copy.cu moves them) and achieved bandwidth (asynchronous GPU work -
+  non-blocking copies, GPU casts, device-to-device copies - timed from CUDA events that are
+  queried, never waited for), ``pin_memory`` and pinned allocations, the first CUDA runtime
+  initialisation (driver start and ``_lazy_init``), torch.compile compilations,
   and one ``coldstart.graph_capture`` span per CUDA graph capture (aggregated with count and
   batch sizes when captures repeat; name sizes with ``graph_batch_size(n)``). Captures
   after ``ready()`` are recorded too, marked ``coldstart.after_ready``.
