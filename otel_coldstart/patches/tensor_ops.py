@@ -55,6 +55,7 @@ _cuda_up = False  # CUDA initialised: until then a copy to CUDA initialises it b
 # per-call path skips every device question (the common CPU start-up pays nothing for them).
 _cuda_possible = False
 _dtype_type: type = type(None)  # torch.dtype, bound at patch()
+_strided = None  # torch.strided, bound at patch()
 
 _TENSOR_METHODS = ("to", "cuda", "cpu", "half", "bfloat16", "float")
 _MODULE_METHODS = (("to", None), ("cuda", semconv.PHASE_H2D), ("cpu", semconv.PHASE_D2H),
@@ -75,9 +76,10 @@ def is_patched() -> bool:
 def patch() -> None:
     import torch
 
-    global _cuda_possible, _dtype_type
+    global _cuda_possible, _dtype_type, _strided
     _cuda_possible = hasattr(torch._C, "_cuda_getDeviceCount")  # torch.cuda._is_compiled()
     _dtype_type = torch.dtype
+    _strided = torch.strided
     _guard.bind_torch()
     _resolve_fake_types()
     # Module.half/.bfloat16/.float/.cpu reach tensors through the Tensor methods of the same name.
@@ -304,7 +306,8 @@ def _record_tensors(session, source, destination, start, end, io_before, io_afte
     else:
         detail, detail_attrs = None, None
     pinned = None
-    if phase == semconv.PHASE_H2D or phase == semconv.PHASE_D2H:
+    if (phase == semconv.PHASE_H2D or phase == semconv.PHASE_D2H) and source.layout is _strided \
+            and destination.layout is _strided:
         numel = destination.numel()  # a copy_ that broadcasts reads what the destination holds
         # What crosses the bus, as Copy.cu does it (a blocking H2D with a dtype change converts
         # on the host into a pageable temporary and moves the destination dtype's bytes).
@@ -319,8 +322,8 @@ def _record_tensors(session, source, destination, start, end, io_before, io_afte
         pinned = moved.pinned if phase == semconv.PHASE_H2D else None
     elif broadcast_possible:  # copy_: what the destination holds, read from the source
         nbytes = destination.numel() * source.element_size()
-    else:
-        nbytes = source.nbytes
+    else:  # a sparse tensor's bytes are its constituents' (Copy.cu's rules are for strided ones)
+        nbytes = tensor_nbytes(source)
     _add(session, phase, detail, detail_attrs, nbytes, start, end, io_before, io_after, pinned, plan)
 
 

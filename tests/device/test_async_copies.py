@@ -455,7 +455,7 @@ class _Described:
         self._real, self._pinned = real, pinned
         self.device = torch.device(device)
         self.is_cpu, self.is_cuda = device == "cpu", device.startswith("cuda")
-        self.dtype, self.shape, self.nbytes = real.dtype, real.shape, real.nbytes
+        self.dtype, self.shape, self.nbytes, self.layout = real.dtype, real.shape, real.nbytes, real.layout
 
     def numel(self):
         return self._real.numel()

@@ -93,6 +93,7 @@ class _Described:
         self.is_cuda = device.startswith("cuda")
         self.dtype = real.dtype
         self.shape = real.shape
+        self.layout = real.layout
         self._pinned = pinned
 
     def numel(self):
@@ -129,7 +130,8 @@ class _Session:
     (False, ("h2d", 64 * 2, False, False)),  # converted on the host: bf16 bytes, from a pageable temporary
     (True, ("h2d", 64 * 4, True, True)),  # fp32 bytes from the pinned source, cast on the device
 ])
-def test_h2d_with_a_dtype_change_is_counted_as_copy_cu_moves_it(non_blocking, expected):
+def test_h2d_with_a_dtype_change_is_counted_as_copy_cu_moves_it(non_blocking, expected, monkeypatch):
+    monkeypatch.setattr(tensor_ops, "_strided", torch.strided)
     source = _Described(torch.ones(8, 8, dtype=torch.float32), "cpu", pinned=True)
     destination = _Described(torch.empty(8, 8, dtype=torch.bfloat16), "cuda:0")
     session = _Session()
@@ -137,7 +139,8 @@ def test_h2d_with_a_dtype_change_is_counted_as_copy_cu_moves_it(non_blocking, ex
     assert session.recorder.calls == [expected]
 
 
-def test_transposed_source_into_a_contiguous_parameter_is_pageable_even_if_pinned():
+def test_transposed_source_into_a_contiguous_parameter_is_pageable_even_if_pinned(monkeypatch):
+    monkeypatch.setattr(tensor_ops, "_strided", torch.strided)
     """vLLM's ``param.data.copy_(w)`` with a transposed checkpoint tensor: .contiguous() first."""
     source = _Described(torch.ones(8, 4).t(), "cpu", pinned=True)
     destination = _Described(torch.empty(4, 8), "cuda:0")
