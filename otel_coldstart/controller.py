@@ -23,7 +23,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from . import export, patches, semconv
+from . import _otel_env, export, patches, semconv
 from .inflight import (DEFAULT_PROGRESS_INTERVAL_S, DEFAULT_STALL_AFTER_S, ENV_PROGRESS_INTERVAL_S, ENV_STALL_AFTER_S,
                        seconds_option)
 from . import session as _session
@@ -151,6 +151,8 @@ class Controller:
             self._state = None
 
     def _start(self, options: "_Options", kwargs: dict) -> None:
+        if _otel_env.sdk_disabled():
+            return  # OTEL_SDK_DISABLED=true: the SDK records nothing, so neither do we (no patches)
         setup = export.configure_tracing(kwargs.get("tracer_provider"), options.output_dir)
         from . import __version__
 
@@ -165,6 +167,8 @@ class Controller:
         if summary is None:
             summary = _session.env_flag("OTEL_COLDSTART_SUMMARY", setup.file_path is not None)
         metrics_setup = _configure_metrics(kwargs.get("meter_provider"), options.prometheus_port)
+        if not setup.exports and not summary and metrics_setup is None:
+            return  # OTEL_TRACES_EXPORTER=none and nothing else would read the start-up: stay out
         self._state = _State(session, setup, options, summary, metrics_setup)
         _start_inflight(session, setup, options, metrics_setup)
         # The process group is usually created after instrument(): read the rank again at the end.
@@ -369,7 +373,7 @@ def _metrics_wanted(meter_provider, prometheus_port) -> bool:
     imported), they would go to the API's no-op provider: then otel_coldstart.metrics is
     not imported and nothing is recorded."""
     return (meter_provider is not None or prometheus_port is not None
-            or bool(os.environ.get("OTEL_METRICS_EXPORTER"))
+            or bool(_otel_env.exporter_names("metrics"))
             or export.otlp_endpoint_configured("metrics")
             or "opentelemetry.sdk.metrics" in sys.modules)
 

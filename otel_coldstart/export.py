@@ -1,9 +1,14 @@
-"""The embedded default: where spans go when the user configured nothing.
+"""Where spans go, and the embedded default when the user configured nothing.
 
 - A tracer provider passed to ``instrument()``, or one set globally, is used as it is.
-- Otherwise, if the standard ``OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT`` is set, spans are
-  exported over OTLP there (``OTEL_EXPORTER_OTLP_PROTOCOL``: ``http/protobuf``, the spec's
-  default, or ``grpc``).
+- ``OTEL_SDK_DISABLED=true``: nowhere (``instrument()`` does nothing at all).
+- ``OTEL_TRACES_EXPORTER`` set: exactly the exporters it names, as the OpenTelemetry SDK
+  reads it (:mod:`otel_coldstart._otel_env`): ``none`` for none, ``console``, ``otlp``
+  (grpc unless ``OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL`` says ``http/protobuf``), or any
+  installed exporter's name; a comma-separated list for several. No local file then.
+- Otherwise (the embedded default), if the standard ``OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT``
+  is set, spans are exported over OTLP there (``OTEL_EXPORTER_OTLP_PROTOCOL``:
+  ``http/protobuf``, the spec's default, or ``grpc``).
 - Otherwise they are written as OTLP JSON, one ``ExportTraceServiceRequest`` per line
   (the protobuf JSON mapping with hex ids, as the Collector's file exporter writes it), to
   ``./otel-coldstart-traces/`` or ``OTEL_COLDSTART_OUTPUT_DIR``.
@@ -25,6 +30,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
+from . import _otel_env
 from ._bounded import run_bounded
 
 DEFAULT_OUTPUT_DIR = "otel-coldstart-traces"
@@ -132,6 +138,7 @@ class ExportSetup:
     file_path: str | None  # the OTLP JSON file, when that is where spans go
     description: str
     file_exporter: "OtlpJsonFileExporter | None" = None  # what wrote file_path
+    exports: bool = True  # False when OTEL_TRACES_EXPORTER=none (or OTEL_SDK_DISABLED): spans go nowhere
 
 
 def configure_tracing(tracer_provider: trace.TracerProvider | None, output_dir: str | None) -> ExportSetup:
@@ -140,7 +147,17 @@ def configure_tracing(tracer_provider: trace.TracerProvider | None, output_dir: 
     global_provider = trace.get_tracer_provider()
     if not isinstance(global_provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
         return ExportSetup(global_provider, False, None, "the globally configured tracer provider")
+    if _otel_env.sdk_disabled():
+        return ExportSetup(trace.NoOpTracerProvider(), False, None, "nowhere (OTEL_SDK_DISABLED=true)",
+                           exports=False)
     provider = TracerProvider(resource=default_resource(), shutdown_on_exit=False)
+    named = _otel_env.exporter_names("traces")
+    if named is not None:  # the user chose: exactly those exporters, as the SDK would
+        exporters = [e for e in (_named_span_exporter(name) for name in named) if e is not None]
+        for exporter in exporters:
+            provider.add_span_processor(BatchSpanProcessor(exporter))
+        described = ", ".join(type(e).__name__ for e in exporters) or "no exporter"
+        return ExportSetup(provider, True, None, f"{described} (OTEL_TRACES_EXPORTER)", exports=bool(exporters))
     if otlp_endpoint_configured():
         exporter = _otlp_exporter()
         provider.add_span_processor(BatchSpanProcessor(exporter))
@@ -150,6 +167,27 @@ def configure_tracing(tracer_provider: trace.TracerProvider | None, output_dir: 
     file_exporter = OtlpJsonFileExporter(path)
     provider.add_span_processor(BatchSpanProcessor(file_exporter))
     return ExportSetup(provider, True, path, f"OTLP JSON file {path}", file_exporter)
+
+
+def _named_span_exporter(name: str) -> SpanExporter | None:
+    """One exporter named in ``OTEL_TRACES_EXPORTER`` (after ``otlp`` was resolved), made
+    with no arguments as the SDK makes it (it reads its own ``OTEL_EXPORTER_*`` variables)."""
+    try:
+        if name == "console":
+            from opentelemetry.sdk.trace.export import ConsoleSpanExporter as exporter_class
+        elif name == _otel_env.OTLP_GRPC:
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as exporter_class
+        elif name == _otel_env.OTLP_HTTP:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as exporter_class
+        else:
+            exporter_class = _otel_env.load_exporter_class("traces", name)
+            if exporter_class is None:
+                return None
+        return exporter_class()
+    except Exception as exc:  # not installed, or refuses its configuration: leave it out
+        _otel_env.logger.warning("otel-coldstart: OTEL_TRACES_EXPORTER: cannot make exporter %r (%s: %s): "
+                                 "it is left out", name, type(exc).__name__, exc)
+        return None
 
 
 def _otlp_exporter() -> SpanExporter:

@@ -28,7 +28,7 @@ from opentelemetry import metrics
 from opentelemetry import trace as otel_trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext
 
-from . import semconv
+from . import _otel_env, semconv
 from ._bounded import run_bounded
 from .export import otlp_endpoint_configured
 from ._errors import logger
@@ -294,10 +294,10 @@ class MetricsSetup:
             server.server_close()
 
 
-def metrics_exporters() -> list[str]:
-    """``OTEL_METRICS_EXPORTER`` as a list (the spec's comma-separated form)."""
-    value = os.environ.get("OTEL_METRICS_EXPORTER", "")
-    return [name.strip().lower() for name in value.split(",") if name.strip()]
+def metrics_exporters() -> list[str] | None:
+    """``OTEL_METRICS_EXPORTER`` as the SDK reads it (``otlp`` resolved to its protocol):
+    ``[]`` for ``none``, None when unset (the embedded default decides)."""
+    return _otel_env.exporter_names("metrics")
 
 
 def configure_metrics(meter_provider: metrics.MeterProvider | None,
@@ -305,20 +305,26 @@ def configure_metrics(meter_provider: metrics.MeterProvider | None,
     """Where metrics go.
 
     - A meter provider passed to ``instrument()``, or one set globally, is used as it is.
-    - Otherwise we make one, with an OTLP exporter when ``OTEL_EXPORTER_OTLP_[METRICS_]ENDPOINT``
-      is set (and ``OTEL_METRICS_EXPORTER`` does not exclude ``otlp``), and a Prometheus
-      endpoint when ``OTEL_METRICS_EXPORTER`` names ``prometheus`` or ``prometheus_port`` is
-      given (``OTEL_EXPORTER_PROMETHEUS_HOST``/``_PORT``, default localhost:9464).
-    - With neither, metrics go to the global API's provider (a no-op until the user sets one).
+    - ``OTEL_METRICS_EXPORTER`` set: exactly the exporters it names, as the SDK reads it
+      (``none``, ``console``, ``otlp``: grpc unless ``OTEL_EXPORTER_OTLP_[METRICS_]PROTOCOL``
+      says ``http/protobuf``, ``prometheus``, or an installed exporter's name), whether or not
+      an endpoint is set; ``prometheus_port`` adds a Prometheus endpoint.
+    - Unset (the embedded default): an OTLP exporter when ``OTEL_EXPORTER_OTLP_[METRICS_]ENDPOINT``
+      is set (``http/protobuf`` unless the protocol variable says ``grpc``), and a Prometheus
+      endpoint when ``prometheus_port`` is given.
+    - Prometheus: ``OTEL_EXPORTER_PROMETHEUS_HOST``/``_PORT``, default localhost:9464, on a
+      registry of our own.
+    - With none of these, metrics go to the global API's provider (a no-op until the user sets one).
     """
     if meter_provider is not None:
         return MetricsSetup(meter_provider, False, "the meter provider passed to instrument()")
     global_provider = metrics.get_meter_provider()
     if _is_sdk_provider(global_provider):
         return MetricsSetup(global_provider, False, "the globally configured meter provider")
-    names = metrics_exporters()
-    if "none" in names:
+    named = metrics_exporters()
+    if named == []:
         return MetricsSetup(global_provider, False, "OTEL_METRICS_EXPORTER=none")
+    names = named or []
     readers = []
     described = []
     address = None
@@ -338,13 +344,19 @@ def configure_metrics(meter_provider: metrics.MeterProvider | None,
             port = prometheus_port if prometheus_port is not None else int(
                 os.environ.get("OTEL_EXPORTER_PROMETHEUS_PORT") or DEFAULT_PROMETHEUS_PORT)
             address = (host, port)
-    if ("otlp" in names or not names) and otlp_endpoint_configured("metrics"):
+    if named is None and otlp_endpoint_configured("metrics"):
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
         exporter = _otlp_metric_exporter()
         push_reader = PeriodicExportingMetricReader(exporter)
         readers.append(push_reader)
         described.append(f"OTLP ({type(exporter).__module__.split('.')[-2]})")
+    for name in names:
+        if name != "prometheus":
+            reader = _named_metric_reader(name)
+            if reader is not None:
+                readers.append(reader)
+                described.append(f"{name} (OTEL_METRICS_EXPORTER)")
     if not readers:
         return MetricsSetup(global_provider, False, "the global meter provider (none configured)")
 
@@ -390,6 +402,31 @@ def _is_sdk_provider(provider: metrics.MeterProvider) -> bool:
     from opentelemetry.metrics._internal import _ProxyMeterProvider
 
     return not isinstance(provider, (metrics.NoOpMeterProvider, _ProxyMeterProvider))
+
+
+def _named_metric_reader(name: str):
+    """A reader for one exporter named in ``OTEL_METRICS_EXPORTER`` (``otlp`` already
+    resolved), made as the SDK makes it: a pull reader as it is, a push exporter behind a
+    periodic reader."""
+    try:
+        from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+
+        if name == "console":
+            from opentelemetry.sdk.metrics.export import ConsoleMetricExporter as component
+        elif name == _otel_env.OTLP_GRPC:
+            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as component
+        elif name == _otel_env.OTLP_HTTP:
+            from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as component
+        else:
+            component = _otel_env.load_exporter_class("metrics", name)
+            if component is None:
+                return None
+        made = component()
+        return made if isinstance(made, MetricReader) else PeriodicExportingMetricReader(made)
+    except Exception as exc:  # not installed, or refuses its configuration: leave it out
+        logger.warning("otel-coldstart: OTEL_METRICS_EXPORTER: cannot make exporter %r (%s: %s): it is left out",
+                       name, type(exc).__name__, exc)
+        return None
 
 
 def _otlp_metric_exporter():
