@@ -103,6 +103,11 @@ class Launch:
         launcher's ``TRACEPARENT`` and the given rank variables."""
         return child_env(self.context, base, rank=rank, world_size=world_size, local_rank=local_rank)
 
+    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+        """Add attributes to the launcher's span before it ends (what the children did)."""
+        if self._span is not None:
+            self._span.set_attributes(dict(attributes))
+
     def __enter__(self) -> "Launch":
         from . import __version__
 

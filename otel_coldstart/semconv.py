@@ -92,6 +92,14 @@ RANK = "coldstart.rank"
 WORLD_SIZE = "coldstart.world_size"
 LOCAL_RANK = "coldstart.local_rank"  # the rank on its node (which GPU, usually)
 PROCESS_START_SOURCE = "coldstart.process_start.source"  # proc | instrument
+# On the coldstart.import span: otel-coldstart's own part of it (importing otel_coldstart and
+# what it pulls in that was not imported yet, plus instrument() up to the span's end), so the
+# analyzer never advises "import less" about the plugin's own cost.
+IMPORT_OWN_S = "coldstart.import.own_s"
+# On an `otel-coldstart run` launch span: how many Python processes of the command started the
+# plugin, and why each of the others did not ("<interpreter> cannot import otel_coldstart (...)").
+LAUNCH_PROCESSES_STARTED = "coldstart.launch.processes_started"
+LAUNCH_PROCESSES_NOT_STARTED = "coldstart.launch.processes_not_started"
 
 # Standard OTel attributes we set (general semantic conventions).
 THREAD_ID = "thread.id"

@@ -73,15 +73,62 @@ try:
 except Exception:
     pass
 
-if not _disabled():
+# `otel-coldstart run` names a directory where every Python process it starts leaves one
+# note (pid.json): whether it started the plugin, and if not, why. The launcher reads them
+# when the command ends, so that "nothing was traced" is said, and recorded on the launch span.
+RUN_REPORT_DIR_VARIABLE = "OTEL_COLDSTART_RUN_REPORT_DIR"
+
+
+def _leave_note(state, why=None):
+    directory = os.environ.get(RUN_REPORT_DIR_VARIABLE)
+    if not directory:
+        return
+    try:
+        import json
+
+        note = {"pid": os.getpid(), "executable": sys.executable or "python", "state": state, "why": why,
+                "python": "%d.%d.%d" % tuple(sys.version_info[:3])}
+        path = os.path.join(directory, "%d.json" % os.getpid())
+        with open(path + ".tmp", "w") as handle:
+            json.dump(note, handle)
+        os.replace(path + ".tmp", path)
+    except Exception:  # the launcher then reports this process as one that never ran the bootstrap
+        pass
+
+
+def _say_not_traced(error):
+    """Loudly, at the time: which interpreter, why, what to do. The host still runs."""
+    executable = sys.executable or "python"
+    why = "%s: %s" % (type(error).__name__, error)
+    try:
+        sys.stderr.write(
+            "otel-coldstart run: WARNING: this process is NOT traced: %s (Python %d.%d) cannot import "
+            "otel_coldstart (%s).\n"
+            "otel-coldstart run: install otel-coldstart into that interpreter's environment (%s -m pip install "
+            "otel-coldstart), or run the command with the Python that otel-coldstart is installed in.\n"
+            % (executable, sys.version_info[0], sys.version_info[1], why, executable))
+        sys.stderr.flush()
+    except Exception:
+        pass
+    return "%s cannot import otel_coldstart (%s)" % (executable, why)
+
+
+if _disabled():
+    _leave_note("skipped")
+else:
     try:
         import otel_coldstart
-
-        otel_coldstart.instrument()
-    except Exception:
+    except Exception as error:  # ImportError, or a dependency that fails to import
+        _leave_note("cannot_import", _say_not_traced(error))
+    else:
         try:
-            from otel_coldstart._errors import report_internal_error
+            otel_coldstart.instrument()
+            _leave_note("started")
+        except Exception as error:
+            _leave_note("failed", "instrument() raised %s: %s" % (type(error).__name__, error))
+            try:
+                from otel_coldstart._errors import report_internal_error
 
-            report_internal_error("otel-coldstart run: instrument()")
-        except Exception:
-            pass
+                report_internal_error("otel-coldstart run: instrument()")
+            except Exception:
+                pass

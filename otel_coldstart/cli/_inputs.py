@@ -16,6 +16,7 @@ from typing import Iterator, TextIO
 from ..analyze.breakdown import Breakdown, breakdowns
 from ..analyze.live import DEFAULT_LIMIT, DEFAULT_TIMEOUT_S, LiveSourceError, jaeger_documents, tempo_documents
 from ..analyze.readers import DEFAULT_MAX_BYTES, ReadResult, TraceReadError, read_documents, read_trace
+from ._run_notes import explain_no_startup
 from .errors import (EXIT_INPUT_TOO_LARGE, EXIT_INPUT_UNREADABLE, EXIT_NO_STARTUP, EXIT_NOT_A_TRACE,
                      EXIT_OUTPUT_FAILED, EXIT_SOURCE_UNAVAILABLE, EXIT_USAGE, EXIT_WOULD_OVERWRITE,
                      CliError)
@@ -143,6 +144,9 @@ def require_startups(loaded: list[Loaded], trace_id: str | None = None) -> list[
         spans = sum(len(item.result.spans) for item in loaded)
         where = ", ".join(item.source for item in loaded[:3]) + (" ..." if len(loaded) > 3 else "")
         which = f" in trace {trace_id}" if trace_id else ""
+        why = explain_no_startup(span for item in loaded for span in item.result.spans)
+        if why and not trace_id:
+            raise CliError(f"{where}: no model.startup span: {why}", EXIT_NO_STARTUP)
         raise CliError(f"{where}: no model.startup span{which} among {spans} spans "
                        "(was the process instrumented with otel-coldstart?)", EXIT_NO_STARTUP)
     return startups

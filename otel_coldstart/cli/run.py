@@ -14,7 +14,9 @@ import argparse
 import os
 import signal
 import subprocess
+import sys
 
+from . import _run_notes
 from .errors import EXIT_USAGE, CliError
 
 HELP = "Run a command with every Python process it starts instrumented, all in one trace."
@@ -54,14 +56,35 @@ def run(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise CliError("give the command to run after --, e.g. otel-coldstart run -- python serve.py", EXIT_USAGE)
-    if args.no_launch_span:
-        return _run(command, command_env(dict(os.environ), args.output_dir))
-    from ..launch import Launch
-    from ..semconv import SPAN_LAUNCH
+    report_dir = _run_notes.make_report_dir()
+    try:
+        if args.no_launch_span:
+            status = _run(command, _with_report_dir(command_env(dict(os.environ), args.output_dir), report_dir))
+            _say_what_was_not_traced(command, _run_notes.read_notes(report_dir))
+            return status
+        from ..launch import Launch
+        from ..semconv import SPAN_LAUNCH
 
-    with Launch(args.span_name or SPAN_LAUNCH, output_dir=args.output_dir,
-                attributes=launch_attributes(command)) as launched:
-        return _run(command, command_env(launched.env(), args.output_dir))
+        with Launch(args.span_name or SPAN_LAUNCH, output_dir=args.output_dir,
+                    attributes=launch_attributes(command)) as launched:
+            status = _run(command, _with_report_dir(command_env(launched.env(), args.output_dir), report_dir))
+            notes = _run_notes.read_notes(report_dir)
+            launched.set_attributes(notes.span_attributes())  # analyze explains a trace with no start-up
+            _say_what_was_not_traced(command, notes)
+            return status
+    finally:
+        _run_notes.remove_report_dir(report_dir)
+
+
+def _with_report_dir(env: dict[str, str], report_dir: str) -> dict[str, str]:
+    env[_run_notes.REPORT_DIR_VARIABLE] = report_dir
+    return env
+
+
+def _say_what_was_not_traced(command: list[str], notes: "_run_notes.RunNotes") -> None:
+    problem = notes.problem(command)
+    if problem:
+        print(f"otel-coldstart run: WARNING: {problem}", file=sys.stderr)
 
 
 def launch_attributes(command: list[str]) -> dict:
