@@ -142,15 +142,16 @@ class Controller:
                             f"{', '.join(sorted(set(_Options.__slots__) | _PROVIDER_OPTIONS))}")
         if self._state is not None:
             return
+        entered_ns = time.perf_counter_ns()
         options = _Options(**{k: v for k, v in kwargs.items() if k in _Options.__slots__})
         try:
-            self._start(options, kwargs)
+            self._start(options, kwargs, entered_ns)
         except Exception:
             report_internal_error("instrument")
             _session.ACTIVE = None
             self._state = None
 
-    def _start(self, options: "_Options", kwargs: dict) -> None:
+    def _start(self, options: "_Options", kwargs: dict, entered_ns: int) -> None:
         if _otel_env.sdk_disabled():
             return  # OTEL_SDK_DISABLED=true: the SDK records nothing, so neither do we (no patches)
         setup = export.configure_tracing(kwargs.get("tracer_provider"), options.output_dir)
@@ -159,16 +160,17 @@ class Controller:
         tracer = setup.provider.get_tracer("otel_coldstart", __version__)
         resource = getattr(setup.provider, "resource", None)
         resource_attrs = dict(resource.attributes) if resource is not None else {}
-        session = _session.StartupSession(
-            tracer, resource=resource_attrs, start_at=options.start_at,
-            parent_context=_launcher_context(), root_attributes=_rank_attributes(),
-        )
         summary = options.summary
         if summary is None:
             summary = _session.env_flag("OTEL_COLDSTART_SUMMARY", setup.file_path is not None)
         metrics_setup = _configure_metrics(kwargs.get("meter_provider"), options.prometheus_port)
         if not setup.exports and not summary and metrics_setup is None:
             return  # OTEL_TRACES_EXPORTER=none and nothing else would read the start-up: stay out
+        session = _session.StartupSession(
+            tracer, resource=resource_attrs, start_at=options.start_at,
+            parent_context=_launcher_context(), root_attributes=_rank_attributes(),
+            import_attributes=_own_import_attributes(entered_ns),
+        )
         self._state = _State(session, setup, options, summary, metrics_setup)
         _start_inflight(session, setup, options, metrics_setup)
         # The process group is usually created after instrument(): read the rank again at the end.
@@ -303,6 +305,22 @@ class Controller:
 
 
 CONTROLLER = Controller()
+_import_counted = False
+
+
+def _own_import_attributes(instrument_entered_ns: int) -> dict[str, float]:
+    """otel-coldstart's own share of the ``import`` phase: importing the package (timed by
+    otel_coldstart/__init__.py itself, dependencies it pulled in included) and instrument()'s
+    set-up so far. Counted once per process: a later start-up did not import us again."""
+    global _import_counted
+    own_ns = time.perf_counter_ns() - instrument_entered_ns
+    if not _import_counted:
+        _import_counted = True
+        package = sys.modules.get("otel_coldstart")
+        started, ended = getattr(package, "_IMPORT_STARTED_NS", None), getattr(package, "_IMPORT_ENDED_NS", None)
+        if isinstance(started, int) and isinstance(ended, int) and ended >= started:
+            own_ns += ended - started
+    return {semconv.IMPORT_OWN_S: own_ns / 1e9}
 
 
 _PROVIDER_OPTIONS = frozenset({"tracer_provider", "meter_provider"})

@@ -131,7 +131,8 @@ class ContainerSpan:
 
 class StartupSession:
     def __init__(self, tracer: trace.Tracer, *, resource: Mapping[str, Any], start_at: str = "process",
-                 parent_context=None, root_attributes: Mapping[str, Any] | None = None) -> None:
+                 parent_context=None, root_attributes: Mapping[str, Any] | None = None,
+                 import_attributes: Mapping[str, Any] | None = None) -> None:
         self.tracer = tracer
         self.resource = dict(resource)
         self.recorder = Recorder(self)
@@ -159,8 +160,12 @@ class StartupSession:
         self.root_context = self.root.get_span_context()
         self._root_parent_id = _parent_id_from_context(parent_context)
         if start < now:
+            import_attrs = dict(_thread_attributes())
+            own_s = (import_attributes or {}).get(semconv.IMPORT_OWN_S)
+            if isinstance(own_s, (int, float)) and own_s >= 0:  # never more than the span itself
+                import_attrs[semconv.IMPORT_OWN_S] = min(float(own_s), (now - start) / 1e9)
             self.emit_span(semconv.phase_span_name(semconv.PHASE_IMPORT), semconv.PHASE_IMPORT,
-                           self.root_context, start, now, dict(_thread_attributes()))
+                           self.root_context, start, now, import_attrs)
 
     # --- parents ---------------------------------------------------------------------------
 

@@ -183,3 +183,28 @@ def test_find_ranks_by_estimated_saving():
     savings = [f.saving_ns for f in ranked]
     assert savings == sorted(savings, reverse=True)
     assert {f.rule for f in ranked} >= {"cold_cache", "hidden_mmap_reads"}
+
+
+def test_dominant_import_keeps_the_plugins_own_import_out_of_lever_and_saving():
+    r = root(1000)
+    spans = [r, child(r, "coldstart.import", "import", 0, 600, **{semconv.IMPORT_OWN_S: 0.2}),
+             child(r, "coldstart.cast", "cast", 600, 700)]
+    [f] = dominant_phase.check(only(spans))
+    assert f.phase == "import"
+    assert f.saving_ns == (600 - 200) * MS // 2
+    assert any("otel-coldstart's own import and set-up: 200.0 ms" in line for line in f.evidence)
+    assert "otel-coldstart itself takes excluded" in f.lever and f.lever.startswith("import less")
+
+
+def test_dominant_import_without_the_attribute_is_as_before():
+    r = root(1000)
+    [f] = dominant_phase.check(only([r, child(r, "coldstart.import", "import", 0, 600)]))
+    assert f.saving_ns == 300 * MS and "excluded" not in f.lever
+
+
+def test_a_hostile_own_import_share_never_exceeds_the_phase():
+    for own in (float("nan"), float("inf"), -1.0, 5.0, True, "0.2"):
+        r = root(1000)
+        [f] = dominant_phase.check(only([r, child(r, "coldstart.import", "import", 0, 600,
+                                                  **{semconv.IMPORT_OWN_S: own})]))
+        assert 0 <= f.saving_ns <= 300 * MS, own
