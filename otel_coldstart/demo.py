@@ -159,3 +159,29 @@ def load(directory: str, dtype: str = "float16") -> dict:
     model.to(getattr(torch, dtype))
     otel_coldstart.ready()
     return {"parameters": sum(p.numel() for p in model.parameters())}
+
+
+def write_report(out) -> None:
+    """The breakdown and findings of this process's start-up (after ``load()``), as the
+    summary prints them, and where the trace went."""
+    import sys
+
+    from .analyze.breakdown import compute_breakdown
+    from .analyze.findings import find
+    from .analyze.render import render_findings_text, render_text
+    from .controller import CONTROLLER
+
+    session = CONTROLLER.session
+    if session is None:  # OTEL_SDK_DISABLED=true, or OTEL_TRACES_EXPORTER=none and nothing else
+        sys.stderr.write("[demo] not traced: OTEL_SDK_DISABLED or OTEL_TRACES_EXPORTER turned tracing off\n")
+        return
+    records = session.records()
+    root = next(r for r in reversed(records) if r.is_root)
+    breakdown = compute_breakdown(root, records)
+    out.write("[otel-coldstart] start-up breakdown\n")
+    render_text(breakdown, out)
+    render_findings_text(find([breakdown]), out)
+    if CONTROLLER.trace_file:
+        out.write(f"  trace written to {CONTROLLER.trace_file}\n")
+        out.write(f"  analyze it again: otel-coldstart analyze {CONTROLLER.trace_file}\n")
+    out.flush()

@@ -20,32 +20,35 @@ def render_text(breakdown: Breakdown, out: TextIO) -> None:
         rank = f" rank {breakdown.rank}" + (f"/{breakdown.world_size}" if breakdown.world_size else "")
     out.write(f"model.startup {format_seconds(total)} ({state}){rank} trace {_t(breakdown.root.trace_id)}\n")
     render_killed_text(breakdown, out)
-    out.write(f"  {'phase':<16}{'time':>10}{'share':>8}{'bytes':>12}{'throughput':>14}{'spans':>7}\n")
+    width = column_width([_t(item.phase) for item in breakdown.phases] + ["unattributed"], minimum=16)
+    out.write(f"  {'phase':<{width}}{'time':>10}{'share':>8}{'bytes':>12}{'throughput':>14}{'spans':>7}\n")
     dominant = breakdown.dominant
     for item in breakdown.phases:
         flag = "  <- dominant" if dominant is not None and item is dominant else ""
         out.write(
-            f"  {_t(item.phase):<16}{format_seconds(item.busy_ns):>10}"
+            f"  {fit(_t(item.phase), width):<{width}}{format_seconds(item.busy_ns):>10}"
             f"{item.share_of(total) * 100:>7.1f}%{format_bytes(item.bytes or None):>12}"
             f"{format_rate(item.throughput):>14}{item.spans:>7}{flag}\n"
         )
     unattributed_share = breakdown.unattributed_ns / total * 100 if total else 0.0
     out.write(
-        f"  {'unattributed':<16}{format_seconds(breakdown.unattributed_ns):>10}"
+        f"  {'unattributed':<{width}}{format_seconds(breakdown.unattributed_ns):>10}"
         f"{unattributed_share:>7.1f}%\n"
     )
     if breakdown.parallelism > 1.05:
         out.write(f"  parallelism {breakdown.parallelism:.2f}x (busy time across threads / wall time)\n")
     if breakdown.shards:
         out.write("  shards:\n")
-        for shard in breakdown.shards:
-            name = _t(os.path.basename(shard.path)) if shard.path else "<bytes>"
+        names = [_t(os.path.basename(shard.path)) if shard.path else "<bytes>" for shard in breakdown.shards]
+        name_width = column_width(names, minimum=40)
+        index_width = column_width([f"#{s.index}" for s in breakdown.shards if s.index is not None], minimum=4)
+        for shard, name in zip(breakdown.shards, names):
             index = f"#{shard.index}" if shard.index is not None else "  "
             evidence = ""
             if shard.read_bytes is not None:
                 evidence = f", {format_bytes(shard.read_bytes)} read from storage"
             out.write(
-                f"    {index:<4}{name:<40}{format_bytes(shard.size):>11}"
+                f"    {index:<{index_width}}{fit(name, name_width):<{name_width}}{format_bytes(shard.size):>11}"
                 f"{format_seconds(shard.duration_ns):>10}  {_t(shard.cache_state or 'cache ?')}{evidence}\n"
             )
     if breakdown.context:
@@ -65,6 +68,20 @@ def render_text(breakdown: Breakdown, out: TextIO) -> None:
             "  most of the start-up is unattributed: wrap the slow step in "
             "otel_coldstart.phase('name') to name it\n"
         )
+
+
+MAX_COLUMN = 60  # a longer name (a generated phase name, a deep path) is cut, not the table
+
+
+def column_width(values: Sequence[str], minimum: int) -> int:
+    """Wide enough for the longest value plus two spaces, within [minimum, MAX_COLUMN]."""
+    longest = max((len(v) for v in values), default=0)
+    return max(minimum, min(longest + 2, MAX_COLUMN))
+
+
+def fit(value: str, width: int) -> str:
+    """``value`` cut to leave two spaces before the next column."""
+    return value if len(value) <= width - 2 else value[: width - 5] + "..."
 
 
 def render_ranks_text(group: Sequence[Breakdown], out: TextIO) -> None:

@@ -23,7 +23,7 @@ from .errors import (EXIT_INPUT_TOO_LARGE, EXIT_INPUT_UNREADABLE, EXIT_NO_STARTU
 
 _EXIT_FOR_KIND = {"unreadable": EXIT_INPUT_UNREADABLE, "too_large": EXIT_INPUT_TOO_LARGE,
                   "invalid": EXIT_NOT_A_TRACE}
-TRACE_SUFFIXES = (".json", ".jsonl", ".txt", ".ndjson")
+TRACE_SUFFIXES = (".json", ".jsonl", ".ndjson", ".txt")  # what a directory stands for
 
 
 @dataclass(frozen=True)
@@ -50,8 +50,10 @@ def add_live_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jaeger", metavar="URL", help="Jaeger query URL, e.g. http://jaeger:16686")
     parser.add_argument("--tempo", metavar="URL", help="Tempo HTTP URL, e.g. http://tempo:3200")
     parser.add_argument("--service", metavar="NAME", help="service to search (Jaeger: required without --trace-id)")
-    parser.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help="traces to fetch when searching")
-    parser.add_argument("--lookback", default="24h", help="Jaeger search window (default %(default)s)")
+    parser.add_argument("--limit", type=int, default=DEFAULT_LIMIT, metavar="N",
+                        help="traces to fetch when searching (default %(default)s)")
+    parser.add_argument("--lookback", default="24h", metavar="DURATION",
+                        help="Jaeger search window (default %(default)s)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
                         help="seconds each HTTP request may take in all, redirects included "
                              "(default %(default)g)")
@@ -64,7 +66,8 @@ def expand_paths(paths: list[str]) -> list[str]:
         if os.path.isdir(path):
             inside = sorted(os.path.join(path, n) for n in os.listdir(path) if n.endswith(TRACE_SUFFIXES))
             if not inside:
-                raise CliError(f"{path}: no trace files (*.json, *.jsonl) in this directory", EXIT_INPUT_UNREADABLE)
+                raise CliError(f"{path}: no trace files ({', '.join('*' + s for s in TRACE_SUFFIXES)}) in this directory",
+                               EXIT_INPUT_UNREADABLE)
             expanded.extend(inside)
         elif not os.path.exists(path):
             raise CliError(f"{path}: no such file", EXIT_INPUT_UNREADABLE)
@@ -113,7 +116,15 @@ def _paused_gc() -> Iterator[None]:
             gc.enable()
 
 
+def check_live_arguments(args: argparse.Namespace) -> None:
+    """Combinations that are the caller's mistake: usage errors (exit 2), found before any
+    request is sent."""
+    if args.jaeger and not (args.service or args.trace_id):
+        raise CliError("--jaeger needs --service NAME or --trace-id ID", EXIT_USAGE)
+
+
 def load_live(args: argparse.Namespace) -> Loaded:
+    check_live_arguments(args)
     if args.limit <= 0:
         raise CliError("--limit must be positive", EXIT_USAGE)
     check_number(args.timeout, "--timeout", MAX_TIMEOUT_S)

@@ -15,7 +15,7 @@ from ..analyze.render import render_findings_text, render_ranks_text, render_tex
 from ..analyze.render_json import analysis_document, render_json
 from ..analyze.render_markdown import render_markdown
 from ..analyze.render_svg import render_svg
-from ._inputs import (add_file_arguments, add_live_arguments, expand_paths, load_file, load_live, output,
+from ._inputs import (add_file_arguments, add_live_arguments, check_live_arguments, expand_paths, load_file, load_live, output,
                       require_startups, warn)
 from ..analyze.interrupted import is_killed
 from .errors import (EXIT_BUDGET_EXCEEDED, EXIT_INPUT_UNREADABLE, EXIT_STARTUP_KILLED, EXIT_USAGE,
@@ -31,10 +31,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="trace files or directories (OTLP JSON/JSON Lines, Jaeger, Tempo, Zipkin JSON)")
     add_file_arguments(parser)
     add_live_arguments(parser)
-    parser.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    parser.add_argument("--format", choices=("text", "markdown", "json"), default="text",
+                        help="report format (default %(default)s; json: schema otel-coldstart.analysis/1)")
     parser.add_argument("--output", "-o", metavar="FILE", help="write the report here (never overwrites)")
     parser.add_argument("--waterfall", metavar="DIR",
-                        help="write one self-contained SVG waterfall per start-up into DIR")
+                        help="write one self-contained SVG waterfall per start-up into DIR (created if "
+                             "needed; an SVG already there is kept and reported, unless --force)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace waterfall SVGs that already exist in the --waterfall DIR")
     parser.add_argument("--budget", action="append", default=[], metavar="KEY=DURATION",
                         help="fail (exit 8) when a start-up exceeds it: total=90s, h2d=10s, unattributed=5s")
     parser.add_argument("--budget-file", metavar="FILE", help="budgets as JSON object or KEY=DURATION lines")
@@ -64,14 +68,14 @@ def run(args: argparse.Namespace) -> int:
     live = bool(args.jaeger or args.tempo)
     if live == bool(args.files) or (args.jaeger and args.tempo):
         raise CliError("give trace FILEs, or one of --jaeger URL / --tempo URL", EXIT_USAGE)
+    if live:
+        check_live_arguments(args)
     budget = _budget(args)
     loaded = [load_live(args)] if live else [load_file(p, args) for p in expand_paths(args.files)]
     warn(loaded)
     results = require_startups(loaded, args.trace_id)
     findings = find(results)
     violations = check_budgets(results, budget)
-    if args.waterfall:
-        _write_waterfalls(results, args.waterfall)
     with output(args.output) as out:
         if args.format == "json":
             budget_doc = None
@@ -85,10 +89,13 @@ def run(args: argparse.Namespace) -> int:
             render_markdown(results, findings, out)
         else:
             _text(results, findings, out)
+    kept = _write_waterfalls(results, args.waterfall, args.force) if args.waterfall else 0
     for violation in violations:
         print(f"otel-coldstart: over budget: {violation.describe()}", file=sys.stderr)
     if violations:
         return EXIT_BUDGET_EXCEEDED
+    if kept:  # an SVG the user asked for was not written
+        return EXIT_WOULD_OVERWRITE
     return EXIT_STARTUP_KILLED if any(is_killed(b) for b in results) else 0
 
 
@@ -106,16 +113,26 @@ def _text(results, findings, out) -> None:
     render_findings_text(findings, out)
 
 
-def _write_waterfalls(results, directory: str) -> None:
+def _write_waterfalls(results, directory: str, force: bool) -> int:
+    """One SVG per start-up, after the report is out. An existing directory is fine; an SVG
+    already there is kept (one line each, and exit 6 once everything else is done) unless
+    ``force``. Returns how many were kept."""
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as exc:
         raise CliError(f"cannot create {directory}: {exc.strerror or exc}", EXIT_INPUT_UNREADABLE) from None
+    kept = 0
     for b in results:
         rank = f"-rank{b.rank}" if b.rank is not None else ""
         path = os.path.join(directory, f"startup-{b.trace_id[:16]}-{b.root.span_id[:8]}{rank}.svg")
-        if os.path.exists(path):
-            raise CliError(f"{path} exists; not overwriting it", EXIT_WOULD_OVERWRITE)
+        if os.path.lexists(path):
+            if not force or not os.path.isfile(path) or os.path.islink(path):
+                print(f"otel-coldstart: error: {path} exists; not overwriting it (--force replaces it)",
+                      file=sys.stderr)
+                kept += 1
+                continue
+            os.unlink(path)
         with output(path) as handle:
             render_svg(b, handle)
         print(f"otel-coldstart: waterfall written to {path}", file=sys.stderr)
+    return kept

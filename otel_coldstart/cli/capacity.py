@@ -22,7 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="resource attribute to group by (repeatable; default host.type)")
     parser.add_argument("--provisioning", default="0s", metavar="DURATION",
                         help="node provisioning time to add to the lead time, e.g. 90s")
-    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--format", choices=("text", "json"), default="text",
+                        help="report format (default %(default)s)")
     parser.add_argument("--output", "-o", metavar="FILE", help="write the report here (never overwrites)")
 
 

@@ -18,7 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("a", metavar="A", help="baseline: a trace file or a directory of them")
     parser.add_argument("b", metavar="B", help="candidate: a trace file or a directory of them")
     add_file_arguments(parser)
-    parser.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    parser.add_argument("--format", choices=("text", "markdown", "json"), default="text",
+                        help="report format (default %(default)s)")
     parser.add_argument("--output", "-o", metavar="FILE", help="write the report here (never overwrites)")
 
 

@@ -11,7 +11,8 @@ from .. import demo
 from .errors import CliError
 
 HELP = ("Generate (once) a small Llama-shaped 4-shard safetensors checkpoint, evict its first "
-        "shard from the page cache, load it instrumented and print the breakdown.")
+        "shard from the page cache, load it instrumented and print the breakdown (the report on "
+        "stdout, progress on stderr).")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,7 +37,6 @@ def run(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     if args.output_dir:
         env["OTEL_COLDSTART_OUTPUT_DIR"] = args.output_dir
-    env.setdefault("OTEL_COLDSTART_SUMMARY", "1")
     for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
         if name in env:
             print(f"[demo] exporting over OTLP to {env[name]} ({name})", file=sys.stderr)

@@ -148,6 +148,6 @@ def test_refused_connection_and_bad_url_are_exit_9(capsys):
 
 
 def test_jaeger_needs_service_or_trace_id_and_sources_are_exclusive(server, capsys):
-    assert run(capsys, "analyze", "--jaeger", server)[0] == 9
+    assert run(capsys, "analyze", "--jaeger", server)[0] == 2  # a usage error, found before any request
     assert run(capsys, "analyze", "--jaeger", server, "--tempo", server)[0] == 2
     assert run(capsys, "analyze", data_file("trace.json"), "--tempo", server)[0] == 2

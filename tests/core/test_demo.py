@@ -24,7 +24,11 @@ def test_demo_shows_a_cold_first_shard_and_analyze_reads_it_back(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
-    assert "start-up breakdown" in result.stderr and "dominant" in result.stderr
+    # The report is the result (stdout: `demo > report.txt` keeps it); progress stays on stderr.
+    assert "start-up breakdown" in result.stdout and "dominant" in result.stdout
+    assert "findings" in result.stdout and "analyze it again" in result.stdout
+    assert "start-up breakdown" not in result.stderr and "[demo] checkpoint:" in result.stderr
+    assert "[demo]" not in result.stdout
     (trace_file,) = glob.glob(str(traces / "*.otlp.jsonl"))
     (breakdown,) = breakdowns(read_trace_file(trace_file))
     assert breakdown.ready
