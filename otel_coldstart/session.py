@@ -261,7 +261,9 @@ class StartupSession:
             self.progress.span_done(span_context.span_id, name, record.attributes)
 
     def file_order(self, path: str) -> int:
-        """Position of ``path`` among the files this start-up read (a shard index fallback)."""
+        """Position (from 0) of ``path`` among every checkpoint file this start-up read, in
+        the order each was first read: the shard index of a file that no index or file name
+        places."""
         with self._lock:
             return self._file_order.setdefault(os.path.abspath(path), len(self._file_order))
 

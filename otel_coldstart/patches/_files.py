@@ -159,9 +159,12 @@ class FileRead:
                 size = _size_or(path, size)
                 if fmt is None:
                     fmt = detect_format(path)
+                # Every file read takes a place in the order, so that a file without an index
+                # or shard name gets its position among all of them (never a second #0).
+                order = session.file_order(path)
                 index, count = shard_position(path)
                 if index is None:
-                    index = session.file_order(path)
+                    index = order
                 attrs[semconv.SHARD_INDEX] = index
                 if count is not None:
                     attrs[semconv.SHARD_COUNT] = count
