@@ -49,19 +49,27 @@ What you get
   the span that submitted it, and a ``TRACEPARENT`` (or vLLM's ``traceparent``)
   environment variable makes the root a child of a launcher's span, so every rank of a
   tensor-parallel start shares one trace (``otel_coldstart.launch.Launch`` starts that span).
-- Metrics ``model.startup.duration``, ``model.startup.phase.duration``,
-  ``model.startup.shard.duration`` and ``model.startup.bytes`` on the meter provider, and,
-  while the start-up runs, gauges ``model.startup.inflight.*`` (elapsed, time in the
-  running phase, bytes loaded of expected).
+- Metrics, recorded once when the start-up ends (units, labels and Prometheus names in
+  ``docs/metrics.md``): ``model.startup.duration``, ``model.startup.phase.duration``,
+  ``model.startup.shard.duration``, ``model.startup.bytes``, ``model.startup.copy.bytes``,
+  ``model.startup.copy.throughput``, ``model.startup.graph.captures`` and
+  ``model.startup.graph.capture.time``; and, while the start-up runs, the gauges
+  ``model.startup.inflight.elapsed``, ``model.startup.inflight.phase.elapsed`` (time in the
+  running phase), ``model.startup.inflight.loaded`` and ``model.startup.inflight.expected``
+  (bytes loaded of expected).
 - A start-up that never ends still tells where it was: one background thread writes a
   small progress record every few seconds (``otel-coldstart analyze`` reads a SIGKILL'd
   start-up as "killed (no end) during <phase>"), and records the stacks of all threads
   when nothing progresses for ``stall_after_s``.
 
 Where it goes: a tracer provider you pass or configured globally is used as it is.
-Otherwise spans go over OTLP to ``OTEL_EXPORTER_OTLP_ENDPOINT`` when that is set, else to
-an OTLP JSON file under ``./otel-coldstart-traces/`` and a one-screen breakdown is printed
-when the start-up ends. ``otel-coldstart analyze FILE`` prints it again.
+``OTEL_SDK_DISABLED=true`` turns the plugin off. ``OTEL_TRACES_EXPORTER`` /
+``OTEL_METRICS_EXPORTER``, when set, are read as the OpenTelemetry SDK reads them (``none``,
+``console``, ``otlp`` - grpc unless ``OTEL_EXPORTER_OTLP_PROTOCOL`` says ``http/protobuf`` -,
+or a comma-separated list) and no local file is written. Otherwise (the embedded default)
+spans go over OTLP to ``OTEL_EXPORTER_OTLP_ENDPOINT`` when that is set, else to an OTLP
+JSON file under ``./otel-coldstart-traces/`` and a one-screen breakdown is printed when the
+start-up ends. ``otel-coldstart analyze FILE`` prints it again.
 
 Every name is listed in ``docs/conventions.md``. Our hooks never raise into your code, never
 change what it loads, and never hide its exceptions.

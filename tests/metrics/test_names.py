@@ -180,3 +180,25 @@ def test_committed_dashboards_load_into_grafanas_typed_model():
         again = json.loads(JSONEncoder().encode(typed))
         assert without_empty_custom(again) == dashboard, name
         assert len(typed.panels) >= 15
+
+
+def test_every_document_that_lists_metrics_names_exactly_what_semconv_defines():
+    """semconv is the one source of metric names: the package docstring (help(otel_coldstart))
+    and docs/metrics.md list all of them, and no document names one that does not exist."""
+    import otel_coldstart
+
+    defined = {v for k, v in vars(semconv).items() if k.startswith("METRIC_")}
+    assert len(defined) >= 8
+    pattern = re.compile(r"\bmodel\.startup(?:\.[a-z_]+)+")
+
+    def named(text: str) -> set[str]:
+        return {m.rstrip(".") for m in pattern.findall(text)}
+
+    with open(DOC, encoding="utf-8") as handle:
+        metrics_doc = handle.read()
+    assert named(otel_coldstart.__doc__) == defined, "help(otel_coldstart) lists other metrics than semconv"
+    assert defined <= named(metrics_doc), "docs/metrics.md misses a metric"
+    for path in ("README.md", os.path.join("docs", "metrics.md"), os.path.join("docs", "conventions.md")):
+        with open(os.path.join(REPO, path), encoding="utf-8") as handle:
+            stale = named(handle.read()) - defined
+        assert not stale, f"{path} names metrics that do not exist: {stale}"
