@@ -1,0 +1,118 @@
+"""What importing otel-coldstart and calling instrument() costs a fresh process, as users run it:
+bytecode cached (``PYTHONDONTWRITEBYTECODE`` removed from the environment, one warm-up run
+compiles the ``.pyc`` files first), the embedded default exporter (OTLP JSON file).
+
+Per run, in a fresh interpreter: the wall time of ``import otel_coldstart`` and of
+``otel_coldstart.instrument()`` (``time.perf_counter`` around each), and the
+``coldstart.import.own_s`` the plugin records on its import span. Alternately, the same
+statement under ``python -X importtime``: the cumulative import time of ``otel_coldstart``
+and of the OpenTelemetry SDK modules it pulls in. Medians with min-max, and the machine's
+load average before and after (this VM's 2 cores are shared).
+
+    python benchmarks/import_cost.py --runs 15 [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import load_average, machine  # noqa: E402
+
+CHILD = r"""
+import json, time
+t0 = time.perf_counter()
+import otel_coldstart
+t1 = time.perf_counter()
+otel_coldstart.instrument(summary=False, handle_sigterm=False)
+t2 = time.perf_counter()
+own = None
+state = otel_coldstart.CONTROLLER if hasattr(otel_coldstart, "CONTROLLER") else None
+session = state.session if state is not None else None
+if session is not None:
+    for record in session.records():
+        if record.name == "coldstart.import":
+            own = record.attributes.get("coldstart.import.own_s")
+print(json.dumps({"import_s": t1 - t0, "instrument_s": t2 - t1, "own_s": own}))
+otel_coldstart.ready()
+"""
+IMPORTTIME_MODULES = ("otel_coldstart", "opentelemetry.sdk.trace", "opentelemetry.sdk.resources", "wrapt",
+                      "opentelemetry.trace")
+_IMPORTTIME_LINE = re.compile(r"^import time:\s+(\d+)\s+\|\s+(\d+)\s+\|(\s*)(\S+)\s*$")
+
+
+def _env(output_dir: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_") and k != "PYTHONDONTWRITEBYTECODE"}
+    env["OTEL_COLDSTART_OUTPUT_DIR"] = output_dir
+    return env
+
+
+def run_once(env: dict) -> dict:
+    done = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=120,
+                          check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def importtime_once(env: dict) -> dict[str, float]:
+    done = subprocess.run([sys.executable, "-X", "importtime", "-c", CHILD], env=env, capture_output=True,
+                          text=True, timeout=120, check=True)
+    cumulative: dict[str, float] = {}
+    for line in done.stderr.splitlines():
+        match = _IMPORTTIME_LINE.match(line)
+        if match and match.group(4) in IMPORTTIME_MODULES and match.group(4) not in cumulative:
+            cumulative[match.group(4)] = int(match.group(2)) / 1e6
+    return cumulative
+
+
+def _summary(values: list[float]) -> str:
+    values = [v for v in values if v is not None]
+    if not values:
+        return "-"
+    return f"{statistics.median(values) * 1000:.0f} ms ({min(values) * 1000:.0f}-{max(values) * 1000:.0f})"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=15, help="fresh processes per measurement (default 15)")
+    parser.add_argument("--json", default=None, help="also write every run here")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="coldstart-import-") as output_dir:
+        env = _env(output_dir)
+        run_once(env)  # warm-up: compiles and caches the .pyc files
+        load_before = load_average()
+        runs, importtimes = [], []
+        for _ in range(args.runs):
+            runs.append(run_once(env))
+            importtimes.append(importtime_once(env))
+        load_after = load_average()
+    rows = [
+        ("import otel_coldstart (wall, in the process)", _summary([r["import_s"] for r in runs])),
+        ("otel_coldstart.instrument() (wall)", _summary([r["instrument_s"] for r in runs])),
+        ("import + instrument() (wall)", _summary([r["import_s"] + r["instrument_s"] for r in runs])),
+        ("coldstart.import.own_s (recorded on the span)", _summary([r["own_s"] for r in runs])),
+    ]
+    for module in IMPORTTIME_MODULES:
+        rows.append((f"-X importtime cumulative: {module}", _summary([t.get(module) for t in importtimes])))
+    facts = machine()
+    print(f"runs: {args.runs} fresh processes per row, bytecode cached; python {sys.version.split()[0]}; "
+          f"commit {facts.get('git_commit')}; load average {load_before} -> {load_after}")
+    print("| measurement | median (min-max) |\n|---|---|")
+    for name, value in rows:
+        print(f"| {name} | {value} |")
+    if args.json:
+        with open(args.json, "x", encoding="utf-8") as handle:
+            json.dump({"machine": facts, "load_before": load_before, "load_after": load_after, "runs": runs,
+                       "importtime": importtimes}, handle, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
