@@ -103,9 +103,8 @@ def _say_not_traced(error):
     try:
         sys.stderr.write(
             "otel-coldstart run: WARNING: this process is NOT traced: %s (Python %d.%d) cannot import "
-            "otel_coldstart (%s).\n"
-            "otel-coldstart run: install otel-coldstart into that interpreter's environment (%s -m pip install "
-            "otel-coldstart), or run the command with the Python that otel-coldstart is installed in.\n"
+            "otel_coldstart (%s); install otel-coldstart into that interpreter's environment (%s -m pip "
+            "install otel-coldstart), or run the command with the Python that otel-coldstart is installed in\n"
             % (executable, sys.version_info[0], sys.version_info[1], why, executable))
         sys.stderr.flush()
     except Exception:

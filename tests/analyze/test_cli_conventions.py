@@ -166,3 +166,28 @@ def test_long_shard_names_keep_the_shard_table_aligned():
     assert len(rows) == 2
     size_ends = {row.index("MiB") for row in rows}
     assert len(size_ends) == 1, rows
+
+
+def _doc(name: str) -> str:
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", name), encoding="utf-8") as handle:
+        return handle.read()
+
+
+def test_cli_doc_lists_exactly_the_exit_codes_the_code_uses():
+    import re
+
+    from otel_coldstart.cli import errors, run
+
+    used = {v for k, v in vars(errors).items() if k.startswith("EXIT_")}
+    used |= {run.EXIT_COMMAND_NOT_FOUND, run.EXIT_COMMAND_NOT_EXECUTABLE, 130}
+    documented = {int(m) for m in re.findall(r"^\|\s*(\d+)\s*\|", _doc("cli.md"), flags=re.M)}
+    assert documented == used
+
+
+def test_cli_doc_names_every_suffix_a_directory_stands_for():
+    doc = _doc("cli.md")
+    line = next(ln for ln in doc.splitlines() if "A directory stands for" in ln or "a directory stands for" in ln
+                or "stands for the" in ln)
+    context = doc[doc.index(line):doc.index(line) + 300]
+    for suffix in _inputs.TRACE_SUFFIXES:
+        assert f"*{suffix}" in context, suffix
