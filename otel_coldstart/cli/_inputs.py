@@ -16,7 +16,7 @@ from typing import Iterator, TextIO
 from ..analyze.breakdown import Breakdown, breakdowns
 from ..analyze.live import DEFAULT_LIMIT, DEFAULT_TIMEOUT_S, LiveSourceError, jaeger_documents, tempo_documents
 from ..analyze.readers import DEFAULT_MAX_BYTES, ReadResult, TraceReadError, read_documents, read_trace
-from ._run_notes import explain_no_startup
+from ._run_notes import explain_no_startup, untraced_warnings
 from .errors import (EXIT_INPUT_TOO_LARGE, EXIT_INPUT_UNREADABLE, EXIT_NO_STARTUP, EXIT_NOT_A_TRACE,
                      EXIT_OUTPUT_FAILED, EXIT_SOURCE_UNAVAILABLE, EXIT_USAGE, EXIT_WOULD_OVERWRITE,
                      CliError)
@@ -157,7 +157,7 @@ def require_startups(loaded: list[Loaded], trace_id: str | None = None) -> list[
         which = f" in trace {trace_id}" if trace_id else ""
         why = explain_no_startup(span for item in loaded for span in item.result.spans)
         if why and not trace_id:
-            raise CliError(f"{where}: no model.startup span: {why}", EXIT_NO_STARTUP)
+            raise CliError(f"{where}: {why}", EXIT_NO_STARTUP)
         raise CliError(f"{where}: no model.startup span{which} among {spans} spans "
                        "(was the process instrumented with otel-coldstart?)", EXIT_NO_STARTUP)
     return startups
@@ -165,7 +165,7 @@ def require_startups(loaded: list[Loaded], trace_id: str | None = None) -> list[
 
 def warn(loaded: list[Loaded]) -> None:
     for item in loaded:
-        for line in item.result.warnings:
+        for line in [*item.result.warnings, *untraced_warnings(item.result.spans)]:
             print(f"otel-coldstart: warning: {item.source}: {line}", file=sys.stderr)
 
 

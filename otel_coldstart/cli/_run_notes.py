@@ -97,7 +97,28 @@ def explain_no_startup(spans) -> str | None:
         if started == 0 and not isinstance(started, bool):
             reasons = span.attributes.get(semconv.LAUNCH_PROCESSES_NOT_STARTED)
             if isinstance(reasons, (tuple, list)) and reasons:
-                return f"the child process never started the plugin: {reasons[0]}"
+                return f"the child process never started the plugin: {_one_line(reasons[0])}"
             return ("the child process never started the plugin: no Python process of the command ran "
                     "otel-coldstart's bootstrap")
     return None
+
+
+def untraced_warnings(spans) -> list[str]:
+    """For ``analyze``: one line per launch span whose command had processes that were not
+    traced, when others were (with none traced, :func:`explain_no_startup` says it)."""
+    lines = []
+    for span in spans:
+        started = span.attributes.get(semconv.LAUNCH_PROCESSES_STARTED)
+        reasons = span.attributes.get(semconv.LAUNCH_PROCESSES_NOT_STARTED)
+        if (isinstance(started, int) and not isinstance(started, bool) and started > 0
+                and isinstance(reasons, (tuple, list)) and reasons):
+            lines.append(f"{len(reasons)} Python process(es) of launch {_one_line(span.name)!r} were not traced: "
+                         f"{_one_line(reasons[0])}")
+    return lines
+
+
+def _one_line(value, limit: int = 300) -> str:
+    """A value read from a trace, fit for one terminal line (a hostile trace may hold anything)."""
+    text = " ".join(str(value).split())
+    text = "".join(c if c.isprintable() else "?" for c in text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -65,7 +65,7 @@ def _check_untraced(interpreter: str, tmp_path) -> None:
     analyzed = _analyze(str(traces / trace_file))
     assert analyzed.returncode == 5
     assert analyzed.stderr.strip().splitlines() == [
-        f"otel-coldstart: error: {traces / trace_file}: no model.startup span: "
+        f"otel-coldstart: error: {traces / trace_file}: "
         f"the child process never started the plugin: {why}"]
 
 
@@ -111,3 +111,34 @@ def test_a_deliberately_disabled_process_is_not_a_warning(tmp_path):
     result = _run(["--output-dir", str(tmp_path / "t"), "--", sys.executable, "-c", "pass"], tmp_path,
                   OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="coldstart")
     assert result.returncode == 0 and "WARNING" not in result.stderr
+
+
+def test_a_partly_traced_command_is_a_warning_in_analyze(bare_python, tmp_path):
+    """One process traced, one not (a script that starts a second interpreter): the trace has
+    a start-up, and analyze names the process that was missed."""
+    traces = tmp_path / "traces"
+    script = (f"import subprocess, otel_coldstart; subprocess.run([{bare_python!r}, '-c', 'pass']); "
+              "otel_coldstart.ready()")
+    result = _run(["--output-dir", str(traces), "--", sys.executable, "-c", script], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "1 Python process(es) of the command were not traced" in result.stderr
+    analyzed = run_python(["-m", "otel_coldstart", "analyze", str(traces)], clean_env(), cwd=str(tmp_path))
+    assert analyzed.returncode == 0, analyzed.stderr
+    assert f"were not traced: {bare_python} cannot import otel_coldstart" in analyzed.stderr
+
+
+def test_launch_notes_from_a_hostile_trace_stay_one_printable_line():
+    from otel_coldstart.analyze.model import Span
+    from otel_coldstart.cli._run_notes import explain_no_startup, untraced_warnings
+
+    def launch(started, reasons):
+        return Span("ab" * 16, "cd" * 8, None, "coldstart.launch\n\x1b[31m", 1, 2,
+                    {semconv.LAUNCH_PROCESSES_STARTED: started, semconv.LAUNCH_PROCESSES_NOT_STARTED: reasons})
+
+    evil = ("x\n\x1b[2Jcannot import " + "y" * 5000,)
+    (why,) = [explain_no_startup([launch(0, evil)])]
+    (line,) = untraced_warnings([launch(1, evil)])
+    for text in (why, line):
+        assert "\n" not in text and "\x1b" not in text and len(text) < 500
+    assert explain_no_startup([launch(True, evil)]) is None  # a bool is not a count
+    assert untraced_warnings([launch(2, "not a list")]) == []
