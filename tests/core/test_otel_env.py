@@ -221,3 +221,31 @@ def test_named_otlp_without_protocol_makes_the_grpc_exporter(monkeypatch, tmp_pa
         assert setup.file_path is None and setup.exports
     finally:
         setup.provider.shutdown()
+
+
+@pytest.mark.parametrize("protocol, transport", [(None, ".grpc."), ("http/protobuf", ".http.")])
+def test_named_otlp_metrics_need_no_endpoint_and_follow_the_protocol(monkeypatch, protocol, transport):
+    from otel_coldstart import metrics as coldstart_metrics
+
+    for name in list(os.environ):
+        if name.startswith("OTEL_EXPORTER_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "otlp")
+    if protocol:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", protocol)
+    setup = coldstart_metrics.configure_metrics(None)
+    try:
+        assert setup.owned
+        (reader,) = setup.push_readers
+        assert transport in type(reader._exporter).__module__
+    finally:
+        setup.close(1.0)
+
+
+def test_metrics_exporter_unset_keeps_the_embedded_default(monkeypatch):
+    from otel_coldstart import metrics as coldstart_metrics
+
+    for name in list(os.environ):
+        if name.startswith("OTEL_EXPORTER_") or name == "OTEL_METRICS_EXPORTER":
+            monkeypatch.delenv(name)
+    assert not coldstart_metrics.configure_metrics(None).owned  # no endpoint: the global API
