@@ -189,10 +189,18 @@ def test_every_document_that_lists_metrics_names_exactly_what_semconv_defines():
 
     defined = {v for k, v in vars(semconv).items() if k.startswith("METRIC_")}
     assert len(defined) >= 8
-    pattern = re.compile(r"\bmodel\.startup(?:\.[a-z_]+)+")
+    pattern = re.compile(r"\bmodel\.startup(?:\.[a-z_]+)+(?:\.\*)?")
 
     def named(text: str) -> set[str]:
-        return {m.rstrip(".") for m in pattern.findall(text)}
+        """Names in a text; a ``prefix.*`` family stands for the defined names under it."""
+        found = set()
+        for match in pattern.findall(text):
+            if match.endswith(".*"):
+                family = {d for d in defined if d.startswith(match[:-1])}
+                found |= family or {match}
+            else:
+                found.add(match.rstrip("."))
+        return found
 
     with open(DOC, encoding="utf-8") as handle:
         metrics_doc = handle.read()
