@@ -399,6 +399,9 @@ def process_read_bytes() -> int | None:
     return None
 
 
+_MORE_THREADS_ROOM = 32  # len("... 999999 more thread(s)") with a margin
+
+
 def format_stacks(frames: dict, first: int | None = None, skip: set | frozenset = frozenset(),
                   max_chars: int = STACKS_MAX_CHARS, frames_per_thread: int = FRAMES_PER_THREAD) -> str:
     """Every thread's Python stack, innermost frame first, ``first`` listed first::
@@ -422,7 +425,10 @@ def format_stacks(frames: dict, first: int | None = None, skip: set | frozenset 
         if frame is not None:
             lines.append("  ...")
         block = "\n".join(lines)
-        if used + len(block) + 1 > max_chars:
+        # Leave room for the "... N more thread(s)" line unless this is the last thread: the
+        # final cut to max_chars must never eat it (long paths made it vanish).
+        room = max_chars if index == len(order) - 1 else max_chars - _MORE_THREADS_ROOM
+        if used + len(block) + 1 > room:
             blocks.append(f"... {len(order) - index} more thread(s)")
             break
         blocks.append(block)
