@@ -178,7 +178,7 @@ class Controller:
         for module in patches.ALL:
             end_hook = getattr(module, "end_of_startup", None)
             if end_hook is not None:
-                session.on_end(end_hook)
+                session.on_end(lambda hook=end_hook: hook(session))
         _session.ACTIVE = session
         _register_hooks()
         for module in patches.ALL:

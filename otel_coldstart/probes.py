@@ -1,7 +1,11 @@
 """Facts from the operating system: process start time, storage reads, page-cache residency.
 
 Every probe answers None where the OS cannot give a trustworthy answer, so that the span
-attribute is absent rather than wrong.
+attribute is absent rather than wrong. Every probe is optional: on a platform without it
+(macOS has no ``RUSAGE_THREAD``, Windows no ``resource`` module and neither has /proc,
+``posix_fadvise`` or cachestat), spans and timings still flow, that evidence is absent and
+:func:`unavailable_evidence` says why (the root span carries it as
+``coldstart.evidence.unavailable``). Nothing here raises into the host.
 """
 
 from __future__ import annotations
@@ -11,13 +15,64 @@ import ctypes.util
 import errno
 import mmap
 import os
-import resource
 import sys
 import time
 
 from ._regular_files import open_regular, open_regular_fd
 
-_IO_ACCOUNTING = os.path.exists("/proc/thread-self/io")
+try:
+    import resource
+except ImportError:  # Windows
+    resource = None  # type: ignore[assignment]
+
+
+def _thread_usage_probe() -> tuple[object | None, str | None]:
+    """``(getrusage, None)`` if per-thread storage reads can be counted here, else
+    ``(None, reason)``. ``ru_inblock`` of ``RUSAGE_THREAD`` is the kernel's per-task
+    read_bytes in 512-byte units on Linux only (other systems count operations, not blocks)."""
+    if resource is None:
+        return None, "the resource module is missing"
+    if not hasattr(resource, "RUSAGE_THREAD"):
+        return None, "resource.RUSAGE_THREAD is missing"
+    if not sys.platform.startswith("linux"):
+        return None, f"per-thread read_bytes is Linux-only (platform {sys.platform})"
+    try:
+        resource.getrusage(resource.RUSAGE_THREAD)
+    except (OSError, ValueError) as error:
+        return None, f"getrusage(RUSAGE_THREAD) failed: {error}"
+    if not os.path.exists("/proc/thread-self/io"):  # a kernel without per-task I/O accounting
+        return None, "no per-task I/O accounting (/proc/thread-self/io is missing)"
+    return resource.getrusage, None
+
+
+_getrusage, _THREAD_IO_MISSING = _thread_usage_probe()
+_IO_ACCOUNTING = _getrusage is not None
+
+
+def _proc_probe() -> str | None:
+    """Why /proc cannot be read here, or None if it can."""
+    try:
+        with open("/proc/self/stat", "rb") as handle:
+            handle.read(1)
+    except OSError as error:
+        return f"/proc is not readable ({type(error).__name__})"
+    return None
+
+
+_PROC_MISSING = _proc_probe()
+
+
+def unavailable_evidence() -> list[str]:
+    """"probe: reason" for each piece of OS evidence this platform cannot give."""
+    missing = []
+    if _THREAD_IO_MISSING:
+        missing.append(f"thread_io: {_THREAD_IO_MISSING}")
+    if _PROC_MISSING:
+        missing.append(f"process_start: {_PROC_MISSING}")
+        missing.append(f"filesystem_type: {_PROC_MISSING}")
+    if not hasattr(os, "posix_fadvise"):
+        missing.append("evict_from_page_cache: os.posix_fadvise is missing")
+    return missing
 
 
 def process_start_time_ns() -> int | None:
@@ -31,7 +86,7 @@ def process_start_time_ns() -> int | None:
         with open("/proc/uptime", "rb") as handle:
             uptime_s = float(handle.read().split()[0])
         hertz = os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
+    except (OSError, ValueError, IndexError, AttributeError):  # no /proc, no sysconf (Windows)
         return None
     age_s = uptime_s - start_ticks / hertz
     if age_s < 0:
@@ -59,8 +114,18 @@ class ThreadIO:
         self.major_faults = major_faults
 
 
+_NO_THREAD_IO = ThreadIO(0, 0)
+
+
 def thread_io() -> ThreadIO:
-    usage = resource.getrusage(resource.RUSAGE_THREAD)
+    """This thread's counters now; zeros where they cannot be read (then
+    :func:`io_accounting_available` is False and no span carries them)."""
+    if _getrusage is None:
+        return _NO_THREAD_IO
+    try:
+        usage = _getrusage(resource.RUSAGE_THREAD)
+    except (OSError, ValueError):
+        return _NO_THREAD_IO
     return ThreadIO(usage.ru_inblock * 512, usage.ru_majflt)
 
 

@@ -162,21 +162,24 @@ class Recorder:
     def take_children(self, pending: "PendingParent") -> list[Aggregate]:
         return self._take(pending)
 
-    def flush_children(self, span_id: int, span_context: SpanContext) -> None:
+    def flush_children(self, span_id: int, span_context: SpanContext, *, interrupted: bool = False) -> None:
         for aggregate in self._take(span_id):
-            self.emit(aggregate, span_context)
+            self.emit(aggregate, span_context, interrupted=interrupted)
         self.settle_held()  # a cheap look at earlier held ones: query(), no wait
 
-    def flush_all(self) -> None:
+    def flush_all(self, *, interrupted: bool = False) -> None:
+        """Write every aggregate still collecting (the start-up ends). ``interrupted``: it
+        was cut short (exit, SIGTERM), so the work they sum was too."""
         deadline = time.monotonic() + self.FINAL_SETTLE_S  # one bound for all of them together
         for aggregate in self._take(None):
             parent = aggregate.parent
             if not isinstance(parent, SpanContext):  # a pending parent still open at the end
                 parent = parent.parent
-            self.emit(aggregate, parent, final_deadline=deadline)
+            self.emit(aggregate, parent, final_deadline=deadline, interrupted=interrupted)
         self.settle_held(final_deadline=deadline)
 
-    def emit(self, aggregate: Aggregate, parent: SpanContext | None, final_deadline: float | None = None) -> None:
+    def emit(self, aggregate: Aggregate, parent: SpanContext | None, final_deadline: float | None = None, *,
+             interrupted: bool = False) -> None:
         if not self._settled(aggregate, final_deadline):
             if not getattr(self._session, "ended", False):
                 with self._lock:
@@ -186,9 +189,12 @@ class Recorder:
             # would write it later, so settle it now against the end's bound.
             self._settled(aggregate, time.monotonic() + self.FINAL_SETTLE_S)
         aggregate.run_end_hooks()
+        attrs = aggregate.span_attributes()
+        if interrupted:
+            attrs[semconv.INTERRUPTED] = True
         self._session.emit_span(
             semconv.phase_span_name(aggregate.phase), aggregate.phase, parent,
-            aggregate.first_ns, aggregate.last_ns, aggregate.span_attributes(),
+            aggregate.first_ns, aggregate.last_ns, attrs,
         )
 
     def settle_held(self, final_deadline: float | None = None) -> None:

@@ -56,7 +56,21 @@ BUILTIN_PHASES = (
 # --- attributes ---------------------------------------------------------------------------
 PHASE = "coldstart.phase"
 READY = "coldstart.ready"
-END_REASON = "coldstart.end_reason"  # ready | exit | uninstrumented
+END_REASON = "coldstart.end_reason"  # see END_* below
+END_READY = "ready"  # ready() was called
+END_EXIT = "exit"  # the process exited normally (or by sys.exit) before ready()
+END_EXCEPTION = "exception"  # an uncaught exception ended the process before ready()
+END_SIGTERM = "sigterm"  # SIGTERM ended the process before ready()
+END_UNINSTRUMENTED = "uninstrumented"  # uninstrument() before ready()
+END_EXCEPTION_TYPE = "coldstart.end.exception_type"  # root, when the end reason is exception
+END_PHASE = "coldstart.end.phase"  # root: the phase that was running when the start-up was cut short
+# Set (true) on every span the end of the start-up cut short: a phase, file read, graph
+# capture or aggregate still open at exit, SIGTERM or uninstrument() (or, for a start-up
+# killed with SIGKILL, at its last progress record, where the analyzer ends it). It ends there.
+INTERRUPTED = "coldstart.interrupted"
+# Root: OS evidence this platform could not give, "probe: reason" each (e.g. no
+# per-thread I/O counters on macOS); the spans and timings are there, that evidence is not.
+EVIDENCE_UNAVAILABLE = "coldstart.evidence.unavailable"
 AFTER_READY = "coldstart.after_ready"
 AGGREGATE = "coldstart.aggregate"  # true on leaf spans that summarise many calls
 
@@ -178,10 +192,8 @@ PROGRESS_PHASE = "coldstart.progress.phase"  # the phase running when the record
 PROGRESS_BYTES_LOADED = "coldstart.progress.bytes_loaded"  # checkpoint bytes read so far
 PROGRESS_BYTES_EXPECTED = "coldstart.progress.bytes_expected"  # index total_size, else files seen
 PROGRESS_IDLE_S = "coldstart.progress.idle_s"  # seconds since the last sign of progress
-# Set on every span the end of the start-up cut short (still open at exit, SIGTERM, or at
-# the last progress record of a killed start-up, where the analyzer ends it).
-INTERRUPTED = "coldstart.interrupted"
-END_PHASE = "coldstart.end.phase"  # root: the phase that was running when the start-up was cut short
+# INTERRUPTED and END_PHASE (with the attributes above) are also what the analyzer sets on
+# a killed start-up it rebuilt: spans open at the last progress record end there.
 END_KILLED = "killed"  # end_reason the analyzer gives a root it rebuilt from progress records
 # The stall watchdog: one event per stall, on the open span (and the next progress record).
 EVENT_STALL = "coldstart.stall"

@@ -6,6 +6,12 @@ so spans written after the fact (aggregates, handle lifetimes) line up with live
 Every span we end is also kept as a plain :class:`~otel_coldstart.analyze.model.Span` in
 ``ledger``: the summary printed at the end is computed from it with the same pure
 functions the ``analyze`` command uses, whatever exporter the user configured.
+
+Everything that belongs to one start-up lives on its :class:`StartupSession`: the spans
+still open (:meth:`StartupSession.open_work`), the aggregates, the pending ``Module.to``
+parents, and each patch's own state (:meth:`StartupSession.state`: safe_open handles,
+graph captures, compilations, ...). ``uninstrument()``, a fork and a second start-up drop
+that one object; module globals keep only what is per process (the original functions).
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Hashable, Mapping, NamedTuple, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -28,7 +34,12 @@ from .recorder import Recorder
 # every intercepted call: a plain module global is the cheapest check there is.
 ACTIVE: "StartupSession | None" = None
 
-_local = threading.local()  # per-thread: stack of pending parents (see pending_parent), ambient parents
+_StateT = TypeVar("_StateT")
+
+# Per thread: ambient parents (safe_open handles' spans, see AmbientParent). Each entry is
+# closed by its handle, and every handle is closed when its start-up ends; a forked child
+# drops the stack (controller._forget_after_fork).
+_local = threading.local()
 
 
 class AmbientParent:
@@ -95,7 +106,8 @@ class PendingParent:
 class ContainerSpan:
     """A live span that is current while the work inside it runs (a file read, a phase)."""
 
-    __slots__ = ("session", "span", "parent", "name", "start_ns", "attributes", "_token", "_thread")
+    __slots__ = ("session", "span", "parent", "name", "start_ns", "attributes", "_token", "_thread",
+                 "on_interrupt")
 
     def __init__(self, session: "StartupSession", span, parent, name, start_ns, attributes, token) -> None:
         self.session = session
@@ -106,6 +118,13 @@ class ContainerSpan:
         self.attributes = attributes
         self._token = token
         self._thread = threading.get_ident()
+        # How to end it when the start-up is cut short with it still open (its owner may
+        # add evidence, as a file read does); by default it ends marked interrupted.
+        self.on_interrupt: Callable[[int], None] | None = None
+
+    @property
+    def thread_id(self) -> int:
+        return self._thread
 
     @property
     def span_context(self) -> SpanContext:
@@ -113,8 +132,12 @@ class ContainerSpan:
 
     def detach(self) -> None:
         """Stop being the current span (on the thread that attached it)."""
+        # Only the attaching thread can detach; a span cut short from another thread (the
+        # end of the start-up) keeps its token for the owner's own exit to detach.
+        if self._token is None or self._thread != threading.get_ident():
+            return
         token, self._token = self._token, None
-        if token is not None and self._thread == threading.get_ident():
+        if token is not None:
             try:
                 otel_context.detach(token)
             except Exception:
@@ -127,6 +150,36 @@ class ContainerSpan:
         if attributes:
             self.attributes.update(attributes)
         self.session._end_container(self, end, error)
+
+    def interrupt(self, end_ns: int) -> None:
+        """End it now, marked ``coldstart.interrupted`` (the start-up was cut short)."""
+        if self.on_interrupt is not None:
+            self.on_interrupt(end_ns)
+        else:
+            self.finish({semconv.INTERRUPTED: True}, end_ns=end_ns)
+
+
+class OpenWork(NamedTuple):
+    """One piece of work started and not ended: a live span or a graph capture.
+
+    Read-only view for whoever watches a start-up in flight (:meth:`StartupSession.open_work`).
+    """
+
+    name: str  # the span it will be, e.g. coldstart.download, coldstart.deserialize
+    phase: str
+    start_ns: int  # time.time_ns() when it started
+    thread_id: int
+    span_id: int | None  # None for work that gets its span only when it ends (a capture)
+
+
+class _Tracked:
+    """An entry of the open-work registry: what it is, and how to end it if cut short."""
+
+    __slots__ = ("view", "interrupt")
+
+    def __init__(self, view: OpenWork, interrupt: Callable[[int], None]) -> None:
+        self.view = view
+        self.interrupt = interrupt
 
 
 class StartupSession:
@@ -145,6 +198,13 @@ class StartupSession:
         # inflight.ProgressBoard, attached by the controller: told when a span opens or ends
         # (per phase and per shard, never per tensor) for progress records and gauges.
         self.progress = None
+        self.end_reason: str | None = None  # None while the start-up runs; then semconv.END_*
+        self._open: dict[Hashable, _Tracked] = {}  # open work, by key (see track_open)
+        self._states: dict[str, Any] = {}  # each patch module's per-start-up state
+        # Per thread and per start-up: the stack of pending Module.to parents, the count of
+        # graph captures running on the thread. A new session starts with none of either.
+        self.local = threading.local()
+        self._interrupting = False  # set while end() cuts open work short
 
         now = time.time_ns()
         process_start = probes.process_start_time_ns() if start_at == "process" else None
@@ -159,6 +219,9 @@ class StartupSession:
                                       attributes=attrs)
         self.root_context = self.root.get_span_context()
         self._root_parent_id = _parent_id_from_context(parent_context)
+        missing = probes.unavailable_evidence()
+        if missing:
+            self.root_attributes[semconv.EVIDENCE_UNAVAILABLE] = list(missing)
         if start < now:
             import_attrs = dict(_thread_attributes())
             own_s = (import_attributes or {}).get(semconv.IMPORT_OWN_S)
@@ -172,7 +235,7 @@ class StartupSession:
     def current_parent(self) -> SpanContext | PendingParent | None:
         """Where work done now belongs: a pending Module.to, the current span (ours, the
         user's or vLLM's), else the root."""
-        pending = getattr(_local, "pending", None)
+        pending = getattr(self.local, "pending", None)
         if pending:
             return pending[-1]
         current = trace.get_current_span().get_span_context()
@@ -209,14 +272,19 @@ class StartupSession:
         if make_current:
             token = otel_context.attach(trace.set_span_in_context(span))
         container = ContainerSpan(self, span, parent, span_name, start, attrs, token)
+        self.track_open(container, span_name, attrs[semconv.PHASE], start, container.interrupt,
+                        span.get_span_context().span_id)
         if self.progress is not None:
             self.progress.span_opened(container)
         return container
 
     def _end_container(self, container: ContainerSpan, end_ns: int, error: BaseException | None) -> None:
+        if not self.untrack_open(container):
+            return  # ended already (cut short by the end of the start-up, then exited)
         span = container.span
         span_context = span.get_span_context()
-        self.recorder.flush_children(span_context.span_id, span_context)
+        interrupted = bool(container.attributes.get(semconv.INTERRUPTED))
+        self.recorder.flush_children(span_context.span_id, span_context, interrupted=interrupted)
         span.set_attributes(container.attributes)
         status = "unset"
         if error is not None:
@@ -260,6 +328,48 @@ class StartupSession:
         if self.progress is not None:
             self.progress.span_done(span_context.span_id, name, record.attributes)
 
+    # --- open work and per-patch state ---------------------------------------------------------
+
+    def track_open(self, key: Hashable, name: str, phase: str, start_ns: int,
+                   interrupt: Callable[[int], None], span_id: int | None = None) -> None:
+        """Record work that has started: listed by :meth:`open_work`, and ended by
+        ``interrupt(end_ns)`` if the start-up is cut short (exit, SIGTERM) before it ends."""
+        view = OpenWork(name, phase, start_ns, threading.get_ident(), span_id)
+        with self._lock:
+            self._open[key] = _Tracked(view, interrupt)
+
+    def untrack_open(self, key: Hashable) -> bool:
+        """The work ended. False if it was not open (ended already)."""
+        with self._lock:
+            return self._open.pop(key, None) is not None
+
+    def open_work(self) -> list[OpenWork]:
+        """What is running now, oldest first: live spans (phases, file reads, compilations)
+        and graph captures, with their phase, start time and thread. A snapshot: safe to
+        call from any thread, at any time."""
+        with self._lock:
+            views = [tracked.view for tracked in self._open.values()]
+        return sorted(views, key=lambda v: v.start_ns)
+
+    def running_phase(self) -> str | None:
+        """The phase running now: the innermost open work, on the main thread if any is."""
+        work = self.open_work()
+        if not work:
+            return None
+        main = threading.main_thread().ident
+        on_main = [w for w in work if w.thread_id == main]
+        return (on_main or work)[-1].phase
+
+    def state(self, owner: str, factory: Callable[[], _StateT]) -> _StateT:
+        """The per-start-up state of ``owner`` (a patch module), made on first use."""
+        found = self._states.get(owner)
+        if found is None:
+            with self._lock:
+                found = self._states.get(owner)
+                if found is None:
+                    found = self._states[owner] = factory()
+        return found
+
     def file_order(self, path: str) -> int:
         """Position (from 0) of ``path`` among every checkpoint file this start-up read, in
         the order each was first read: the shard index of a file that no index or file name
@@ -271,15 +381,15 @@ class StartupSession:
 
     def push_pending(self, name: str, phase: str, attributes: dict) -> PendingParent:
         pending = PendingParent(name, phase, self.parent_span_context(), attributes)
-        stack = getattr(_local, "pending", None)
+        stack = getattr(self.local, "pending", None)
         if stack is None:
-            stack = _local.pending = []
+            stack = self.local.pending = []
         stack.append(pending)
         return pending
 
     def pop_pending(self, pending: PendingParent) -> None:
         """Close a pending parent: its span is written only if work was recorded under it."""
-        stack = getattr(_local, "pending", None)
+        stack = getattr(self.local, "pending", None)
         if stack and stack[-1] is pending:
             stack.pop()
         end = time.time_ns()
@@ -300,30 +410,63 @@ class StartupSession:
         """Run ``callback`` when the start-up ends, before the root span is closed."""
         self._on_end.append(callback)
 
-    def end(self, *, ready: bool, reason: str) -> bool:
-        """End the start-up once. Returns False if it had already ended."""
+    def end(self, *, ready: bool, reason: str, exception_type: str | None = None) -> bool:
+        """End the start-up once. Returns False if it had already ended.
+
+        Any end but ``ready()`` cuts the start-up short: every piece of open work (user
+        phases, file reads, graph captures, compilations) and every aggregate still
+        collecting is ended now and marked ``coldstart.interrupted``, and the root says
+        which phase was running. At ``ready()``, work still open ends when it ends.
+
+        Never call this from a signal handler: it takes the recorder's and the SDK's locks,
+        which the interrupted thread may hold (see ending.py).
+        """
         with self._lock:
             if self.ended:
                 return False
             self.ended = True
+            self.end_reason = reason
         end_ns = self.end_ns = time.time_ns()
+        interrupted = not ready and reason != semconv.END_READY
+        running = None
+        if interrupted:
+            try:
+                running = self.running_phase()
+                self._interrupt_open_work(end_ns)
+            except Exception:
+                report_internal_error("interrupt open work")
         for callback in self._on_end:
             try:
                 callback()
             except Exception:
                 report_internal_error("end-of-start-up callback")
         try:
-            self.recorder.flush_all()
+            self.recorder.flush_all(interrupted=interrupted)
         except Exception:
             report_internal_error("aggregate flush")
         attrs = dict(self.root_attributes)
         attrs[semconv.READY] = ready
         attrs[semconv.END_REASON] = reason
+        if running is not None:
+            attrs[semconv.END_PHASE] = running
+        if exception_type:
+            attrs[semconv.END_EXCEPTION_TYPE] = exception_type
         self.root.set_attributes(attrs)
         self.root.end(end_time=end_ns)
         self._keep(self.root_context, self._root_parent_id, semconv.SPAN_ROOT,
                    self.start_ns, end_ns, attrs, "unset")
         return True
+
+    def _interrupt_open_work(self, end_ns: int) -> None:
+        """End every open piece of work at ``end_ns``, innermost (latest started) first so
+        that a parent's aggregates are flushed under it."""
+        with self._lock:
+            tracked = list(self._open.values())
+        for item in sorted(tracked, key=lambda t: t.view.start_ns, reverse=True):
+            try:
+                item.interrupt(end_ns)
+            except Exception:
+                report_internal_error("interrupt open work")
 
     def records(self) -> list[SpanRecord]:
         with self._lock:

@@ -2,8 +2,13 @@
 
 ``TARGETS`` (the modules whose import triggers it), ``HOT_PATH`` (removed at ``ready()``),
 ``patch()``, ``unpatch()``, ``is_patched()`` and ``get_version()``; optionally
-``end_of_startup()``, called when the start-up ends. Patching is idempotent and ``unpatch()``
-puts back the exact original objects.
+``end_of_startup(session)``, called when the start-up ends. Patching is idempotent and
+``unpatch()`` puts back the exact original objects.
+
+Per-start-up state (open safe_open handles, graph captures, compilations, CUDA init seen)
+lives on the session, ``session.state(__name__, Factory)``, never in a module global: a
+fork, ``uninstrument()`` or a new start-up drops it with the session. Module globals keep
+what is per process: the ``PatchSet`` of originals, caches of file facts, constants.
 """
 
 from __future__ import annotations

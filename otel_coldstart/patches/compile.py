@@ -24,12 +24,24 @@ from ._wrapping import PatchSet, installed_version
 TARGETS = ("torch._dynamo",)
 HOT_PATH = False
 
-_handler = None  # the callback handler we registered with
+_handler = None  # the callback handler we registered with (once per process)
 _patches = PatchSet()
-_lock = threading.Lock()
-# Compilations in progress, innermost last. Module-wide, not per thread: torch runs the end
-# callbacks of a compilation on whichever thread ends the last one pending.
-_open: list = []
+
+
+class _OpenCompilations:
+    """Compilations in progress in this start-up, innermost last (kept on its session).
+    Per start-up, not per thread: torch runs the end callbacks of a compilation on
+    whichever thread ends the last one pending."""
+
+    __slots__ = ("lock", "stack")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.stack: list = []
+
+
+def _open_compilations(session) -> _OpenCompilations:
+    return session.state(__name__, _OpenCompilations)
 
 
 def get_version() -> str | None:
@@ -79,8 +91,6 @@ def unpatch() -> None:
             remove(callback)
         except ValueError:
             pass
-    with _lock:
-        _open.clear()
 
 
 def _on_compile_start(args) -> None:
@@ -97,16 +107,21 @@ def _on_compile_start(args) -> None:
         if trigger is not None:
             attrs[semconv.COMPILE_TRIGGER] = getattr(trigger, "name", str(trigger)).lower()
         container = session.start_container(semconv.PHASE_COMPILE, attrs)
-        with _lock:
-            _open.append(container)
+        state = _open_compilations(session)
+        with state.lock:
+            state.stack.append(container)
     except Exception:
         report_internal_error("compile start")
 
 
 def _on_compile_end(args) -> None:
     try:
-        with _lock:
-            container = _open.pop() if _open else None
+        session = _session.ACTIVE
+        if session is None:
+            return
+        state = _open_compilations(session)
+        with state.lock:
+            container = state.stack.pop() if state.stack else None
         if container is not None:
             container.finish()
     except Exception:

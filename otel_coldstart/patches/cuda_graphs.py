@@ -55,9 +55,23 @@ API_MAKE_GRAPHED = "torch.cuda.make_graphed_callables"
 _MAX_BATCH_SIZES = 512  # an attribute array stays bounded whatever a loop captures
 
 _patches = PatchSet()
-_lock = threading.Lock()
-_open: dict[int, "_Capture"] = {}  # id(graph object) -> the capture running on it
-_local = threading.local()  # .batch_sizes: stack of hints from batch_size() / make_graphed_callables
+# .batch_sizes: stack of hints from batch_size() / make_graphed_callables (the caller's
+# dynamic scope, like a context variable: not start-up state)
+_local = threading.local()
+
+
+class _OpenGraphCaptures:
+    """The captures running now in this start-up, kept on its session (``session.state``)."""
+
+    __slots__ = ("lock", "by_graph")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.by_graph: dict[int, "_Capture"] = {}  # id(graph object) -> the capture running on it
+
+
+def _open_graph_captures(session) -> _OpenGraphCaptures:
+    return session.state(__name__, _OpenGraphCaptures)
 
 
 def get_version() -> str | None:
@@ -93,10 +107,8 @@ def patch() -> None:
 
 
 def unpatch() -> None:
-    _patches.restore()
-    with _lock:
-        _open.clear()
-    _guard.reset_captures()
+    _patches.restore()  # open captures go with their session
+    _guard.reset_captures()  # the process-wide count (see _guard) starts again from none
 
 
 @contextlib.contextmanager
@@ -119,9 +131,10 @@ def batch_size(size: int) -> Iterator[None]:
 # --- one capture ------------------------------------------------------------------------------
 
 class _Capture:
-    __slots__ = ("key", "api", "owner", "start_ns", "batch_size", "begun", "pre_capture_ns")
+    __slots__ = ("key", "api", "owner", "start_ns", "batch_size", "begun", "pre_capture_ns", "session", "parent",
+                 "counted")
 
-    def __init__(self, key: int, api: str, owner: str, batch: int | None) -> None:
+    def __init__(self, key: int, api: str, owner: str, batch: int | None, session) -> None:
         self.key = key
         self.api = api
         self.owner = owner  # "context": its __enter__/__exit__ bound it; "begin": capture_begin/end did
@@ -129,6 +142,9 @@ class _Capture:
         self.batch_size = batch
         self.begun = owner == "begin"
         self.pre_capture_ns = 0
+        self.session = session
+        self.parent = session.parent_span_context()  # for a span written if the start-up is cut short
+        self.counted = True  # in _guard's count of captures running, until it really ends
 
     def capture_begins(self) -> None:
         """capture_begin inside a graph context: the capture's time starts here. What the
@@ -141,29 +157,62 @@ class _Capture:
             self.begun = True
 
 
-def _open_capture(graph, api: str, owner: str) -> _Capture:
-    capture = _Capture(id(graph), api, owner, _batch_size_hint())
-    with _lock:
-        _open[capture.key] = capture
+def _open_capture(graph, api: str, owner: str) -> _Capture | None:
+    session = _session.ACTIVE
+    if session is None:
+        return None
+    capture = _Capture(id(graph), api, owner, _batch_size_hint(), session)
+    state = _open_graph_captures(session)
+    with state.lock:
+        state.by_graph[capture.key] = capture
     _guard.capture_started()
+    session.track_open(capture, semconv.phase_span_name(semconv.PHASE_GRAPH_CAPTURE), semconv.PHASE_GRAPH_CAPTURE,
+                       capture.start_ns, lambda end_ns: _interrupt_capture(capture, end_ns))
     return capture
 
 
 def _find_capture(graph) -> _Capture | None:
-    with _lock:
-        return _open.get(id(graph))
+    session = _session.ACTIVE
+    if session is None:
+        return None
+    state = _open_graph_captures(session)
+    with state.lock:
+        return state.by_graph.get(id(graph))
+
+
+def _forget_capture(capture: _Capture) -> bool:
+    """Take the capture off its session's open list; False if it was not there any more."""
+    session = capture.session
+    state = _open_graph_captures(session)
+    with state.lock:
+        if state.by_graph.get(capture.key) is not capture:
+            return False  # closed already (an __exit__ after a failed capture_end)
+        del state.by_graph[capture.key]
+    session.untrack_open(capture)
+    return True
+
+
+def _interrupt_capture(capture: _Capture, end_ns: int) -> None:
+    """The start-up was cut short while this capture ran: write it, marked interrupted."""
+    if not _forget_capture(capture):
+        return
+    attrs = {semconv.GRAPH_API: capture.api, semconv.INTERRUPTED: True}
+    if capture.batch_size is not None:
+        attrs[semconv.GRAPH_BATCH_SIZE] = capture.batch_size
+    capture.session.emit_span(semconv.phase_span_name(semconv.PHASE_GRAPH_CAPTURE), semconv.PHASE_GRAPH_CAPTURE,
+                              capture.parent, capture.start_ns, end_ns, attrs)
 
 
 def _close_capture(capture: _Capture, error: BaseException | None) -> None:
     end = time.time_ns()
-    with _lock:
-        if _open.get(capture.key) is not capture:
-            return  # closed already (an __exit__ after a failed capture_end)
-        del _open[capture.key]
-    _guard.capture_ended()
-    session = _session.ACTIVE
-    if session is None:
+    if capture.counted:  # the capture really ended: even one the start-up's end wrote already
+        capture.counted = False
+        _guard.capture_ended()
+    if not _forget_capture(capture):
         return
+    session = capture.session
+    if session is not _session.ACTIVE:
+        return  # uninstrumented (or re-instrumented) since it began
     attrs = {semconv.GRAPH_API: capture.api}
     if capture.batch_size is not None:
         attrs[semconv.GRAPH_BATCH_SIZE] = capture.batch_size
@@ -264,9 +313,8 @@ def _context_enter(api: str, graph_of):
 
 def _context_exit(graph_of):
     def wrapper(wrapped, instance, args, kwargs):
-        # Looked up even when uninstrumented since: a capture opened must be closed.
         capture = None
-        if _open:
+        if _session.ACTIVE is not None:
             try:
                 capture = _find_capture(graph_of(instance))
             except Exception:
@@ -313,7 +361,7 @@ def _capture_begin(api: str):
 
 def _capture_end(wrapped, instance, args, kwargs):
     capture = None
-    if _open:
+    if _session.ACTIVE is not None:
         try:
             found = _find_capture(instance)
             capture = found if found is not None and found.owner == "begin" else None

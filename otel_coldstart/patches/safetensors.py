@@ -35,10 +35,25 @@ TARGETS = ("safetensors", "safetensors.torch")
 HOT_PATH = False
 
 _patches = PatchSet()
-_lock = threading.Lock()
-_handles: dict[int, "_Handle"] = {}  # id(safe_open object) -> its read, while open
-_slices: dict[int, "_Handle"] = {}  # id(slice object) -> the handle it came from
+# A cache of file facts (tensor names by file identity), valid for the process's life.
+_header_lock = threading.Lock()
 _header_keys: dict[tuple, frozenset | None] = {}  # (path, size, mtime) -> tensor names
+
+
+class _OpenHandles:
+    """This start-up's safe_open handles, kept on its session (``session.state``): a fork or
+    a new start-up begins with none of another's."""
+
+    __slots__ = ("lock", "handles", "slices")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.handles: dict[int, "_Handle"] = {}  # id(safe_open object) -> its read, while open
+        self.slices: dict[int, "_Handle"] = {}  # id(slice object) -> the handle it came from
+
+
+def _open_handles(session) -> _OpenHandles:
+    return session.state(__name__, _OpenHandles)
 
 
 def get_version() -> str | None:
@@ -72,12 +87,14 @@ def patch() -> None:
 
 
 def unpatch() -> None:
-    end_of_startup()
+    session = _session.ACTIVE
+    if session is not None:
+        end_of_startup(session)
     _patches.restore()
 
 
-def end_of_startup() -> None:
-    close_open_handles()
+def end_of_startup(session) -> None:
+    close_open_handles(session)
 
 
 # --- whole-file loads ----------------------------------------------------------------------
@@ -170,9 +187,10 @@ def _enter(wrapped, instance, args, kwargs):
     opened = time.time_ns()
     result = wrapped(*args, **kwargs)
     try:
-        with _lock:
-            stale = _handles.pop(id(instance), None)
-            _handles[id(instance)] = _Handle(opened, in_with=True, parent=session.parent_span_context())
+        state = _open_handles(session)
+        with state.lock:
+            stale = state.handles.pop(id(instance), None)
+            state.handles[id(instance)] = _Handle(opened, in_with=True, parent=session.parent_span_context())
         if stale is not None:  # an earlier handle at the same address that never exited
             stale.close(None, stale.read.last_ns if stale.read else None)
     except Exception:
@@ -181,14 +199,18 @@ def _enter(wrapped, instance, args, kwargs):
 
 
 def _exit(wrapped, instance, args, kwargs):
-    with _lock:
-        handle = _handles.pop(id(instance), None)
+    session = _session.ACTIVE
+    if session is None:
+        return wrapped(*args, **kwargs)
+    state = _open_handles(session)
+    with state.lock:
+        handle = state.handles.pop(id(instance), None)
     result = wrapped(*args, **kwargs)
     if handle is not None:
         try:
             error = args[1] if len(args) > 1 and isinstance(args[1], BaseException) else None
             handle.close(error, None)
-            _forget_slices(handle)
+            _forget_slices(state, handle)
         except Exception:
             report_internal_error("safe_open.__exit__")
     return result
@@ -205,7 +227,7 @@ def _get(method: str):
             # file's reads too.
             io_before = probes.thread_io()
             if method == "get_slice":  # no data yet: the slice's [...] reads it
-                _handle_for(instance).know_path(instance)
+                _handle_for(session, instance).know_path(instance)
             else:
                 read = _read_for(session, instance)
         except Exception:
@@ -213,7 +235,7 @@ def _get(method: str):
         result = wrapped(*args, **kwargs)
         if method == "get_slice":
             try:
-                _track_slice(result, instance)
+                _track_slice(session, result, instance)
             except Exception:
                 report_internal_error("safe_open.get_slice")
         if read is not None:
@@ -232,38 +254,43 @@ def _get(method: str):
     return wrapper
 
 
-def _handle_for(instance) -> _Handle:
-    with _lock:
-        handle = _handles.get(id(instance))
+def _handle_for(session, instance) -> _Handle:
+    state = _open_handles(session)
+    with state.lock:
+        handle = state.handles.get(id(instance))
         if handle is None:  # used without a with-block: lives until the start-up ends
-            handle = _handles[id(instance)] = _Handle(time.time_ns(), in_with=False)
+            handle = state.handles[id(instance)] = _Handle(time.time_ns(), in_with=False)
     return handle
 
 
 def _read_for(session, instance) -> FileRead:
-    return _handle_for(instance).ensure_read(session, instance)
+    return _handle_for(session, instance).ensure_read(session, instance)
 
 
-def _track_slice(slice_object, handle_object) -> None:
-    with _lock:
-        handle = _handles.get(id(handle_object))
+def _track_slice(session, slice_object, handle_object) -> None:
+    state = _open_handles(session)
+    with state.lock:
+        handle = state.handles.get(id(handle_object))
         if handle is None:
             return
-        _slices[id(slice_object)] = handle
+        state.slices[id(slice_object)] = handle
     _patches.wrap(type(slice_object), "__getitem__", _slice_getitem)
 
 
-def _forget_slices(handle: _Handle) -> None:
-    with _lock:
-        for key in [k for k, v in _slices.items() if v is handle]:
-            del _slices[key]
+def _forget_slices(state: _OpenHandles, handle: _Handle) -> None:
+    with state.lock:
+        for key in [k for k, v in state.slices.items() if v is handle]:
+            del state.slices[key]
 
 
 def _slice_getitem(wrapped, instance, args, kwargs):
-    with _lock:
-        handle = _slices.get(id(instance))
     session = _session.ACTIVE
-    if handle is None or session is None:
+    if session is None:
+        return wrapped(*args, **kwargs)
+    state = _open_handles(session)
+    with state.lock:
+        handle = state.slices.get(id(instance))
+    if handle is None:
         return wrapped(*args, **kwargs)
     read = None
     try:
@@ -283,13 +310,14 @@ def _slice_getitem(wrapped, instance, args, kwargs):
     return result
 
 
-def close_open_handles() -> None:
+def close_open_handles(session) -> None:
     """End the spans of handles still open (used without ``with``, or never exited) at
     their last read."""
-    with _lock:
-        handles = list(_handles.values())
-        _handles.clear()
-        _slices.clear()
+    state = _open_handles(session)
+    with state.lock:
+        handles = list(state.handles.values())
+        state.handles.clear()
+        state.slices.clear()
     for handle in handles:
         try:
             handle.close(None, handle.read.last_ns if handle.read else None)
@@ -305,8 +333,10 @@ def _resolve_path(handle_object) -> str | None:
         names = frozenset(handle_object.keys())
     except Exception:
         return None
-    with _lock:
-        claimed = {h.read.path for h in _handles.values() if h.read is not None and h.read.path}
+    session = _session.ACTIVE
+    state = _open_handles(session) if session is not None else _OpenHandles()
+    with state.lock:
+        claimed = {h.read.path for h in state.handles.values() if h.read is not None and h.read.path}
     for path in _candidate_files():
         if path in claimed:
             continue
@@ -350,7 +380,7 @@ def _tensor_names(path: str) -> frozenset | None:
     except OSError:
         return None
     key = (path, stat.st_size, stat.st_mtime_ns)
-    with _lock:
+    with _header_lock:
         if key in _header_keys:
             return _header_keys[key]
     names = None
@@ -365,6 +395,6 @@ def _tensor_names(path: str) -> frozenset | None:
                         names = frozenset(k for k in header if k != "__metadata__")
     except (OSError, ValueError, UnicodeDecodeError):
         names = None
-    with _lock:
+    with _header_lock:
         _header_keys[key] = names
     return names

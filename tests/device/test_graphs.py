@@ -11,6 +11,12 @@ from otel_coldstart import semconv
 from otel_coldstart.patches import cuda_graphs
 
 
+def _open_captures():
+    from otel_coldstart import session as _session
+
+    return cuda_graphs._open_graph_captures(_session.ACTIVE).by_graph
+
+
 def _captures(traced):
     return traced.by_phase(semconv.PHASE_GRAPH_CAPTURE)
 
@@ -74,7 +80,7 @@ def test_failed_capture_begin_or_end_reaches_the_host_unchanged(graph_standins, 
             pass
     graph_standins.fail_on = set()
     # Nothing left open: the per-tensor patches record again on this thread.
-    assert not cuda_graphs._open
+    assert not _open_captures()
     torch.ones(3).to(torch.float16)
     otel_coldstart.ready()
     (span,) = _captures(traced)
@@ -96,7 +102,7 @@ def test_capture_driven_by_hand_is_seen_through_capture_begin_and_end(graph_stan
     failed = [s for s in spans if s.status.status_code.name == "ERROR"]
     assert len(ok) == 1 and len(failed) == 1
     assert ok[0].attributes[semconv.GRAPH_API] == cuda_graphs.API_CUDA_GRAPH
-    assert not cuda_graphs._open
+    assert not _open_captures()
 
 
 def test_accelerator_graph_context_manager(graph_standins, traced):
