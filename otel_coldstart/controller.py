@@ -10,11 +10,8 @@ checks: about 15 ms) off the start-up of every process that calls ``instrument()
 
 from __future__ import annotations
 
-import atexit
 import os
-import signal
 import sys
-import threading
 import time
 from typing import Any
 
@@ -23,7 +20,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from . import _otel_env, export, patches, semconv
+from . import _otel_env, ending, export, patches, semconv
 from .inflight import (DEFAULT_PROGRESS_INTERVAL_S, DEFAULT_STALL_AFTER_S, ENV_PROGRESS_INTERVAL_S, ENV_STALL_AFTER_S,
                        seconds_option)
 from . import session as _session
@@ -32,7 +29,6 @@ from ._errors import report_internal_error
 from .analyze.breakdown import compute_breakdown
 
 _hooks_registered = False
-_atexit_registered = False
 
 
 def _env_carrier_context(parent_var: str, state_var: str):
@@ -185,13 +181,17 @@ class Controller:
             for target in module.TARGETS:
                 if target in sys.modules:
                     _patch_module(module)
-        _register_exit_handlers(options.handle_sigterm)
+        ending.register_exit(self.at_exit)
+        if options.handle_sigterm:
+            ending.SIGTERM.install(lambda: self.at_exit(semconv.END_SIGTERM), options.export_timeout_s)
 
     def stop(self) -> None:
-        """Uninstrument: end the start-up if open, remove every patch."""
+        """Uninstrument: end the start-up if open, remove every patch, give the host back
+        its SIGTERM disposition."""
         state = self._state
+        ending.SIGTERM.release()
         if state is not None and not state.session.ended:
-            self._end(ready=False, reason="uninstrumented")
+            self._end(ready=False, reason=semconv.END_UNINSTRUMENTED)
         if state is not None and state.metrics is not None:
             try:
                 state.metrics.close(state.options.export_timeout_s)
@@ -210,11 +210,13 @@ class Controller:
     def ready(self) -> None:
         if self._state is None:
             return
-        self._end(ready=True, reason="ready")
+        # Serving begins: the host's SIGTERM disposition is its own again.
+        ending.SIGTERM.release()
+        self._end(ready=True, reason=semconv.END_READY)
 
-    def _end(self, *, ready: bool, reason: str, at_exit: bool = False) -> None:
+    def _end(self, *, ready: bool, reason: str, at_exit: bool = False, exception_type: str | None = None) -> None:
         state = self._state
-        if state is None or not state.session.end(ready=ready, reason=reason):
+        if state is None or not state.session.end(ready=ready, reason=reason, exception_type=exception_type):
             return
         for module in patches.ALL:
             if module.HOT_PATH:  # steady-state serving must pay nothing
@@ -282,13 +284,14 @@ class Controller:
             except Exception:
                 report_internal_error("summary")
 
-    def at_exit(self, reason: str = "exit") -> None:
+    def at_exit(self, reason: str = semconv.END_EXIT, exception_type: str | None = None) -> None:
         """End the start-up if still open and export everything, all within one
-        ``export_timeout_s`` deadline (traces and metrics drain side by side)."""
+        ``export_timeout_s`` deadline (traces and metrics drain side by side). Called by
+        ending.py at exit and on SIGTERM, never inside a signal handler."""
         state = self._state
         if state is None:
             return
-        self._end(ready=False, reason=reason, at_exit=True)
+        self._end(ready=False, reason=reason, at_exit=True, exception_type=exception_type)
         timeout = state.options.export_timeout_s
         deadline = time.monotonic() + timeout
         jobs = [in_background(lambda: export.finish(state.setup, timeout))]
@@ -432,39 +435,14 @@ def _register_hooks() -> None:
 def _forget_after_fork() -> None:
     """In a forked child: drop the parent's start-up without ending or exporting it.
 
-    The child inherits the parent's root span and half-done aggregates; ending that copy (at
-    the child's exit) would export a second span with the parent root's id. The wrappers stay
-    installed (they do nothing without a session) and a later instrument() in the child
-    (vLLM's plugin hook, say) starts the child's own start-up, rooted at the fork."""
-    try:
-        _session.ACTIVE = None
-        CONTROLLER._state = None
-    except Exception:
-        report_internal_error("after fork")
+    The child inherits the parent's session: its root span, open handles, captures and
+    half-done aggregates; ending that copy (at the child's exit, or at the child's ready())
+    would export spans with the parent's ids. All of it lives on the session, so dropping
+    the session forgets it. The wrappers stay installed (they do nothing without a
+    session) and a later instrument() in the child (vLLM's plugin hook, say) starts the
+    child's own start-up, rooted at the fork. ending.py lets go of the SIGTERM watcher."""
+    _session.ACTIVE = None
+    CONTROLLER._state = None
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_after_fork)
-
-
-def _register_exit_handlers(handle_sigterm: bool) -> None:
-    global _atexit_registered
-    if not _atexit_registered:
-        _atexit_registered = True
-        atexit.register(lambda: CONTROLLER.at_exit("exit"))
-    if handle_sigterm and threading.current_thread() is threading.main_thread():
-        try:
-            if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-                signal.signal(signal.SIGTERM, _on_sigterm)
-        except (ValueError, OSError):
-            pass
-
-
-def _on_sigterm(signum, frame) -> None:
-    """An orchestrator killing a slow start-up is exactly the start-up we must not lose:
-    end and export it, then die of SIGTERM as the host would have."""
-    try:
-        CONTROLLER.at_exit("sigterm")
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
+ending.forget_in_child(_forget_after_fork)

@@ -122,6 +122,37 @@ class Breakdown:
         return self.root.attributes.get(semconv.READY) is True
 
     @property
+    def end_reason(self) -> str | None:
+        """How the start-up ended: semconv.END_* (ready, exit, exception, sigterm, ...)."""
+        value = self.root.attributes.get(semconv.END_REASON)
+        return value if isinstance(value, str) else None
+
+    @property
+    def end_phase(self) -> str | None:
+        """The phase that was running when the start-up was cut short, if it was."""
+        value = self.root.attributes.get(semconv.END_PHASE)
+        return value if isinstance(value, str) else None
+
+    @property
+    def end_description(self) -> str:
+        """One line on how the start-up ended, for every renderer: "ready", or what cut it
+        short and during which phase."""
+        if self.ready:
+            return "ready"
+        reason = self.end_reason
+        if reason == semconv.END_SIGTERM:
+            what = "SIGTERM before ready()"
+        elif reason == semconv.END_EXCEPTION:
+            kind = self.root.attributes.get(semconv.END_EXCEPTION_TYPE)
+            what = f"uncaught {kind if isinstance(kind, str) else 'exception'} before ready()"
+        elif reason == semconv.END_UNINSTRUMENTED:
+            what = "uninstrument() before ready()"
+        else:
+            what = "process exited before ready()"
+        phase = self.end_phase
+        return f"NOT READY: {what}" + (f", during phase {phase!r}" if phase else "")
+
+    @property
     def attributed_wall_ns(self) -> int:
         return self.duration_ns - self.unattributed_ns
 

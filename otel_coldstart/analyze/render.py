@@ -14,7 +14,7 @@ from .units import format_bytes, format_rate, format_seconds  # noqa: F401 - re-
 def render_text(breakdown: Breakdown, out: TextIO) -> None:
     """One screen: the phases, their shares, the dominant one flagged, unattributed shown."""
     total = breakdown.duration_ns
-    state = state_text(breakdown) or ("ready" if breakdown.ready else "NOT READY (process ended before ready())")
+    state = state_text(breakdown) or breakdown.end_description
     rank = ""
     if breakdown.rank is not None:
         rank = f" rank {breakdown.rank}" + (f"/{breakdown.world_size}" if breakdown.world_size else "")

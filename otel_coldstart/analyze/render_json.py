@@ -34,6 +34,7 @@ def startup_to_dict(b: Breakdown) -> dict:
         "ready": b.ready,
         "end_reason": b.root.attributes.get(semconv.END_REASON),
         **interruption_document(b),  # "killed" (where it was) and "stalls"
+        "end_phase": b.end_phase,
         "start_unix_ns": b.root.start_ns,
         "duration_s": _s(total),
         "unattributed_s": _s(b.unattributed_ns),

@@ -45,7 +45,10 @@ def _startup(b: Breakdown, out: TextIO) -> None:
     total = b.duration_ns
     rank = f", rank {b.rank}" if b.rank is not None else ""
     killed_state = state_text(b)
-    state = f"**{killed_state}**" if killed_state else ("ready" if b.ready else "**not ready**")
+    if killed_state:
+        state = f"**{killed_state}**"
+    else:
+        state = "ready" if b.ready else f"**{b.end_description.replace('NOT READY', 'not ready')}**"
     out.write(f"### model.startup: {format_seconds(total)} ({state}{rank})\n\n")
     where = io.StringIO()  # where a killed start-up was, and its stalls: the text report's lines
     render_killed_text(b, where)

@@ -179,6 +179,8 @@ class FileRead:
             attrs[semconv.FILE_SIZE] = size
         self.container = session.start_container(semconv.PHASE_DESERIALIZE, attrs,
                                                  make_current=make_current, start_ns=start_ns, parent=parent)
+        # Cut short (exit, SIGTERM) mid-read: end with the evidence gathered so far.
+        self.container.on_interrupt = self._interrupted
         if getattr(session, "progress", None) is not None:  # its bytes show progress inside the file
             session.progress.file_read_opened(self)
 
@@ -193,6 +195,9 @@ class FileRead:
             self.bytes += nbytes
             if end_ns is not None and end_ns > self.last_ns:
                 self.last_ns = end_ns
+
+    def _interrupted(self, end_ns: int) -> None:
+        self.finish(end_ns=end_ns, attributes={semconv.INTERRUPTED: True})
 
     def finish(self, error: BaseException | None = None, *, end_ns: int | None = None,
                reads_deferred: bool = False, attributes: dict | None = None) -> None:
