@@ -204,7 +204,9 @@ class StartupSession:
         # Per thread and per start-up: the stack of pending Module.to parents, the count of
         # graph captures running on the thread. A new session starts with none of either.
         self.local = threading.local()
-        self._interrupting = False  # set while end() cuts open work short
+        # The innermost phase an exception went through last (the first span to end with
+        # it): an uncaught exception closes the phases it leaves before the exit ends us.
+        self._failed_phase: tuple[BaseException, str] | None = None
 
         now = time.time_ns()
         process_start = probes.process_start_time_ns() if start_at == "process" else None
@@ -288,6 +290,8 @@ class StartupSession:
         span.set_attributes(container.attributes)
         status = "unset"
         if error is not None:
+            if self._failed_phase is None or self._failed_phase[0] is not error:
+                self._failed_phase = (error, container.attributes.get(semconv.PHASE, ""))
             span.record_exception(error)
             span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
             status = "error"
@@ -432,6 +436,8 @@ class StartupSession:
         if interrupted:
             try:
                 running = self.running_phase()
+                if running is None and exception_type and self._failed_phase is not None:
+                    running = self._failed_phase[1]  # where the uncaught exception was raised
                 self._interrupt_open_work(end_ns)
             except Exception:
                 report_internal_error("interrupt open work")
