@@ -199,6 +199,9 @@ class StartupSession:
         # (per phase and per shard, never per tensor) for progress records and gauges.
         self.progress = None
         self.end_reason: str | None = None  # None while the start-up runs; then semconv.END_*
+        # A forked child inherits this object (through a phase() or a handle it is inside):
+        # its spans are the parent's to end and export, never the child's copy's.
+        self.pid = os.getpid()
         self._open: dict[Hashable, _Tracked] = {}  # open work, by key (see track_open)
         self._states: dict[str, Any] = {}  # each patch module's per-start-up state
         # Per thread and per start-up: the stack of pending Module.to parents, the count of
@@ -281,7 +284,7 @@ class StartupSession:
         return container
 
     def _end_container(self, container: ContainerSpan, end_ns: int, error: BaseException | None) -> None:
-        if not self.untrack_open(container):
+        if self.pid != os.getpid() or not self.untrack_open(container):
             return  # ended already (cut short by the end of the start-up, then exited)
         span = container.span
         span_context = span.get_span_context()
@@ -302,6 +305,8 @@ class StartupSession:
     def emit_span(self, name: str, phase: str, parent: SpanContext | None, start_ns: int, end_ns: int,
                   attributes: dict) -> SpanContext:
         """Write a finished span after the fact (aggregates, pending parents)."""
+        if self.pid != os.getpid():
+            return _FORKED_COPY  # the parent's session, inherited by a forked child: not ours
         attrs = {semconv.PHASE: phase}
         # Aggregates flushed at the end cover work done before it: not after-ready.
         if self.ended and (self.end_ns is None or start_ns >= self.end_ns):
@@ -426,7 +431,7 @@ class StartupSession:
         which the interrupted thread may hold (see ending.py).
         """
         with self._lock:
-            if self.ended:
+            if self.ended or self.pid != os.getpid():
                 return False
             self.ended = True
             self.end_reason = reason
@@ -477,6 +482,9 @@ class StartupSession:
     def records(self) -> list[SpanRecord]:
         with self._lock:
             return list(self.ledger)
+
+
+_FORKED_COPY = SpanContext(0, 0, False)  # an invalid context: what a forked copy "emits"
 
 
 def _thread_attributes() -> dict:
