@@ -8,10 +8,12 @@ a worker it runs inside vLLM's "Worker init" span). :func:`register` is ours:
   child of the lowercase ``traceparent`` vLLM puts in the environment while its start-up
   spans run; our shard, cast and copy spans nest under vLLM's current span ("Load
   weights", "Capture model", ...).
-- It ends each process's start-up where vLLM's does: a worker's when its
-  ``compile_or_warm_up_model`` returns, the engine core's when ``EngineCore.__init__``
-  returns, the front end's when ``LLMEngine``/``AsyncLLM`` is constructed. So the per-tensor
-  patches are gone before the first request, as with ``ready()``.
+- It arms ``otel_coldstart/patches/vllm.py``, which ends each process's start-up where
+  vLLM's does: a worker's when its ``compile_or_warm_up_model`` returns, the engine core's
+  when ``EngineCore.__init__`` returns, the front end's when ``LLMEngine``/``AsyncLLM`` is
+  constructed. So the per-tensor patches are gone before the first request, as with
+  ``ready()``. (The patching itself lives there, with the surface of every patch module;
+  this module only decides whether to act and how to export.)
 
 When: vLLM loads every installed general plugin unless ``VLLM_PLUGINS`` names a list, so
 installing otel-coldstart must not by itself change a vLLM deployment. The plugin acts
@@ -20,7 +22,7 @@ vLLM puts it in the environment its processes inherit) or ``OTEL_COLDSTART_VLLM=
 ``OTEL_COLDSTART_VLLM=0`` or ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=coldstart`` turn it off.
 
 Forked processes: vLLM forks its engine core and workers by default. The instrumentor makes
-a forked child forget the start-up it inherited (see ``controller._forget_after_fork``),
+a forked child forget the start-up it inherited (see ``otel_coldstart/ending.py``),
 and ``register()`` (which vLLM calls in the child) starts the child's own, rooted at the
 child's start (the fork).
 
@@ -33,22 +35,10 @@ from __future__ import annotations
 
 import os
 
-import wrapt
-
 from ._errors import report_internal_error
+from .patches import vllm as vllm_patch
 
-# (module, attribute path) whose return means "this process can serve". Several exist in
-# one process (a single-process engine has a worker inside its engine core): ready() is
-# idempotent, the first one ends the start-up.
-READY_POINTS = (
-    ("vllm.v1.worker.gpu_worker", "Worker.compile_or_warm_up_model"),
-    ("vllm.v1.worker.cpu_worker", "CPUWorker.compile_or_warm_up_model"),
-    ("vllm.v1.engine.core", "EngineCore.__init__"),
-    ("vllm.v1.engine.llm_engine", "LLMEngine.__init__"),
-    ("vllm.v1.engine.async_llm", "AsyncLLM.__init__"),
-)
-
-_hooks_registered = False
+READY_POINTS = vllm_patch.READY_POINTS  # kept for callers of the old location
 
 
 def enabled() -> bool:
@@ -69,8 +59,13 @@ def register() -> None:
             return
         import otel_coldstart
 
+        vllm_patch.arm()
         otel_coldstart.instrument(tracer_provider=_provider_like_vllms())
-        _register_ready_points()
+        # instrument() patched the armed module if it made the start-up; if the host had
+        # instrumented already, patch it now (idempotent).
+        from .controller import _patch_module
+
+        _patch_module(vllm_patch)
     except Exception:
         report_internal_error("vllm plugin")
 
@@ -94,34 +89,3 @@ def _provider_like_vllms():
     provider = TracerProvider(resource=default_resource())
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, insecure=True)))
     return provider
-
-
-def _register_ready_points() -> None:
-    global _hooks_registered
-    if _hooks_registered:
-        return
-    _hooks_registered = True
-    for module_name, attribute in READY_POINTS:
-        wrapt.register_post_import_hook(
-            lambda module, attribute=attribute: _wrap_ready_point(module, attribute), module_name)
-
-
-def _wrap_ready_point(module, attribute: str) -> None:
-    owner_name, _, method = attribute.rpartition(".")
-    if getattr(getattr(module, owner_name, None), method, None) is None:
-        return  # another vLLM version: this point does not exist there
-    try:
-        wrapt.wrap_function_wrapper(module, attribute, _ready_after)
-    except Exception:
-        report_internal_error(f"vllm plugin: wrap {module.__name__}.{attribute}")
-
-
-def _ready_after(wrapped, instance, args, kwargs):
-    result = wrapped(*args, **kwargs)  # vLLM's exception passes through untouched
-    try:
-        import otel_coldstart
-
-        otel_coldstart.ready()
-    except Exception:
-        report_internal_error("vllm plugin: ready")
-    return result

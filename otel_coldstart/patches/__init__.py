@@ -13,6 +13,6 @@ what is per process: the ``PatchSet`` of originals, caches of file facts, consta
 
 from __future__ import annotations
 
-from . import compile, cuda_graphs, pinning, runtime, safetensors, tensor_ops, threads, torch_load
+from . import compile, cuda_graphs, pinning, runtime, safetensors, tensor_ops, threads, torch_load, vllm
 
-ALL = (torch_load, safetensors, tensor_ops, threads, pinning, cuda_graphs, runtime, compile)
+ALL = (torch_load, safetensors, tensor_ops, threads, pinning, cuda_graphs, runtime, compile, vllm)
