@@ -24,8 +24,11 @@ where serving begins, or let the process end the start-up at exit.
 What you get
 ------------
 - A root span ``model.startup`` from the process start (read from the OS, not from
-  ``instrument()``) to ``ready()``. If the process exits (or gets SIGTERM) first, the
-  root ends there with ``coldstart.ready=false`` and is still exported.
+  ``instrument()``) to ``ready()``. If the process exits, raises or gets SIGTERM first,
+  the root ends there with ``coldstart.ready=false``, the reason and the phase that was
+  running, every span still open ends there marked ``coldstart.interrupted``, and all of
+  it is exported (within ``export_timeout_s``). The process still exits as it would have:
+  SIGTERM as promptly (-15), Ctrl-C with 130.
 - A ``coldstart.import`` span from process start to ``instrument()``.
 - One ``coldstart.deserialize`` span per checkpoint file read (``torch.load``,
   ``safetensors.torch.load_file``/``load``, and ``safe_open`` handles as transformers,
@@ -128,7 +131,9 @@ def instrument(tracer_provider: "TracerProvider | None" = None,
         file; ``OTEL_COLDSTART_SUMMARY=0/1`` overrides).
       export_timeout_s: the most the exit flush may wait for an exporter (default 5).
       handle_sigterm: end and export the start-up on SIGTERM when the process has no
-        SIGTERM handler of its own (default True).
+        SIGTERM handler of its own (default True). Done by a watcher thread, never in the
+        signal handler; ``ready()`` and ``uninstrument()`` give the host back exactly its
+        SIGTERM disposition and wakeup fd; a handler the host installs later wins.
       metric_attributes: attributes for every metric series (e.g. model, deploy); only
         bounded ones are kept (docs/metrics.md).
       prometheus_port: serve the start-up metrics for Prometheus on this port (also
