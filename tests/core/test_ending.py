@@ -330,3 +330,29 @@ def test_sigterm_soak_short(tmp_path):
     summary = json.loads(out.read_text())["summary"]
     assert result.returncode == 0, (summary, result.stderr[-3000:])
     assert summary["runs"] == 20 and summary["passed"] == 20 and summary["hangs"] == 0
+
+
+SILENT_COLLECTOR_STARTUP = r"""
+import sys, time
+import otel_coldstart
+otel_coldstart.instrument(export_timeout_s=float(sys.argv[1]))
+with otel_coldstart.phase("download"):
+    print("GO", flush=True)
+    time.sleep(30)
+"""
+
+
+def test_sigterm_with_a_collector_that_never_answers_exits_within_export_timeout(tmp_path):
+    import socket
+
+    with socket.socket() as silent:  # accepts connections (kernel backlog), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        port = silent.getsockname()[1]
+        proc = _spawn(tmp_path, SILENT_COLLECTOR_STARTUP, "1.5",
+                      OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}", OTEL_EXPORTER_OTLP_TIMEOUT="30")
+        exit_s = _terminate_after_go(proc, 0.5)
+    assert proc.returncode == -signal.SIGTERM
+    assert "Traceback" not in proc.stderr.read()
+    # export_timeout_s 1.5 s, plus 1 s for the rest of the ending and the interpreter.
+    assert exit_s < 1.5 + 1.0 + 1.5, exit_s  # + 1.5 s of slack for a loaded machine
