@@ -144,19 +144,25 @@ class ContainerSpan:
                 report_internal_error("context detach")
 
     def finish(self, attributes: Mapping[str, Any] | None = None, error: BaseException | None = None,
-               end_ns: int | None = None) -> None:
-        self.detach()
+               end_ns: int | None = None, *, detach: bool = True) -> None:
+        """End the span. ``detach=False`` leaves the context as it is: the span is ended by
+        someone else than its owner (the end of the start-up), and the owner's own exit,
+        later, detaches in the right order."""
+        if detach:
+            self.detach()
         end = time.time_ns() if end_ns is None else end_ns
         if attributes:
             self.attributes.update(attributes)
         self.session._end_container(self, end, error)
 
     def interrupt(self, end_ns: int) -> None:
-        """End it now, marked ``coldstart.interrupted`` (the start-up was cut short)."""
+        """End it now, marked ``coldstart.interrupted`` (the start-up was cut short). The
+        context is left alone: contexts must be detached in the reverse order of their
+        attaching, which only the owners' own exits know."""
         if self.on_interrupt is not None:
             self.on_interrupt(end_ns)
         else:
-            self.finish({semconv.INTERRUPTED: True}, end_ns=end_ns)
+            self.finish({semconv.INTERRUPTED: True}, end_ns=end_ns, detach=False)
 
 
 class OpenWork(NamedTuple):

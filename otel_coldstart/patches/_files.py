@@ -197,10 +197,11 @@ class FileRead:
                 self.last_ns = end_ns
 
     def _interrupted(self, end_ns: int) -> None:
-        self.finish(end_ns=end_ns, attributes={semconv.INTERRUPTED: True})
+        # The context stays for the reader's own exit to detach (see ContainerSpan.interrupt).
+        self.finish(end_ns=end_ns, attributes={semconv.INTERRUPTED: True}, detach=False)
 
     def finish(self, error: BaseException | None = None, *, end_ns: int | None = None,
-               reads_deferred: bool = False, attributes: dict | None = None) -> None:
+               reads_deferred: bool = False, attributes: dict | None = None, detach: bool = True) -> None:
         """End the span. ``reads_deferred``: the loader mapped the file and will read it on
         first touch (torch.load(mmap=True)), so this span's reads say nothing of the cache."""
         end = end_ns or time.time_ns()
@@ -227,7 +228,7 @@ class FileRead:
             attrs[semconv.CACHE_EVIDENCE] = "+".join(
                 name for name, found in (("read_bytes", from_reads), ("mincore", from_residency)) if found
             )
-        self.container.finish(attrs, error, end_ns=end)
+        self.container.finish(attrs, error, end_ns=end, detach=detach)
 
 
 _local = threading.local()  # .depth: a file read of ours is open on this thread

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 
 import torch
+from opentelemetry import trace
 from safetensors import safe_open
 
 import otel_coldstart
@@ -55,6 +56,8 @@ def test_uninstrument_cuts_open_work_short_and_marks_it(traced, small_checkpoint
     handle.__exit__(None, None, None)
     phase.__exit__(None, None, None)
     assert len([s for s in traced.spans() if s.name == "coldstart.download"]) == 1
+    # Cutting spans short never detached contexts out of order: nothing is left current.
+    assert not trace.get_current_span().get_span_context().is_valid
 
 
 def test_ready_leaves_open_work_to_end_when_it_ends(traced):
@@ -92,3 +95,4 @@ def test_a_new_startup_has_none_of_the_old_ones_state(traced, small_checkpoint):
     new_ids = {s.span_id for s in new_spans}
     assert not new_ids & {s.span_id for s in old_spans}
     assert len(traced.spans()) == len(new_spans) + len(old_spans)  # each exported once
+    assert not trace.get_current_span().get_span_context().is_valid
