@@ -443,6 +443,7 @@ def _forget_after_fork() -> None:
     child's own start-up, rooted at the fork. ending.py lets go of the SIGTERM watcher."""
     _session.ACTIVE = None
     CONTROLLER._state = None
+    _session._local.__dict__.pop("ambient", None)  # the parent's open handles' parents
 
 
 ending.forget_in_child(_forget_after_fork)
