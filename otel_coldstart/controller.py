@@ -444,6 +444,9 @@ def _forget_after_fork() -> None:
     _session.ACTIVE = None
     CONTROLLER._state = None
     _session._local.__dict__.pop("ambient", None)  # the parent's open handles' parents
+    from .patches import _guard
+
+    _guard.reset_captures()  # a capture running in the parent is not running in the child
 
 
 ending.forget_in_child(_forget_after_fork)

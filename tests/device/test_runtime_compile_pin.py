@@ -43,6 +43,7 @@ def test_first_successful_init_is_one_span_and_the_wrapper_removes_itself(monkey
         state["initialised"] = True
 
     otel_coldstart.uninstrument()
+    monkeypatch.setattr(runtime, "_initialised_seen", False)
     monkeypatch.setattr(torch.cuda, "_lazy_init", stand_in_lazy_init)
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: state["initialised"])
     traced = request.getfixturevalue("traced")
