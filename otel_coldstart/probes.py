@@ -72,8 +72,30 @@ _TRUSTED_FS = frozenset(
 )
 
 
+_fs_type_by_device: dict[int, str | None] = {}  # st_dev -> filesystem type (a new mount is a new device)
+
+
 def filesystem_type(path: str) -> str | None:
-    """The type of the filesystem holding ``path``, from /proc/self/mountinfo."""
+    """The type of the filesystem holding ``path``, from /proc/self/mountinfo (read once per
+    device: ~60 us a read here, paid per checkpoint file otherwise)."""
+    try:
+        device = os.stat(path).st_dev
+    except OSError:
+        device = None
+    if device is not None and device in _fs_type_by_device:
+        return _fs_type_by_device[device]
+    fs_type = _filesystem_type_from_mountinfo(path)
+    if device is not None and fs_type is not None:
+        _fs_type_by_device[device] = fs_type
+    return fs_type
+
+
+def filesystem_trusted(fs_type: str | None) -> bool:
+    """Whether reads of this filesystem go through the block layer or live in memory."""
+    return fs_type in _TRUSTED_FS
+
+
+def _filesystem_type_from_mountinfo(path: str) -> str | None:
     try:
         real = os.path.realpath(path)
         with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as handle:
@@ -227,3 +249,131 @@ def evict_from_page_cache(path: str) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+# --- page-cache residency on a sample of a file's pages -------------------------------------
+
+# Files up to this many pages are measured whole; larger ones on SAMPLE_RANGES ranges of
+# SAMPLE_PAGES pages spread evenly over the file. cachestat(2) walks the page cache of the
+# range it is given, about 32 ns per page here plus ~1 us per call: a whole 160 MiB shard
+# costs ~1.3 ms, the 64 ranges ~0.13 ms. The same ranges are used for every measurement of
+# a file, so a difference between two measurements compares like with like.
+WHOLE_FILE_MAX_PAGES = 2048
+SAMPLE_RANGES = 64
+SAMPLE_PAGES = 32
+# Where the first pass finds a mix of resident and missing pages, a second pass of
+# SAMPLE_RANGES * (REFINE - 1) ranges in between narrows the estimate (stratified sampling:
+# a contiguous run of missing pages is off by at most one stratum, 1/(64*REFINE) of the file).
+REFINE = 4
+
+
+class Residency:
+    """How many of the looked-at pages of a file were in the page cache, and what they stand
+    for: ``sampled`` of the file's ``pages`` were looked at (all of them when small)."""
+
+    __slots__ = ("resident", "sampled", "pages", "ranges")
+
+    def __init__(self, resident: int, sampled: int, pages: int, ranges: tuple) -> None:
+        self.resident = resident
+        self.sampled = sampled
+        self.pages = pages
+        self.ranges = ranges  # the (first page, page count) ranges looked at, for the next measurement
+
+    @property
+    def ratio(self) -> float:
+        return self.resident / self.sampled if self.sampled else 0.0
+
+    @property
+    def missing_pages(self) -> float:
+        """Estimated pages of the whole file not in the page cache."""
+        return (self.sampled - self.resident) / self.sampled * self.pages if self.sampled else 0.0
+
+
+def _sample_ranges(pages: int, count: int, offset_fraction: float = 0.0) -> list[tuple[int, int]]:
+    if pages <= WHOLE_FILE_MAX_PAGES:
+        return [(0, pages)]
+    stride = pages / count
+    ranges = []
+    for number in range(count):
+        first = int(stride * (number + offset_fraction))
+        ranges.append((first, min(SAMPLE_PAGES, pages - first)))
+    return ranges
+
+
+def measure_residency(path: str, size: int | None = None, ranges: tuple | None = None) -> Residency | None:
+    """Page-cache residency of ``path`` from cachestat(2) on the ranges given (or a fresh sample
+    plan), or None where the kernel has no cachestat or refuses it (a file we may not write:
+    it refuses rather than lies). mincore is not used here: it needs a mapping of the file and
+    answers for every page (O(pages)); :func:`resident_ratio` still falls back to it."""
+    if _CACHESTAT_SYSCALL is None or _cachestat_works is False or not sys.platform.startswith("linux"):
+        return None
+    try:
+        if size is None:
+            size = os.path.getsize(path)
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+        if pages == 0:
+            return None
+        if ranges is None:
+            plan = _sample_ranges(pages, SAMPLE_RANGES)
+            counted = _cachestat_ranges(fd, plan)
+            if counted is None:
+                return None
+            resident, sampled = counted
+            if len(plan) > 1 and 0 < resident < sampled:  # a mix: look closer
+                extra = [r for k in range(1, REFINE) for r in _sample_ranges(pages, SAMPLE_RANGES, k / REFINE)]
+                more = _cachestat_ranges(fd, extra)
+                if more is not None:
+                    plan += extra
+                    resident, sampled = resident + more[0], sampled + more[1]
+            return Residency(resident, sampled, pages, tuple(plan))
+        counted = _cachestat_ranges(fd, ranges)
+        if counted is None:
+            return None
+        return Residency(counted[0], counted[1], pages, ranges)
+    finally:
+        os.close(fd)
+
+
+def _cachestat_ranges(fd: int, ranges) -> tuple[int, int] | None:
+    """(resident pages, pages asked about) over ``ranges`` of (first page, count)."""
+    global _cachestat_works
+    try:
+        libc = _libc_handle()
+        span = _CachestatRange()
+        stats = _Cachestat()
+        number = ctypes.c_long(_CACHESTAT_SYSCALL)
+        resident = asked = 0
+        for first, count in ranges:
+            span.off = first * mmap.PAGESIZE
+            span.len = count * mmap.PAGESIZE
+            if libc.syscall(number, fd, ctypes.byref(span), ctypes.byref(stats), 0) != 0:
+                if ctypes.get_errno() == errno.ENOSYS:
+                    _cachestat_works = False
+                return None
+            resident += min(int(stats.nr_cache), count)
+            asked += count
+        _cachestat_works = True
+        return resident, asked
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+
+
+def file_residency(path: str, size: int | None = None, ranges: tuple | None = None) -> Residency | None:
+    """Page-cache residency of a file: cachestat(2) on a sample of its pages, or, on kernels
+    without cachestat (before 6.5), mincore over the whole file where its answer can be
+    trusted (files the process may write). ``ranges``: those of an earlier measurement."""
+    found = measure_residency(path, size, ranges)
+    if found is not None or _cachestat_works is True:
+        return found
+    ratio = resident_ratio(path)  # the mincore fallback, with its own trust check
+    if ratio is None:
+        return None
+    try:
+        pages = (os.path.getsize(path) + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    except OSError:
+        return None
+    return Residency(round(ratio * pages), pages, pages, ((0, pages),))
