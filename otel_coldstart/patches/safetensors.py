@@ -315,24 +315,36 @@ def _created_and_unused(handle: "_Handle | None") -> bool:
 # argument: no search of /proc/self/maps (~1 ms a file) for handles created this way.
 
 
+_name_wrapper: list = []  # the one wrapper of the safe_open name, shared by every module
+
+
 def _wrap_safe_open_names(handle_type) -> None:
+    """Bind ``safe_open`` to one wrapper in every imported module that binds the class (one
+    object everywhere, so ``safetensors.safe_open is safetensors.torch.safe_open`` still holds)."""
+    if not _name_wrapper or _name_wrapper[0].__wrapped__ is not handle_type:
+        _name_wrapper[:] = [ColdstartWrapper(handle_type, _open_handle)]
+    wrapper = _name_wrapper[0]
     home = sys.modules.get("safetensors._safetensors_rust")  # the class's own module stays as it is
     for module in list(sys.modules.values()):
         namespace = getattr(module, "__dict__", None)
         if module is not home and isinstance(namespace, dict) and namespace.get("safe_open") is handle_type:
-            _patches.wrap(module, "safe_open", _open_handle)
+            try:
+                setattr(module, "safe_open", wrapper)
+            except (AttributeError, TypeError):
+                pass
 
 
 def _restore_safe_open_names() -> None:
-    """Modules that imported ``safe_open`` while it was our wrapper get the class back too."""
+    """Every module bound to the wrapper gets the class back, including those that imported
+    ``safe_open`` while it was the wrapper."""
+    if not _name_wrapper:
+        return
+    wrapper = _name_wrapper.pop()
     for module in list(sys.modules.values()):
         namespace = getattr(module, "__dict__", None)
-        if not isinstance(namespace, dict):
-            continue
-        bound = namespace.get("safe_open")
-        if isinstance(bound, ColdstartWrapper) and getattr(bound, "_self_wrapper", None) is _open_handle:
+        if isinstance(namespace, dict) and namespace.get("safe_open") is wrapper:
             try:
-                setattr(module, "safe_open", bound.__wrapped__)
+                setattr(module, "safe_open", wrapper.__wrapped__)
             except (AttributeError, TypeError):
                 pass
 
