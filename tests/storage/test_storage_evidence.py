@@ -123,8 +123,9 @@ def test_a_lazily_read_file_is_settled_at_the_end_of_the_start_up(traced, shard)
     when the start-up ends, so reads made after it (the cast) are in the figure."""
     set_state(shard, "evicted")
     with safetensors.safe_open(shard, framework="pt") as handle:
-        first = next(iter(handle.keys()))
-        tensor = handle.get_tensor(first)
+        tensor = handle.get_tensor(next(iter(handle.keys())))
+    if probes.resident_ratio(shard) >= 0.99:
+        pytest.skip("the kernel's readahead brought the whole file in with one small tensor")
     assert _file_spans(traced) == []  # waiting: most of the file was not read yet
     tensor.to(torch.float16)
     otel_coldstart.ready()
