@@ -3,6 +3,7 @@ each figure rests on, and where no honest figure exists, the reason instead of a
 
 from __future__ import annotations
 
+import io
 import mmap
 import os
 import sys
@@ -17,6 +18,7 @@ from safetensors import _safetensors_rust
 
 import otel_coldstart
 from otel_coldstart import probes, semconv
+from otel_coldstart.analyze.units import format_bytes
 from otel_coldstart.patches import _storage
 
 from storage_cases import evict_range, read_whole, set_state
@@ -292,3 +294,42 @@ def test_sampled_residency_agrees_with_the_whole_file(big_file, pattern):
     assert sampled.ratio == pytest.approx(exact, abs=0.03), (sampled.resident, sampled.sampled)
     again = probes.measure_residency(big_file, size, sampled.ranges)  # same pages, same answer
     assert (again.resident, again.sampled) == (sampled.resident, sampled.sampled)
+
+
+# --- what the summary and the analyzer read --------------------------------------------------
+
+
+def _shard_line(traced) -> tuple:
+    from otel_coldstart.analyze.breakdown import compute_breakdown
+    from otel_coldstart.analyze.render import render_text
+
+    records = traced.records()
+    root = next(r for r in reversed(records) if r.is_root)
+    breakdown = compute_breakdown(root, records)
+    out = io.StringIO()
+    render_text(breakdown, out)
+    (shard,) = breakdown.shards
+    return shard, [ln for ln in out.getvalue().splitlines() if os.path.basename(shard.path or "") in ln]
+
+
+def test_summary_prints_the_figure(traced, shard):
+    set_state(shard, "evicted")
+    with safetensors.safe_open(shard, framework="pt") as handle:
+        tensors = {k: handle.get_tensor(k) for k in handle.keys()}
+    {k: v.to(torch.float16) for k, v in tensors.items()}
+    otel_coldstart.ready()
+    (span,) = _file_spans(traced)
+    read, (line,) = _shard_line(traced)
+    assert read.read_bytes == span.attributes[semconv.CACHE_STORAGE_READ_BYTES]
+    assert read.read_bytes != span.attributes[semconv.IO_READ_BYTES]  # the thread saw only part of it
+    assert f"cold, {format_bytes(read.read_bytes)} read from storage" in line
+
+
+def test_summary_says_why_instead_of_zero(traced, shard, monkeypatch):
+    monkeypatch.setattr(probes, "filesystem_type", lambda path: "nfs4")
+    safetensors.torch.load_file(shard)
+    otel_coldstart.ready()
+    read, (line,) = _shard_line(traced)
+    assert read.read_bytes is None and read.read_unknown == "filesystem:nfs4"
+    assert "storage reads unknown (filesystem:nfs4)" in line
+    assert "0 B" not in line
