@@ -114,7 +114,7 @@ class StorageLedger:
     def __init__(self, session) -> None:
         self._session = session
         self._lock = threading.Lock()
-        self._files: dict[str, StoredFile] = {}
+        self._files: dict[tuple[int, int], StoredFile] = {}  # (st_dev, st_ino) -> facts
         self._waiting: list[Callable[[], None]] = []
         self._closed = False
 
@@ -122,22 +122,21 @@ class StorageLedger:
         """The file's facts, measured once per start-up, at the first sight of it: before the
         loader opens it where a wrapper of ours sees the open (``before_open``)."""
         try:
-            key = os.path.realpath(path)
+            facts = os.stat(path)
         except (OSError, ValueError, TypeError):
-            return None
+            return None  # the host's own call will raise its error for this
+        # The file itself, whatever name it was reached by (HF caches link snapshots to
+        # blobs): one stat, where realpath would stat every component of the path.
+        key = (facts.st_dev, facts.st_ino)
         with self._lock:
             stored = self._files.get(key)
         if stored is not None:
             return stored
-        try:
-            size = os.path.getsize(key)
-        except OSError:
-            return None  # the host's own call will raise its error for this
-        fs_type = probes.filesystem_type(key)
+        fs_type = probes.filesystem_type(path)
         # Measured on every filesystem: the cache verdict uses it wherever the kernel answers;
         # the storage figure only where the filesystem's reads go through the page cache.
-        before = probes.file_residency(key, size)
-        stored = StoredFile(key, size, fs_type, before, before_open)
+        before = probes.file_residency(path, facts.st_size)
+        stored = StoredFile(path, facts.st_size, fs_type, before, before_open)
         with self._lock:
             return self._files.setdefault(key, stored)
 
