@@ -74,6 +74,8 @@ CACHE_EVIDENCE = "coldstart.cache.evidence"  # "+"-joined: read_bytes, mincore, 
 # whenever (from the file's page-cache residency before its first read to when it is settled).
 CACHE_STORAGE_READ_BYTES = "coldstart.cache.storage_read_bytes"
 CACHE_STORAGE_READ_UNKNOWN = "coldstart.cache.storage_read_unknown"  # why that figure is absent
+# The part of it read after the file's span ended (first touches of a mapped file by later work).
+CACHE_STORAGE_READ_AFTER_SPAN_BYTES = "coldstart.cache.storage_read_after_span_bytes"
 CACHE_SETTLED_RESIDENT_RATIO = "coldstart.cache.settled_resident_ratio"  # residency when it was settled
 IO_READ_BYTES = "coldstart.io.read_bytes"
 IO_MAJOR_FAULTS = "coldstart.io.major_faults"

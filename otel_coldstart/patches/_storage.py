@@ -217,11 +217,14 @@ def finish_with_figure(session, stored: StoredFile | None, thread_read_bytes: in
     start-up ends. ``end_span(attributes, evidence)`` ends the span at its own end time."""
     ledger = ledger_for(session)
 
-    def settle(after=None) -> None:
+    def settle(after=None, at_span_end=None) -> None:
         if after is None:
             after = _residency_now(stored)
         figure, evidence, reason = storage_figure(stored, after, thread_read_bytes, counters_see_every_read)
-        end_span(figure_attributes(figure, evidence, reason, after), evidence)
+        attrs = figure_attributes(figure, evidence, reason, after)
+        if figure is not None and at_span_end is not None and after is not None:
+            attrs[semconv.CACHE_STORAGE_READ_AFTER_SPAN_BYTES] = read_after_span(stored, at_span_end, after)
+        end_span(attrs, evidence)
 
     before = stored.before if stored is not None and stored.fs_trusted else None
     if before is None:
@@ -229,9 +232,18 @@ def finish_with_figure(session, stored: StoredFile | None, thread_read_bytes: in
     elif before.ratio >= _SETTLE_AT_ONCE_FROM:
         settle(before)  # (almost) every page was in before the first read: nothing to wait for
     else:
-        after = _residency_now(stored)
-        if after is None or after.ratio >= _WHOLE or not ledger.settle_later(settle):
-            settle(after)
+        at_span_end = _residency_now(stored)
+        if (at_span_end is None or at_span_end.ratio >= _WHOLE
+                or not ledger.settle_later(lambda: settle(at_span_end=at_span_end))):
+            settle(at_span_end)
+
+
+def read_after_span(stored: StoredFile, at_span_end, settled) -> int:
+    """Bytes of the file that came from storage after its span ended (pages of a mapped file
+    first touched by later casts, copies, other threads): residency at the span's end
+    against residency when settled, on the same pages."""
+    came_in = max(0.0, at_span_end.missing_pages - settled.missing_pages)
+    return min(stored.size or 0, int(came_in * mmap.PAGESIZE))
 
 
 def _residency_now(stored: StoredFile | None):

@@ -333,3 +333,25 @@ def test_summary_says_why_instead_of_zero(traced, shard, monkeypatch):
     assert read.read_bytes is None and read.read_unknown == "filesystem:nfs4"
     assert "storage reads unknown (filesystem:nfs4)" in line
     assert "0 B" not in line
+
+
+def test_the_part_read_after_the_span_is_said(traced, shard):
+    """torch.load(mmap=True) reads nothing in its call: every page of an evicted file comes
+    in during the cast that follows, after the file's span, and the span says so."""
+    target = shard + ".mmap.pt"
+    torch.save({f"w{i}": torch.randn(1 << 18) for i in range(8)}, target)  # 8 MiB
+    try:
+        set_state(target, "evicted")
+        state = torch.load(target, weights_only=True, mmap=True)
+        assert _file_spans(traced) == []  # nothing read yet: the span waits
+        cast = {k: v.to(torch.float16) for k, v in state.items()}
+        otel_coldstart.ready()
+        (span,) = _file_spans(traced)
+        size = os.path.getsize(target)
+        figure = span.attributes[semconv.CACHE_STORAGE_READ_BYTES]
+        later = span.attributes[semconv.CACHE_STORAGE_READ_AFTER_SPAN_BYTES]
+        assert figure >= 0.8 * size and 0.8 * figure <= later <= figure, (figure, later, size)
+        assert span.attributes[semconv.IO_READ_BYTES] < 0.2 * size  # the call itself read little
+        assert cast
+    finally:
+        os.unlink(target)
