@@ -277,6 +277,10 @@ class FileRead:
         except Exception:
             report_internal_error("storage figure")
             end_span({}, [])
+        progress = getattr(self.session, "progress", None)
+        if not ended and progress is not None:  # written at the end of the start-up, done now
+            progress.span_work_done(self.container.span_context.span_id, self.container.name,
+                                    {**self.container.attributes, **attrs})
 
 
 _local = threading.local()  # .depth: a file read of ours is open on this thread

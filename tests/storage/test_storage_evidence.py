@@ -355,3 +355,28 @@ def test_the_part_read_after_the_span_is_said(traced, shard):
         assert cast
     finally:
         os.unlink(target)
+
+
+def test_a_waiting_file_span_is_done_for_progress_when_its_read_ends(traced, shard):
+    """Written at the end of the start-up, but its read is over: the in-flight board must not
+    list it as open (a killed start-up would show a finished read as the one in flight)."""
+    from otel_coldstart import inflight, session
+
+    board = inflight.ProgressBoard(session.ACTIVE)
+    session.ACTIVE.progress = board
+    target = shard + ".board.pt"
+    torch.save({f"w{i}": torch.randn(1 << 18) for i in range(4)}, target)
+    try:
+        set_state(target, "evicted")
+        state = torch.load(target, weights_only=True, mmap=True)
+        assert _file_spans(traced) == []  # waiting for the end of the start-up
+        snap = board.snapshot()
+        assert [e for e in snap.open if e.phase == semconv.PHASE_DESERIALIZE] == []
+        assert snap.done == 1 and snap.bytes_loaded == sum(t.nbytes for t in state.values())
+        {k: v.to(torch.float16) for k, v in state.items()}
+        otel_coldstart.ready()
+        assert len(_file_spans(traced)) == 1
+        written = [s for s in traced.spans() if s.name not in (semconv.SPAN_ROOT, "coldstart.import")]
+        assert board.snapshot().done == len(written)  # each counted once: the file span not again
+    finally:
+        os.unlink(target)
