@@ -321,7 +321,7 @@ def measure_residency(path: str, size: int | None = None, ranges: tuple | None =
     try:
         if size is None:
             size = os.path.getsize(path)
-        fd = os.open(path, os.O_RDONLY)
+        fd = open_regular_fd(path)  # never a FIFO or device: an open could block
     except OSError:
         return None
     try:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 import threading
 from typing import Callable
 
@@ -125,6 +126,8 @@ class StorageLedger:
             facts = os.stat(path)
         except (OSError, ValueError, TypeError):
             return None  # the host's own call will raise its error for this
+        if not stat.S_ISREG(facts.st_mode):
+            return None  # a FIFO, socket or device: never opened by us (an open could block)
         # The file itself, whatever name it was reached by (HF caches link snapshots to
         # blobs): one stat, where realpath would stat every component of the path.
         key = (facts.st_dev, facts.st_ino)
