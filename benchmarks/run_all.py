@@ -20,6 +20,7 @@ import time
 import common
 import floor_bench
 import per_call
+import per_file
 import span_volume
 import startup
 
@@ -31,7 +32,7 @@ def main(argv=None) -> int:
     parser.add_argument("--cache-root", default=None, help="where generated checkpoints are kept")
     parser.add_argument("--pairs", type=int, default=15, help="start-up rounds per format and cache state")
     parser.add_argument("--only", nargs="*", default=None,
-                        choices=["startup", "per_call", "span_volume", "floor"], help="run only these")
+                        choices=["startup", "per_call", "per_file", "span_volume", "floor"], help="run only these")
     args = parser.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     smoke = ["--smoke"] if args.smoke else []
@@ -39,6 +40,7 @@ def main(argv=None) -> int:
     plan = [
         ("startup", "Start-up overhead, peer and peak memory", startup, smoke + cache + ["--pairs", str(args.pairs)]),
         ("per_call", "Per-call cost of the tensor hooks", per_call, smoke),
+        ("per_file", "Per-file cost of the checkpoint-file hooks", per_file, smoke + cache),
         ("span_volume", "Span volume as tensors grow", span_volume, smoke + cache),
         ("floor", "Storage floor: plain read(2)", floor_bench, smoke + cache),
     ]

@@ -33,8 +33,13 @@ What you get
 - One ``coldstart.deserialize`` span per checkpoint file read (``torch.load``,
   ``safetensors.torch.load_file``/``load``, and ``safe_open`` handles as transformers,
   accelerate and vLLM use them), with the file's path, size, format, shard index, the
-  bytes this read pulled from storage and the page-cache state that follows
-  (``cold``/``warm``/``partial``).
+  bytes of the file that came from storage during the start-up (whichever thread read
+  them, casts of mapped tensors after the read included; the span of such a file is
+  written when the start-up ends) and the page-cache state that follows
+  (``cold``/``warm``/``partial``). Where no honest figure exists (network filesystems,
+  no residency probe) the span says why instead of 0. While instrumented, the name
+  ``safe_open`` (in ``safetensors`` and every module that imported it) is a wrapper of the
+  class: ``isinstance`` and ``with`` work as before, ``type(h) is safe_open`` does not.
 - Tensor casts and copies (``Tensor.to/.cuda/.half/.float/.bfloat16/.copy_``,
   ``Module.to/.cuda/.half/...``) summed into a few ``coldstart.<phase>`` leaf spans with
   call counts, bytes and busy time: span count grows with shards and phases, never with

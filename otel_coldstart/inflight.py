@@ -137,6 +137,7 @@ class ProgressBoard:
         self._flush = flush
         self._lock = threading.Lock()
         self._open: dict[int, _Open] = {}
+        self._done_early: set[int] = set()  # spans counted done before they were written
         self._opened = 0
         self._done = 0
         self._last_end_ns = session.start_ns
@@ -173,6 +174,9 @@ class ProgressBoard:
         try:
             end = time.time_ns()
             with self._lock:
+                if span_id in self._done_early:  # counted when its work ended (span_work_done)
+                    self._done_early.discard(span_id)
+                    return
                 self._open.pop(span_id, None)
                 self._done += 1
                 self._last_end_ns = end
@@ -183,6 +187,16 @@ class ProgressBoard:
                         self._loaded[path] = max(self._loaded.get(path, 0), nbytes)
         except Exception:
             report_internal_error("inflight span done")
+
+    def span_work_done(self, span_id: int, name: str, attributes) -> None:
+        """A span whose work has ended but that is written later (a file span waiting for
+        its storage figure until the end of the start-up): done for progress now, once."""
+        self.span_done(span_id, name, attributes)
+        try:
+            with self._lock:
+                self._done_early.add(span_id)
+        except Exception:
+            report_internal_error("inflight span work done")
 
     def file_read_opened(self, read) -> None:
         """A checkpoint file read began: its ``bytes`` counter shows progress inside the file."""

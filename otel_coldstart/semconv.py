@@ -83,7 +83,14 @@ SHARD_COUNT = "coldstart.shard.count"
 
 CACHE_RESIDENT_RATIO = "coldstart.cache.resident_ratio"
 CACHE_STATE = "coldstart.cache.state"  # cold | warm | partial
-CACHE_EVIDENCE = "coldstart.cache.evidence"  # read_bytes | mincore
+CACHE_EVIDENCE = "coldstart.cache.evidence"  # "+"-joined: read_bytes, mincore, residency_delta[_after_open]
+# Bytes of the file that came from storage during the start-up, whatever thread read them and
+# whenever (from the file's page-cache residency before its first read to when it is settled).
+CACHE_STORAGE_READ_BYTES = "coldstart.cache.storage_read_bytes"
+CACHE_STORAGE_READ_UNKNOWN = "coldstart.cache.storage_read_unknown"  # why that figure is absent
+# The part of it read after the file's span ended (first touches of a mapped file by later work).
+CACHE_STORAGE_READ_AFTER_SPAN_BYTES = "coldstart.cache.storage_read_after_span_bytes"
+CACHE_SETTLED_RESIDENT_RATIO = "coldstart.cache.settled_resident_ratio"  # residency when it was settled
 IO_READ_BYTES = "coldstart.io.read_bytes"
 IO_MAJOR_FAULTS = "coldstart.io.major_faults"
 THROUGHPUT = "coldstart.throughput"  # bytes/s over the span's duration

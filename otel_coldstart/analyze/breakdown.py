@@ -54,6 +54,8 @@ class ShardRead:
     resident_ratio: float | None
     thread_id: int | None
     start_ns: int
+    # Why read_bytes is unknown (coldstart.cache.storage_read_unknown), e.g. "filesystem:nfs4".
+    read_unknown: str | None = None
 
 
 @dataclass(frozen=True)
@@ -427,6 +429,16 @@ def _int_attr(span: Span, key: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _storage_read_bytes(span: Span) -> int | None:
+    """Bytes of the file that came from storage during the start-up: the per-file figure
+    (every thread, reads after the span included), else, in traces written before it existed,
+    the span's own per-thread counter; None where the trace says no honest figure exists."""
+    figure = _int_attr(span, semconv.CACHE_STORAGE_READ_BYTES)
+    if figure is not None or semconv.CACHE_STORAGE_READ_UNKNOWN in span.attributes:
+        return figure
+    return _int_attr(span, semconv.IO_READ_BYTES)
+
+
 def _shard_read(span: Span) -> ShardRead:
     attrs = span.attributes
     path = attrs.get(semconv.FILE_PATH)
@@ -440,7 +452,8 @@ def _shard_read(span: Span) -> ShardRead:
         size=_int_attr(span, semconv.FILE_SIZE),
         format=fmt if isinstance(fmt, str) else None,
         duration_ns=span.duration_ns,
-        read_bytes=_int_attr(span, semconv.IO_READ_BYTES),
+        read_bytes=_storage_read_bytes(span),
+        read_unknown=unknown if isinstance(unknown := attrs.get(semconv.CACHE_STORAGE_READ_UNKNOWN), str) else None,
         cache_state=state if isinstance(state, str) else None,
         resident_ratio=float(ratio) if isinstance(ratio, (int, float)) else None,
         thread_id=span.thread_id,

@@ -47,6 +47,8 @@ def render_text(breakdown: Breakdown, out: TextIO) -> None:
             evidence = ""
             if shard.read_bytes is not None:
                 evidence = f", {format_bytes(shard.read_bytes)} read from storage"
+            elif shard.read_unknown:
+                evidence = f", storage reads unknown ({shard.read_unknown})"
             out.write(
                 f"    {index:<{index_width}}{fit(name, name_width):<{name_width}}{format_bytes(shard.size):>11}"
                 f"{format_seconds(shard.duration_ns):>10}  {_t(shard.cache_state or 'cache ?')}{evidence}\n"

@@ -51,7 +51,8 @@ def startup_to_dict(b: Breakdown) -> dict:
         ],
         "shards": [
             {"path": r.path, "index": r.index, "count": r.count, "size_bytes": r.size, "format": r.format,
-             "duration_s": _s(r.duration_ns), "read_bytes": r.read_bytes, "cache_state": r.cache_state,
+             "duration_s": _s(r.duration_ns), "read_bytes": r.read_bytes, "read_unknown": r.read_unknown,
+             "cache_state": r.cache_state,
              "resident_ratio": r.resident_ratio, "thread_id": r.thread_id,
              "offset_s": _s(r.start_ns - b.root.start_ns)}
             for r in b.shards

@@ -16,6 +16,7 @@ from typing import Any
 from .. import probes, semconv
 from .._errors import report_internal_error
 from .._regular_files import is_regular_file, open_regular
+from . import _storage
 from ._tensor_bytes import tensor_nbytes
 
 # Reading from storage at least this share of the bytes asked for means the page cache did
@@ -100,10 +101,29 @@ def shard_position(path: str) -> tuple[int | None, int | None]:
     return None, None
 
 
-def _index_positions(directory: str) -> dict[str, int]:
+_index_names_cache: dict[str, tuple[int, list[str]]] = {}  # directory -> (its mtime, *.index.json names)
+
+
+def _index_names(directory: str) -> list[str]:
+    """The ``*.index.json`` files of a directory, listed again only when it changed (a
+    listing costs 20-40 us here, paid per checkpoint file otherwise)."""
     try:
+        mtime = os.stat(directory).st_mtime_ns
+        with _index_lock:
+            cached = _index_names_cache.get(directory)
+        if cached is not None and cached[0] == mtime:
+            return cached[1]
         names = [n for n in os.listdir(directory) if n.endswith(".index.json")]
     except OSError:
+        return []
+    with _index_lock:
+        _index_names_cache[directory] = (mtime, names)
+    return names
+
+
+def _index_positions(directory: str) -> dict[str, int]:
+    names = _index_names(directory)
+    if not names:
         return {}
     positions: dict[str, int] = {}
     for name in sorted(names):
@@ -137,7 +157,11 @@ class FileRead:
 
     def __init__(self, session, path: str | None, fmt: str | None, api: str, *,
                  size: int | None = None, make_current: bool = True, start_ns: int | None = None,
-                 parent=None) -> None:
+                 parent=None, lazy_reads: bool = False, opened_unseen: bool = False) -> None:
+        """``lazy_reads``: the loader maps the file and its pages are read on first touch, by
+        whichever thread touches them, possibly after this span (safe_open handles).
+        ``opened_unseen``: the loader opened the file (and read its header) before any hook
+        of ours ran, so residency measured now is already after that read."""
         self.session = session
         self.path = path
         self.read_bytes = 0
@@ -147,6 +171,9 @@ class FileRead:
         self._lock = threading.Lock()
         self.trusted = False
         self.resident_ratio = None
+        self.lazy_reads = lazy_reads
+        self.stored = None  # the file's storage facts (_storage.StoredFile), shared by its spans
+        self.carries_figure = True  # the file's first span: it carries the storage figure
         attrs: dict[str, Any] = {semconv.FILE_API: api}
         if path is not None:
             attrs[semconv.FILE_PATH] = path
@@ -154,8 +181,10 @@ class FileRead:
         if path is not None and is_regular_file(path):
             try:
                 # Residency first: anything we read ourselves (a format sniff) would warm it.
-                self.resident_ratio = probes.resident_ratio(path)
-                self.trusted = probes.read_bytes_trusted(path)
+                self.stored, self.carries_figure, self.resident_ratio = _storage.start_file_span(
+                    session, path, before_open=not opened_unseen)
+                self.trusted = (probes.io_accounting_available() and probes.filesystem_trusted(self.stored.fs_type)
+                                if self.stored is not None else probes.read_bytes_trusted(path))
                 size = _size_or(path, size)
                 if fmt is None:
                     fmt = detect_format(path)
@@ -223,12 +252,42 @@ class FileRead:
         if self.resident_ratio is not None:
             from_residency = cache_state_from_residency(self.resident_ratio)
         state = combine_cache_states(from_reads, from_residency)
+        verdict_evidence = [name for name, found in (("read_bytes", from_reads), ("mincore", from_residency))
+                            if found]
         if state is not None:
             attrs[semconv.CACHE_STATE] = state
-            attrs[semconv.CACHE_EVIDENCE] = "+".join(
-                name for name, found in (("read_bytes", from_reads), ("mincore", from_residency)) if found
-            )
-        self.container.finish(attrs, error, end_ns=end, detach=detach)
+        if detach:  # stop being current now, on this thread, whenever the span ends
+            self.container.detach()
+        self._end_with_storage_figure(attrs, verdict_evidence, error, end, lazy=self.lazy_reads or reads_deferred)
+
+    def _end_with_storage_figure(self, attrs: dict, verdict_evidence: list, error, end_ns: int, lazy: bool) -> None:
+        """End the span with the file's storage figure (see _storage): now, or when the
+        start-up ends if pages of the file may still be read by then."""
+        ended = []
+
+        def end_span(figure_attrs: dict, figure_evidence: list) -> None:
+            if ended:
+                return
+            ended.append(True)
+            attrs.update(figure_attrs)
+            evidence = verdict_evidence + [t for t in figure_evidence if t not in verdict_evidence]
+            if evidence:
+                attrs[semconv.CACHE_EVIDENCE] = "+".join(evidence)
+            self.container.finish(attrs, error, end_ns=end_ns, detach=False)  # detached above, or not ours to
+
+        if not self.carries_figure:
+            end_span({semconv.CACHE_STORAGE_READ_UNKNOWN: _storage.UNKNOWN_COUNTED_ON_FIRST_SPAN}, [])
+            return
+        try:
+            _storage.finish_with_figure(self.session, self.stored, self.read_bytes if self.trusted else None,
+                                        not lazy, end_span)
+        except Exception:
+            report_internal_error("storage figure")
+            end_span({}, [])
+        progress = getattr(self.session, "progress", None)
+        if not ended and progress is not None:  # written at the end of the start-up, done now
+            progress.span_work_done(self.container.span_context.span_id, self.container.name,
+                                    {**self.container.attributes, **attrs})
 
 
 _local = threading.local()  # .depth: a file read of ours is open on this thread

@@ -8,6 +8,7 @@ import pytest
 import safetensors.torch
 from safetensors import safe_open
 
+import otel_coldstart
 from otel_coldstart import probes, semconv
 from otel_coldstart.demo import set_cache_state
 from otel_coldstart.patches import _files
@@ -45,26 +46,34 @@ def test_evicted_shard_is_cold_and_the_others_warm(traced, sized_checkpoint, api
             with safe_open(path, framework="pt") as handle:
                 for key in handle.keys():
                     handle.get_tensor(key)
+    # The returned tensors map the file: pages nobody touched yet are not read, and the cold
+    # file's span waits for the end of the start-up to settle how much of it storage delivered.
+    otel_coldstart.ready()
     spans = sorted(traced.by_phase(semconv.PHASE_DESERIALIZE), key=lambda s: s.attributes[semconv.SHARD_INDEX])
     assert [s.attributes[semconv.SHARD_INDEX] for s in spans] == [0, 1, 2, 3]
     cold, *warm = spans
     size = os.path.getsize(small_checkpoint[0])
     assert cold.attributes[semconv.CACHE_STATE] == "cold"
-    assert cold.attributes[semconv.CACHE_EVIDENCE] == "read_bytes+mincore"
+    assert cold.attributes[semconv.CACHE_EVIDENCE] == "read_bytes+mincore+residency_delta"
+    # What storage delivered for the file during the start-up, whoever read it: the pages the
+    # loader and the readahead brought in (untouched pages of the mapping are still not read).
+    assert 0.3 * size <= cold.attributes[semconv.CACHE_STORAGE_READ_BYTES] <= size
+    assert cold.attributes[semconv.CACHE_STORAGE_READ_BYTES] >= cold.attributes[semconv.IO_READ_BYTES] - 8192
     # A lower bound: async readahead on mmap faults is not always charged to the thread.
     assert cold.attributes[semconv.IO_READ_BYTES] >= 0.3 * cold.attributes[semconv.BYTES]
     assert cold.attributes[semconv.CACHE_RESIDENT_RATIO] <= 0.5  # measured before the read
     assert cold.attributes[semconv.IO_READ_BYTES] <= size + 1024 * 1024  # readahead, not more
     for span in warm:
         assert span.attributes[semconv.CACHE_STATE] == "warm"
-        assert span.attributes[semconv.CACHE_EVIDENCE] == "read_bytes+mincore"
+        assert span.attributes[semconv.CACHE_EVIDENCE] == "read_bytes+mincore+residency_delta"
+        assert span.attributes[semconv.CACHE_STORAGE_READ_BYTES] < 0.05 * span.attributes[semconv.FILE_SIZE]
         assert span.attributes[semconv.IO_READ_BYTES] < 0.05 * span.attributes[semconv.BYTES]
         assert span.attributes[semconv.CACHE_RESIDENT_RATIO] == 1.0
 
 
 def test_untrusted_filesystem_gives_no_read_evidence(traced, small_checkpoint, monkeypatch):
     monkeypatch.setattr(probes, "filesystem_type", lambda path: "nfs4")
-    monkeypatch.setattr(probes, "resident_ratio", lambda path: None)
+    monkeypatch.setattr(probes, "file_residency", lambda path, size=None, ranges=None: None)
     safetensors.torch.load_file(small_checkpoint[0])
     (span,) = traced.by_phase(semconv.PHASE_DESERIALIZE)
     for key in (semconv.IO_READ_BYTES, semconv.CACHE_STATE, semconv.CACHE_EVIDENCE, semconv.CACHE_RESIDENT_RATIO):
@@ -82,7 +91,7 @@ def test_residency_stands_in_when_reads_cannot_be_counted(traced, small_checkpoi
 
 def test_read_counter_alone_decides_where_residency_cannot_be_trusted(traced, sized_checkpoint, monkeypatch):
     _evict_first_or_skip(sized_checkpoint)
-    monkeypatch.setattr(probes, "resident_ratio", lambda path: None)  # a read-only volume
+    monkeypatch.setattr(probes, "file_residency", lambda path, size=None, ranges=None: None)  # read-only volume
     safetensors.torch.load_file(sized_checkpoint[0])
     (span,) = traced.by_phase(semconv.PHASE_DESERIALIZE)
     assert span.attributes[semconv.CACHE_EVIDENCE] == "read_bytes"

@@ -71,6 +71,7 @@ def test_internal_error_never_reaches_the_host(traced, small_checkpoint, monkeyp
 
     monkeypatch.setattr(_files.FileRead, "__init__", broken)
     monkeypatch.setattr(_files.probes, "resident_ratio", broken)
+    monkeypatch.setattr(_files.probes, "file_residency", broken)  # reached from the safe_open name wrapper
     loaded = load_file(small_checkpoint[0])
     with safe_open(small_checkpoint[1], framework="pt") as handle:
         tensors = {k: handle.get_tensor(k) for k in handle.keys()}
@@ -117,6 +118,8 @@ def _patched_objects():
         "load_file": lambda: safetensors.torch.load_file,
         "safe_open.get_tensor": lambda: vars(_safetensors_rust.safe_open)["get_tensor"],
         "safe_open.__enter__": lambda: vars(_safetensors_rust.safe_open)["__enter__"],
+        "safetensors.safe_open": lambda: safetensors.safe_open,
+        "safetensors.torch.safe_open": lambda: safetensors.torch.safe_open,
     }
 
 

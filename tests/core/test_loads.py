@@ -71,6 +71,9 @@ def test_partial_slice_counts_only_the_bytes_read(traced, small_checkpoint):
     with safe_open(path, framework="pt") as handle:
         name = sorted(handle.keys())[0]
         part = handle.get_slice(name)[:2]
+    # Only part of the file is read: if a page of it is out of the page cache (a busy machine
+    # drops some), the span waits for the end of the start-up to settle its storage figure.
+    otel_coldstart.ready()
     (span,) = traced.by_phase(semconv.PHASE_DESERIALIZE)
     assert span.attributes[semconv.BYTES] == part.nbytes
     assert span.attributes[semconv.FILE_API] == "safetensors.safe_open"

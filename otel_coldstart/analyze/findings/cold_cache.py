@@ -47,7 +47,7 @@ def check(breakdown: Breakdown) -> list[Finding]:
                 f"({ratio:.1f}x faster per byte)",
                 f"{format_seconds(spent)} in {len(cold)} cold shard(s) of {len(sized)}"]
     if read:
-        evidence.append(f"{format_bytes(read)} read from storage by the cold shard(s) (/proc io read_bytes)")
+        evidence.append(f"{format_bytes(read)} read from storage by the cold shard(s) during the start-up")
     return [Finding.about(
         breakdown, rule="cold_cache", phase=semconv.PHASE_DESERIALIZE,
         title=f"cold shards read {ratio:.1f}x slower per byte: storage is the bottleneck",

@@ -1,0 +1,255 @@
+"""How many bytes of a checkpoint file came from storage during the start-up, whichever
+thread read them and whenever.
+
+The per-thread read counter (``coldstart.io.read_bytes``) only sees the thread it samples,
+while it samples: ``safe_open`` reads the header when the handle is created (and the kernel
+reads ahead several MiB with it), and the tensors of a mapped file are read when first
+touched, by whoever touches them: torch's intra-op threads in a cast, a loader pool, a
+``.to("cuda")`` long after the file's span ended. So the file's figure comes from the page
+cache itself: the pages of the file that were not resident before its first read and are
+resident when the figure is settled, i.e. when the file's span ends with every page in,
+else at the end of the start-up (the span is then ended at its own end time, with the
+figure, when the start-up ends). Where the per-thread counters saw more (pages read and
+dropped again under memory pressure), they are the figure.
+
+Everything here is per start-up session and per file (by real path): the first span of a
+file carries its figure, later spans of the same file say so instead of counting it twice.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import stat
+import threading
+from typing import Callable
+
+from .. import probes, semconv
+from .._errors import report_internal_error
+
+# Why a file span has no coldstart.cache.storage_read_bytes (coldstart.cache.storage_read_unknown).
+UNKNOWN_NOT_A_FILE = "not_a_file"  # read from bytes or a stream: no file whose cache we can ask
+UNKNOWN_FILESYSTEM = "filesystem"  # "filesystem:<type>": network/FUSE, residency and block I/O say nothing
+UNKNOWN_NO_RESIDENCY = "no_residency"  # no cachestat/mincore answer (a file we may not write) and the
+#                                        reads were made where the thread counters do not see them (mmap)
+UNKNOWN_COUNTED_ON_FIRST_SPAN = "counted_on_first_span"  # a later read of a file already counted
+
+# Evidence tokens (coldstart.cache.evidence) for the storage figure.
+EVIDENCE_RESIDENCY_DELTA = "residency_delta"  # residency before the first read -> when settled
+# The same, but the "before" was measured after the handle was created (it was created where
+# no wrapper of ours saw it): the header read at creation, with its readahead, is not in it.
+EVIDENCE_RESIDENCY_DELTA_AFTER_OPEN = "residency_delta_after_open"
+EVIDENCE_READ_BYTES = "read_bytes"  # the per-thread counters of the file's own reads
+
+_WHOLE = 0.999  # "every page is in": settle now rather than at the end of the start-up
+# A file at least this resident before its first read is settled when its span ends, with
+# no second measurement: at most 1% of it can have come from storage since (and what the
+# loader's own calls read, the thread counters see). A warm file with a few pages missing
+# (common on a busy machine) would otherwise pay a second residency measurement.
+_SETTLE_AT_ONCE_FROM = 0.99
+
+
+class StoredFile:
+    """One file's storage facts in this start-up: its residency before its first read."""
+
+    __slots__ = ("path", "size", "fs_type", "before", "before_open", "claimed")
+
+    def __init__(self, path: str, size: int | None, fs_type: str | None, before, before_open: bool) -> None:
+        self.path = path
+        self.size = size
+        self.fs_type = fs_type
+        self.before = before  # probes.Residency, or None where the kernel cannot say
+        self.before_open = before_open  # measured before the loader opened the file
+        self.claimed = False  # a span carries this file's figure already
+
+    @property
+    def fs_trusted(self) -> bool:
+        return probes.filesystem_trusted(self.fs_type)
+
+    @property
+    def before_ratio(self) -> float | None:
+        return self.before.ratio if self.before is not None else None
+
+
+def storage_figure(stored: StoredFile | None, after, thread_read_bytes: int | None,
+                   counters_see_every_read: bool) -> tuple[int | None, list[str], str | None]:
+    """(bytes read from storage, evidence tokens, reason when there is no figure).
+
+    ``after``: the file's residency when settled, on the same pages as ``stored.before``.
+    ``thread_read_bytes``: the per-thread counters of the file's own span (None where the
+    filesystem does not count them). ``counters_see_every_read``: the loader read every byte
+    inside its call (load_file, torch.load without mmap); false where pages are read on first
+    touch, later and by other threads (safe_open handles, torch.load(mmap=True))."""
+    if stored is None:
+        return None, [], UNKNOWN_NOT_A_FILE
+    if not stored.fs_trusted:
+        return None, [], f"{UNKNOWN_FILESYSTEM}:{stored.fs_type or 'unknown'}"
+    size = stored.size or 0
+    if stored.before is not None and after is not None:
+        became_resident = max(0.0, stored.before.missing_pages - after.missing_pages)
+        figure = min(size, int(became_resident * mmap.PAGESIZE))
+        evidence = [EVIDENCE_RESIDENCY_DELTA if stored.before_open else EVIDENCE_RESIDENCY_DELTA_AFTER_OPEN]
+        if thread_read_bytes is not None:
+            evidence.append(EVIDENCE_READ_BYTES)
+            figure = max(figure, min(size, thread_read_bytes))
+        return figure, evidence, None
+    if thread_read_bytes is not None and counters_see_every_read:
+        return min(size, thread_read_bytes) if size else thread_read_bytes, [EVIDENCE_READ_BYTES], None
+    return None, [], UNKNOWN_NO_RESIDENCY
+
+
+def figure_attributes(figure: int | None, evidence: list[str], reason: str | None, after) -> dict:
+    attrs: dict = {}
+    if figure is not None:
+        attrs[semconv.CACHE_STORAGE_READ_BYTES] = figure
+    if reason is not None:
+        attrs[semconv.CACHE_STORAGE_READ_UNKNOWN] = reason
+    if after is not None:
+        attrs[semconv.CACHE_SETTLED_RESIDENT_RATIO] = round(after.ratio, 4)
+    return attrs
+
+
+class StorageLedger:
+    """The files of one start-up, and the file spans waiting for their figure."""
+
+    def __init__(self, session) -> None:
+        self._session = session
+        self._lock = threading.Lock()
+        self._files: dict[tuple[int, int], StoredFile] = {}  # (st_dev, st_ino) -> facts
+        self._waiting: list[Callable[[], None]] = []
+        self._closed = False
+
+    def observe(self, path: str, *, before_open: bool = True) -> StoredFile | None:
+        """The file's facts, measured once per start-up, at the first sight of it: before the
+        loader opens it where a wrapper of ours sees the open (``before_open``)."""
+        try:
+            facts = os.stat(path)
+        except (OSError, ValueError, TypeError):
+            return None  # the host's own call will raise its error for this
+        if not stat.S_ISREG(facts.st_mode):
+            return None  # a FIFO, socket or device: never opened by us (an open could block)
+        # The file itself, whatever name it was reached by (HF caches link snapshots to
+        # blobs): one stat, where realpath would stat every component of the path.
+        key = (facts.st_dev, facts.st_ino)
+        with self._lock:
+            stored = self._files.get(key)
+        if stored is not None:
+            return stored
+        fs_type = probes.filesystem_type(path)
+        # Measured on every filesystem: the cache verdict uses it wherever the kernel answers;
+        # the storage figure only where the filesystem's reads go through the page cache.
+        before = probes.file_residency(path, facts.st_size)
+        stored = StoredFile(path, facts.st_size, fs_type, before, before_open)
+        with self._lock:
+            return self._files.setdefault(key, stored)
+
+    def claim(self, stored: StoredFile | None) -> bool:
+        """True for the first span of the file: it carries the file's figure."""
+        if stored is None:
+            return True
+        with self._lock:
+            first, stored.claimed = not stored.claimed, True
+        return first
+
+    def settle_later(self, settle: Callable[[], None]) -> bool:
+        """Queue ``settle`` for the end of the start-up; False if that has passed (settle now)."""
+        with self._lock:
+            if self._closed or self._session.ended:
+                return False
+            self._waiting.append(settle)
+            return True
+
+    def settle_all(self) -> None:
+        """At the end of the start-up: give every waiting file span its figure and end it."""
+        with self._lock:
+            self._closed = True
+            waiting, self._waiting = self._waiting, []
+        for settle in waiting:
+            try:
+                settle()
+            except Exception:
+                report_internal_error("storage figure")
+
+
+_ledger_lock = threading.Lock()
+
+
+def ledger_for(session) -> StorageLedger:
+    """The session's storage ledger, created with its first file (and settled at its end)."""
+    ledger = getattr(session, "_storage_ledger", None)
+    if ledger is None:
+        with _ledger_lock:
+            ledger = getattr(session, "_storage_ledger", None)
+            if ledger is None:
+                ledger = StorageLedger(session)
+                session._storage_ledger = ledger
+                # Registered after the patches' own end hooks (instrument() registers those
+                # first), so handles they close at the end are settled here too.
+                session.on_end(ledger.settle_all)
+    return ledger
+
+
+def observe_file(session, path: str | None, *, before_open: bool = True) -> StoredFile | None:
+    """Measure the file's residency now if this start-up has not seen it yet (call it before
+    the loader touches the file)."""
+    if session is None or path is None:
+        return None
+    return ledger_for(session).observe(path, before_open=before_open)
+
+
+def start_file_span(session, path: str, *, before_open: bool) -> tuple[StoredFile | None, bool, float | None]:
+    """For a file span starting now: (the file's facts, whether this span carries the file's
+    storage figure, the residency its cache verdict rests on). The first span of a file uses
+    the residency from before the file's first read; a later span (the file read again) is
+    judged on the residency now, and leaves the storage figure to the first."""
+    ledger = ledger_for(session)
+    stored = ledger.observe(path, before_open=before_open)
+    first = ledger.claim(stored)
+    if stored is None:
+        return None, first, None
+    if first:
+        return stored, True, stored.before_ratio
+    now = probes.file_residency(stored.path, stored.size, stored.before.ranges) if stored.before else None
+    return stored, False, now.ratio if now is not None else None
+
+
+def finish_with_figure(session, stored: StoredFile | None, thread_read_bytes: int | None,
+                       counters_see_every_read: bool, end_span: Callable[[dict, list], None]) -> None:
+    """End a file's span with its storage figure: now if every page of the file is in the
+    page cache (nothing more can come from storage) or the start-up has ended, else when the
+    start-up ends. ``end_span(attributes, evidence)`` ends the span at its own end time."""
+    ledger = ledger_for(session)
+
+    def settle(after=None, at_span_end=None) -> None:
+        if after is None:
+            after = _residency_now(stored)
+        figure, evidence, reason = storage_figure(stored, after, thread_read_bytes, counters_see_every_read)
+        attrs = figure_attributes(figure, evidence, reason, after)
+        if figure is not None and at_span_end is not None and after is not None:
+            attrs[semconv.CACHE_STORAGE_READ_AFTER_SPAN_BYTES] = read_after_span(stored, at_span_end, after)
+        end_span(attrs, evidence)
+
+    before = stored.before if stored is not None and stored.fs_trusted else None
+    if before is None:
+        settle()
+    elif before.ratio >= _SETTLE_AT_ONCE_FROM:
+        settle(before)  # (almost) every page was in before the first read: nothing to wait for
+    else:
+        at_span_end = _residency_now(stored)
+        if (at_span_end is None or at_span_end.ratio >= _WHOLE
+                or not ledger.settle_later(lambda: settle(at_span_end=at_span_end))):
+            settle(at_span_end)
+
+
+def read_after_span(stored: StoredFile, at_span_end, settled) -> int:
+    """Bytes of the file that came from storage after its span ended (pages of a mapped file
+    first touched by later casts, copies, other threads): residency at the span's end
+    against residency when settled, on the same pages."""
+    came_in = max(0.0, at_span_end.missing_pages - settled.missing_pages)
+    return min(stored.size or 0, int(came_in * mmap.PAGESIZE))
+
+
+def _residency_now(stored: StoredFile | None):
+    if stored is None or stored.before is None or not stored.fs_trusted:
+        return None
+    return probes.file_residency(stored.path, stored.size, stored.before.ranges)
