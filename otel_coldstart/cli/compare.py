@@ -49,8 +49,6 @@ def run(args: argparse.Namespace) -> int:
               f"B: {args.b} ({result.b_count} start-ups; {result.b_cache.describe()})")
     rule = (f"verdict: Mann-Whitney U p < {ALPHA} and a median change of at least "
             f"{format_seconds(MIN_EFFECT_NS)} and {MIN_EFFECT_RATIO:.0%}")
-    for note in result.warnings:
-        print(f"otel-coldstart: warning: {note}", file=sys.stderr)
     with output(args.output) as out:
         if args.format == "json":
             doc = {"schema": "otel-coldstart.compare/2",
@@ -67,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
             out.write("\n")
         else:
             _table(result, rows, header, rule, args.format == "markdown", out)
+    for note in result.warnings:  # also in the report; here after it was written (a failed write says only that)
+        print(f"otel-coldstart: warning: {note}", file=sys.stderr)
     return a_inputs.exit_code(b_inputs.exit_code())
 
 
