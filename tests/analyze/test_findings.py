@@ -230,7 +230,9 @@ def test_dominant_import_keeps_the_plugins_own_import_out_of_lever_and_saving():
              child(r, "coldstart.cast", "cast", 600, 700)]
     [f] = dominant_phase.check(only(spans))
     assert f.phase == "import"
-    assert f.saving_ns == (600 - 200) * MS // 2
+    # No flat half (issue 13): the dominant phase claims no saving without a reference, so
+    # the plugin's own import is counted in none; it is named and kept out of the lever.
+    assert f.saving_ns == 0 and "not estimated" in f.estimate
     assert any("otel-coldstart's own import and set-up: 200.0 ms" in line for line in f.evidence)
     assert "otel-coldstart itself takes excluded" in f.lever and f.lever.startswith("import less")
 
@@ -238,7 +240,7 @@ def test_dominant_import_keeps_the_plugins_own_import_out_of_lever_and_saving():
 def test_dominant_import_without_the_attribute_is_as_before():
     r = root(1000)
     [f] = dominant_phase.check(only([r, child(r, "coldstart.import", "import", 0, 600)]))
-    assert f.saving_ns == 300 * MS and "excluded" not in f.lever
+    assert f.saving_ns == 0 and "excluded" not in f.lever
 
 
 def test_a_hostile_own_import_share_never_exceeds_the_phase():
