@@ -28,7 +28,7 @@ from opentelemetry import metrics
 from opentelemetry import trace as otel_trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext
 
-from . import _otel_env, semconv
+from . import _otel_env, semconv, verdicts
 from ._bounded import run_bounded
 from .export import otlp_endpoint_configured
 from ._errors import logger
@@ -133,18 +133,13 @@ class StartupFacts:
     shard_positions: tuple[str, ...] = field(default_factory=tuple)  # per breakdown.shards
 
 
-def _in_window(span: Span, root: Span) -> bool:
-    """The breakdown's rule: a span counts if it lies within the root span."""
-    return span.start_ns >= root.start_ns and span.end_ns <= root.end_ns
-
-
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def startup_facts(breakdown: Breakdown, records: Iterable[Span]) -> StartupFacts:
     root = breakdown.root
-    window = [s for s in records if not s.is_root and _in_window(s, root)]
+    window = [s for s in records if not s.is_root and verdicts.in_startup_window(s, root)]
 
     sums: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for span in window:
@@ -159,15 +154,7 @@ def startup_facts(breakdown: Breakdown, records: Iterable[Span]) -> StartupFacts
         for direction, e in sorted(sums.items())
     )
 
-    # A capture may be one span, a torch.cuda.graph span around capture_begin/end spans, or
-    # one aggregate of many: count the leaves, an aggregate as its calls.
-    captures = [s for s in window if s.phase == semconv.PHASE_GRAPH_CAPTURE]
-    capture_parents = {s.parent_id for s in captures}
-    count = 0
-    for span in captures:
-        if span.span_id in capture_parents:
-            continue
-        count += max(1, _int(span.attributes.get(semconv.CALLS))) if span.is_aggregate else 1
+    count = verdicts.capture_count(window)  # the graph-capture finding counts the same way
     capture_phase = breakdown.phase(semconv.PHASE_GRAPH_CAPTURE)
 
     positions = tuple("first" if i == 0 else "rest" for i in range(len(breakdown.shards)))
@@ -246,7 +233,7 @@ class StartupMetrics:
 
         for shard, position in zip(breakdown.shards, facts.shard_positions):
             self.shard_duration.record(shard.duration_ns / 1e9, {
-                **base, semconv.CACHE_STATE: shard.cache_state or UNKNOWN, semconv.SHARD_POSITION: position,
+                **base, semconv.CACHE_STATE: shard.state or UNKNOWN, semconv.SHARD_POSITION: position,
             }, context=ctx)
 
         for copy in facts.copies:

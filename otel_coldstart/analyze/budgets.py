@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+from .. import semconv
 from .breakdown import Breakdown
 from .units import format_seconds, parse_duration_ns
 
@@ -59,6 +60,18 @@ def parse_budget_file(text: str) -> dict[str, int]:
         return parse_budget_specs(specs)
     lines = (line.split("#", 1)[0].strip() for line in text.splitlines())
     return parse_budget_specs(line for line in lines if line)
+
+
+def unknown_budget_keys(budget: dict[str, int], known_phases: Iterable[str]) -> list[str]:
+    """Keys that name nothing: not total, not unattributed, not a built-in phase and not a
+    phase seen in the traces. A typo (``totl``, ``deserialise``) would be a gate that never
+    fires, so the CLI refuses it."""
+    valid = set(valid_budget_keys(known_phases))
+    return sorted(k for k in budget if k not in valid)
+
+
+def valid_budget_keys(known_phases: Iterable[str]) -> list[str]:
+    return [TOTAL, UNATTRIBUTED] + sorted(set(semconv.BUILTIN_PHASES) | set(known_phases))
 
 
 def check_budgets(results: Sequence[Breakdown], budget: dict[str, int]) -> list[Violation]:

@@ -9,11 +9,13 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Sequence
 
+from .. import verdicts
 from .breakdown import Breakdown
 from .stats import percentile
 
 DEFAULT_GROUP_KEYS = ("host.type",)
 UNKNOWN = "(not set)"
+MIN_FOR_P95 = 20  # below this many start-ups a p95 is the slowest one or two, not a percentile
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,27 @@ class GroupSummary:
     ready: int
     total: Quantiles
     phases: dict[str, Quantiles]  # phases present in the group, missing counts as 0
+
+    @property
+    def p95_caveat(self) -> str | None:
+        if self.count >= MIN_FOR_P95:
+            return None
+        return (f"p95 of {self.count} start-up(s): fewer than {MIN_FOR_P95}, so it is close to the slowest "
+                "seen, not a percentile")
+
+    @property
+    def dominant_phase(self) -> str | None:
+        """verdicts.dominant_phase over the group's medians: the phase whose p50 is the
+        largest, when it holds at least 20% of the p50 start-up; None when none does."""
+        ranked = sorted(((q.p50_ns, name) for name, q in self.phases.items() if name != "unattributed"),
+                        reverse=True)
+
+        class _P:  # the verdict reads busy_ns
+            def __init__(self, ns: int, name: str) -> None:
+                self.busy_ns, self.phase = ns, name
+
+        top = verdicts.dominant_phase([_P(ns, name) for ns, name in ranked], self.total.p50_ns)
+        return top.phase if top is not None else None
 
     def lead_time_ns(self, provisioning_ns: int = 0) -> int:
         return provisioning_ns + self.total.p95_ns
@@ -53,6 +76,15 @@ def summarize_group(key: str, value: str, results: Sequence[Breakdown]) -> Group
 def resource_value(b: Breakdown, key: str) -> str:
     value = b.root.resource.get(key, b.root.attributes.get(key))
     return UNKNOWN if value is None else str(value)
+
+
+def known_keys(results: Sequence[Breakdown]) -> list[str]:
+    """Resource and root-span attributes that some start-up has: what --by can group by."""
+    keys: set[str] = set()
+    for b in results:
+        keys.update(b.root.resource)
+        keys.update(k for k, v in b.root.attributes.items() if isinstance(v, (str, int)) and not isinstance(v, bool))
+    return sorted(keys)
 
 
 def capacity_summary(results: Sequence[Breakdown],

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
-from typing import Any, BinaryIO, Iterator
+import time
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO, Callable, Iterator
 
 from .._regular_files import is_regular_file, open_regular_fd
 from ._values import TraceReadError
@@ -27,7 +28,9 @@ from .interrupted import complete_killed
 from .model import Span
 from .read_jaeger import is_jaeger_envelope, is_jaeger_trace, spans_from_jaeger_envelope, spans_from_jaeger_trace
 from .read_otlp import is_otlp, spans_from_otlp
+from .read_otlp_fast import reset_ids, spans_from_line
 from .read_zipkin import is_zipkin, spans_from_zipkin
+from .storage_floor import StorageFloor, floor_from_document, is_floor_document
 
 __all__ = ["TraceReadError", "ReadResult", "read_trace_file", "read_trace", "read_documents",
            "DEFAULT_MAX_BYTES"]
@@ -38,15 +41,23 @@ DEFAULT_MAX_BYTES = 256 * 1024 * 1024  # single JSON documents; raise with --max
 @dataclass(frozen=True)
 class ReadResult:
     spans: list[Span]
-    format: str  # otlp | otlp-lines | tempo | jaeger | zipkin (several joined by "+")
+    format: str  # otlp | otlp-lines | tempo | jaeger | zipkin (several joined by "+") | floor
     warnings: list[str]
+    skipped: list[str] = field(default_factory=list)  # "line N: why" for JSON lines left out
+    floor: StorageFloor | None = None  # an `otel-coldstart floor --json` document, not a trace
+
+
+Progress = Callable[[int, int], None]  # (bytes read so far, file size)
 
 
 def read_trace_file(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> list[Span]:
     return read_trace(path, max_bytes).spans
 
 
-def read_trace(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> ReadResult:
+def read_trace(path: str, max_bytes: int = DEFAULT_MAX_BYTES, progress: Progress | None = None,
+               repair_links: bool = True) -> ReadResult:
+    """One file. ``repair_links=False`` leaves duplicate ids and parent links as read, for a
+    caller that checks integrity across several files at once (cli/_inputs.py)."""
     # A device (/dev/zero reports size 0, so no size limit would apply), a FIFO with no
     # writer (open blocks forever) or a socket is refused without being read, or opened.
     if os.path.exists(path) and not is_regular_file(path):
@@ -59,21 +70,31 @@ def read_trace(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> ReadResult:
     with handle:
         try:
             size = os.fstat(handle.fileno()).st_size
-            spans, formats = _read_handle(handle, size, max_bytes, path)
+            try:
+                spans, formats, skipped, floor = _read_handle(handle, size, max_bytes, path, progress)
+            finally:
+                reset_ids()  # the fast path's id strings are shared within one file only
         except OSError as exc:
             raise TraceReadError(f"cannot read {path}: {exc.strerror or exc}", "unreadable") from None
         except TraceReadError as exc:
             if str(exc).startswith(path) or exc.kind == "unreadable":
                 raise
             raise TraceReadError(f"{path}: {exc}", exc.kind) from None
-    repaired, warnings = repair(complete_killed(spans))  # a killed start-up, rebuilt from its progress records
-    return ReadResult(repaired, "+".join(sorted(formats)), warnings)
+    if floor is not None:
+        return ReadResult([], "floor", [], [], floor)
+    warnings = [f"{where} skipped" for where in skipped]
+    if repair_links:
+        spans, repairs = repair(complete_killed(spans))  # a killed start-up, rebuilt from its progress records
+        warnings += repairs
+    return ReadResult(spans, "+".join(sorted(formats)), warnings, skipped)
 
 
+PROGRESS_EVERY_S = 0.25
 FIRST_LINE_PROBE = 64 * 1024 * 1024  # a file over the limit is only read if it is JSON Lines
 
 
-def _read_handle(handle: BinaryIO, size: int, max_bytes: int, path: str) -> tuple[list[Span], set]:
+def _read_handle(handle: BinaryIO, size: int, max_bytes: int, path: str,
+                 progress: Progress | None = None) -> tuple[list[Span], set, list[str], StorageFloor | None]:
     # Whether the file is JSON Lines shows in its first line. For a file over the limit, look
     # at no more than the probe: a 500 MB single document is refused without reading it.
     probe = max_bytes if size <= max_bytes else min(max_bytes, FIRST_LINE_PROBE)
@@ -87,14 +108,36 @@ def _read_handle(handle: BinaryIO, size: int, max_bytes: int, path: str) -> tupl
         handle.seek(rest_start)
     spans: list[Span] = []
     formats: set = set()
+    skipped: list[str] = []
     if lines_mode:
+        # A bad line (a truncated last batch, a line from another tool) is left out with a
+        # warning naming it; the other lines still make a report (docs/cli.md: exit 12).
+        last_report = time.monotonic()
+        done = 0
+        fast = b'"resourceSpans"' in first  # OTLP lines: try the typed decoder first
         for number, line in enumerate(_lines(handle, first, max_bytes), start=1):
+            done += len(line)
+            if progress is not None and time.monotonic() - last_report >= PROGRESS_EVERY_S:
+                progress(done, size)
+                last_report = time.monotonic()
             if line.strip():
-                doc = _loads(line, f"line {number}")
-                spans.extend(_spans(doc, formats, f"line {number}: "))
+                try:
+                    batch = spans_from_line(line) if fast else None
+                    if batch is not None:
+                        formats.add("otlp")
+                    else:
+                        batch = list(_spans(_loads(line, f"line {number}"), formats, f"line {number}: "))
+                    spans.extend(batch)  # all of a line's spans or none
+                except TraceReadError as exc:
+                    if exc.kind != "invalid":
+                        raise
+                    message = str(exc)
+                    skipped.append(message if message.startswith("line ") else f"line {number}: {message}")
+        if not spans and skipped and not formats:
+            raise TraceReadError(skipped[0])
         if formats == {"otlp"}:
             formats = {"otlp-lines"}
-        return spans, formats
+        return spans, formats, skipped, None
     if size > max_bytes:
         raise TraceReadError(
             f"{path}: {size / 2**20:.0f} MiB is over the {max_bytes / 2**20:.0f} MiB limit for one JSON "
@@ -103,8 +146,12 @@ def _read_handle(handle: BinaryIO, size: int, max_bytes: int, path: str) -> tupl
     data = first + handle.read()
     if not data.strip():
         raise TraceReadError("empty file")
-    spans.extend(_spans(_loads(data, "the file"), formats, ""))
-    return spans, formats
+    doc = _loads(data, "the file")
+    del data
+    if is_floor_document(doc):
+        return [], {"floor"}, [], floor_from_document(doc, path)
+    spans.extend(_spans(doc, formats, ""))
+    return spans, formats, [], None
 
 
 def _lines(handle: BinaryIO, first: bytes, max_bytes: int) -> Iterator[bytes]:
@@ -130,7 +177,7 @@ def _loads(data: bytes, where: str) -> Any:
     try:
         return json.loads(data)
     except json.JSONDecodeError as exc:
-        if exc.pos >= len(exc.doc.rstrip()):
+        if exc.pos >= len(exc.doc.rstrip()) or exc.msg.startswith("Unterminated"):
             raise TraceReadError(f"{where} is truncated JSON ({exc.msg})") from None
         raise TraceReadError(f"{where} is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     except UnicodeDecodeError:

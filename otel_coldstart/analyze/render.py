@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from typing import Sequence, TextIO
 
+from ..verdicts import DOMINANT_MIN_SHARE
 from .breakdown import Breakdown
 from .escape import terminal_text as _t  # every string from a trace: no control characters
 from .render_interrupted import render_killed_text, render_stalls_text, state_text
@@ -39,7 +39,7 @@ def render_text(breakdown: Breakdown, out: TextIO) -> None:
         out.write(f"  parallelism {breakdown.parallelism:.2f}x (busy time across threads / wall time)\n")
     if breakdown.shards:
         out.write("  shards:\n")
-        names = [_t(os.path.basename(shard.path)) if shard.path else "<bytes>" for shard in breakdown.shards]
+        names = [_t(shard.name) for shard in breakdown.shards]
         name_width = column_width(names, minimum=40)
         index_width = column_width([f"#{s.index}" for s in breakdown.shards if s.index is not None], minimum=4)
         for shard, name in zip(breakdown.shards, names):
@@ -51,7 +51,7 @@ def render_text(breakdown: Breakdown, out: TextIO) -> None:
                 evidence = f", storage reads unknown ({shard.read_unknown})"
             out.write(
                 f"    {index:<{index_width}}{fit(name, name_width):<{name_width}}{format_bytes(shard.size):>11}"
-                f"{format_seconds(shard.duration_ns):>10}  {_t(shard.cache_state or 'cache ?')}{evidence}\n"
+                f"{format_seconds(shard.duration_ns):>10}  {_t(shard.state or 'cache ?')}{evidence}\n"
             )
     if breakdown.context:
         out.write("  context (spans that are not ours):\n")
@@ -59,11 +59,7 @@ def render_text(breakdown: Breakdown, out: TextIO) -> None:
             inside = f" contains {_t(', '.join(item.phases_inside))}" if item.phases_inside else ""
             where = " (encloses the start-up)" if item.encloses_root else ""
             out.write(f"    {_t(item.name)[:40]:<40}{format_seconds(item.duration_ns):>10}{where}{inside}\n")
-    if dominant is not None:
-        out.write(
-            f"  dominant phase: {_t(dominant.phase)} "
-            f"({format_seconds(dominant.busy_ns)}, {dominant.share_of(total) * 100:.0f}% of start-up)\n"
-        )
+    out.write(f"  {_t(dominant_line(breakdown))}\n")
     render_stalls_text(breakdown, out)
     if unattributed_share >= 50:
         out.write(
@@ -86,6 +82,21 @@ def fit(value: str, width: int) -> str:
     return value if len(value) <= width - 2 else value[: width - 5] + "..."
 
 
+def dominant_line(b: Breakdown) -> str:
+    """The one wording of the dominant-phase verdict (verdicts.dominant_phase), shared by
+    the text summary and the Markdown and HTML reports."""
+    total = b.duration_ns
+    dominant = b.dominant
+    if dominant is not None:
+        return (f"dominant phase: {dominant.phase} "
+                f"({format_seconds(dominant.busy_ns)}, {dominant.share_of(total) * 100:.0f}% of start-up)")
+    largest = b.largest
+    if largest is None:
+        return "dominant phase: none (no phase recorded)"
+    return (f"dominant phase: none (the largest, {largest.phase}, is {largest.share_of(total) * 100:.0f}% "
+            f"of start-up; a phase dominates from {DOMINANT_MIN_SHARE * 100:.0f}%)")
+
+
 def render_ranks_text(group: Sequence[Breakdown], out: TextIO) -> None:
     """One line per rank of a multi-process start-up that shared one trace."""
     phases = sorted({p.phase for b in group for p in b.phases[:3]})
@@ -106,7 +117,11 @@ def render_findings_text(findings: Sequence, out: TextIO) -> None:
     out.write("findings (largest estimated saving first):\n")
     for number, finding in enumerate(findings, start=1):
         rank = f" [rank {finding.rank}]" if finding.rank is not None else ""
-        out.write(f"  {number}. {_t(finding.title)}{rank} (could save ~{format_seconds(finding.saving_ns)})\n")
+        out.write(f"  {number}. {_t(finding.title)}{rank} ({saving_text(finding)})\n")
         for line in finding.evidence:
             out.write(f"       - {_t(line)}\n")
         out.write(f"       lever: {_t(finding.lever)}\n")
+
+
+def saving_text(finding) -> str:
+    return f"could save ~{format_seconds(finding.saving_ns)}" if finding.saving_ns else "saving not estimated"

@@ -24,6 +24,30 @@ def _plain(value: Any) -> Any:
     return value
 
 
+class ShardRows:
+    """The shards of a big start-up, made into dicts only while they are written (a million-
+    span trace has 300,000 of them: 340 MB as dicts and their encoding at once)."""
+
+    def __init__(self, b: Breakdown) -> None:
+        self._b = b
+
+    def __len__(self) -> int:
+        return len(self._b.shards)
+
+    def __iter__(self):
+        origin = self._b.root.start_ns
+        for r in self._b.shards:
+            yield _shard(r, origin)
+
+
+def _shard(r, origin: int) -> dict:
+    return {"path": r.path, "index": r.index, "count": r.count, "size_bytes": r.size, "format": r.format,
+            "duration_s": _s(r.duration_ns), "read_bytes": r.read_bytes, "read_unknown": r.read_unknown,
+            "cache_state": r.state,
+            "recorded_cache_state": r.cache_state, "resident_ratio": r.resident_ratio,
+            "thread_id": r.thread_id, "offset_s": _s(r.start_ns - origin)}
+
+
 def startup_to_dict(b: Breakdown) -> dict:
     total = b.duration_ns
     return {
@@ -41,7 +65,10 @@ def startup_to_dict(b: Breakdown) -> dict:
         "unattributed_share": b.unattributed_ns / total if total else 0.0,
         "busy_s": _s(b.total_busy_ns),
         "parallelism": round(b.parallelism, 4),
-        "dominant_phase": b.dominant.phase if b.dominant else None,
+        "dominant_phase": b.dominant.phase if b.dominant else None,  # None: no phase dominates
+        "largest_phase": b.largest.phase if b.largest else None,
+        "graph_captures": b.graph_captures,
+        "cold_shards": [r.path for r in b.cold_shards],
         "after_ready_spans": b.after_ready,
         "resource": {k: _plain(v) for k, v in sorted(b.root.resource.items())},
         "phases": [
@@ -49,14 +76,7 @@ def startup_to_dict(b: Breakdown) -> dict:
              "throughput_bytes_per_s": p.throughput, "spans": p.spans}
             for p in b.phases
         ],
-        "shards": [
-            {"path": r.path, "index": r.index, "count": r.count, "size_bytes": r.size, "format": r.format,
-             "duration_s": _s(r.duration_ns), "read_bytes": r.read_bytes, "read_unknown": r.read_unknown,
-             "cache_state": r.cache_state,
-             "resident_ratio": r.resident_ratio, "thread_id": r.thread_id,
-             "offset_s": _s(r.start_ns - b.root.start_ns)}
-            for r in b.shards
-        ],
+        "shards": [_shard(r, b.root.start_ns) for r in b.shards] if len(b.shards) <= PRETTY_LIMIT else ShardRows(b),
         "gaps": [
             {"offset_s": _s(g.start_ns - b.root.start_ns), "duration_s": _s(g.duration_ns),
              "after": g.after, "before": g.before}
@@ -73,14 +93,20 @@ def startup_to_dict(b: Breakdown) -> dict:
 
 def finding_to_dict(f: Finding) -> dict:
     return {"rule": f.rule, "title": f.title, "evidence": list(f.evidence), "lever": f.lever,
-            "saving_s": _s(f.saving_ns), "trace_id": f.trace_id, "rank": f.rank, "phase": f.phase}
+            "saving_s": _s(f.saving_ns), "saving_basis": f.estimate, "share": round(f.share, 4),
+            "trace_id": f.trace_id, "rank": f.rank, "phase": f.phase}
 
 
 def analysis_document(results: Sequence[Breakdown], findings: Sequence[Finding],
-                      sources: Sequence[dict], budget: dict | None = None) -> dict:
+                      sources: Sequence[dict], budget: dict | None = None, *,
+                      skipped: Sequence[str] = (), floor=None) -> dict:
     doc = {
         "schema": SCHEMA,
         "sources": list(sources),
+        "skipped": list(skipped),
+        "storage_floor": None if floor is None else {
+            "source": floor.source, "cold_bytes_per_s": floor.cold_bytes_per_s,
+            "warm_bytes_per_s": floor.warm_bytes_per_s},
         "startups": [startup_to_dict(b) for b in results],
         "findings": [finding_to_dict(f) for f in findings],
     }
@@ -94,6 +120,44 @@ PRETTY_LIMIT = 2000  # shards beyond which the document is written compact (C en
 
 def render_json(doc: dict, out: TextIO) -> None:
     shards = sum(len(s["shards"]) for s in doc.get("startups", ()))
-    indent = 2 if shards <= PRETTY_LIMIT else None
-    json.dump(doc, out, indent=indent, allow_nan=False, default=str)
+    if shards <= PRETTY_LIMIT:
+        json.dump(doc, out, indent=2, allow_nan=False, default=str)
+    else:  # compact and streamed: each shard encoded by a C encoder as it is written
+        try:
+            import msgspec
+        except ImportError:  # pragma: no cover - a dependency; the stdlib works too
+            encode = lambda value: json.dumps(value, allow_nan=False, default=str)  # noqa: E731
+        else:
+            encoder = msgspec.json.Encoder(enc_hook=str)
+            encode = lambda value: encoder.encode(value).decode()  # noqa: E731
+        _stream(doc, out, encode)
     out.write("\n")
+
+
+def _stream(value: Any, out: TextIO, encode) -> None:
+    if isinstance(value, dict):
+        out.write("{")
+        for number, (key, item) in enumerate(value.items()):
+            out.write(("," if number else "") + encode(str(key)) + ":")
+            _stream(item, out, encode)
+        out.write("}")
+    elif isinstance(value, ShardRows) or (isinstance(value, list) and value and isinstance(value[0], dict)):
+        out.write("[")
+        batch: list = []
+        first = True
+        for item in value:
+            if isinstance(item, dict) and not isinstance(value, ShardRows):
+                if not first:
+                    out.write(",")
+                _stream(item, out, encode)
+                first = False
+                continue
+            batch.append(item)
+            if len(batch) == 1000:
+                out.write(("" if first else ",") + encode(batch)[1:-1])
+                batch, first = [], False
+        if batch:
+            out.write(("" if first else ",") + encode(batch)[1:-1])
+        out.write("]")
+    else:
+        out.write(encode(value))

@@ -9,6 +9,7 @@ from .breakdown import Breakdown, by_trace
 from .escape import markdown_code, markdown_fence, markdown_text
 from .findings import Finding
 from .render_interrupted import render_killed_text, render_stalls_text, state_text
+from .render import dominant_line, saving_text
 from .units import format_bytes, format_rate, format_seconds
 
 
@@ -34,7 +35,7 @@ def render_markdown(results: Sequence[Breakdown], findings: Sequence[Finding], o
         out.write("None.\n")
     for number, f in enumerate(findings, start=1):
         rank = f" (rank {f.rank})" if f.rank is not None else ""
-        out.write(f"{number}. **{_cell(f.title)}**{_cell(rank)}, could save ~{format_seconds(f.saving_ns)}\n")
+        out.write(f"{number}. **{_cell(f.title)}**{_cell(rank)}, {saving_text(f)}\n")
         for line in f.evidence:
             out.write(f"   - {_cell(line)}\n")
         out.write(f"   - *Lever:* {_cell(f.lever)}\n")
@@ -62,6 +63,7 @@ def _startup(b: Breakdown, out: TextIO) -> None:
                   f"{format_bytes(p.bytes or None)} | {format_rate(p.throughput)} | {p.spans} |\n")
     share = b.unattributed_ns / total * 100 if total else 0.0
     out.write(f"| *unattributed* | {format_seconds(b.unattributed_ns)} | {share:.1f}% | | | |\n\n")
+    out.write(_cell(dominant_line(b)[0].upper() + dominant_line(b)[1:]) + ".\n\n")
     if b.parallelism > 1.05:
         out.write(f"Parallelism {b.parallelism:.2f}x (busy time across threads / wall time).\n\n")
     if b.shards:
@@ -69,7 +71,7 @@ def _startup(b: Breakdown, out: TextIO) -> None:
         for r in b.shards:
             name = (r.path or "<bytes>").rsplit("/", 1)[-1]
             out.write(f"| {_cell(name)} | {format_bytes(r.size)} | {format_seconds(r.duration_ns)} | "
-                      f"{r.cache_state or '?'} | {format_bytes(r.read_bytes)} |\n")
+                      f"{r.state or '?'} | {format_bytes(r.read_bytes)} |\n")
         out.write("\n")
     if b.context:
         out.write("Context (spans that are not ours): " + "; ".join(

@@ -49,6 +49,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if sys.stdout is None:  # started with stdout closed (`>&-`): writing it is an error, said once
         sys.stdout = _ClosedStdout()
     try:
+        if args.command in ("analyze", "compare", "capacity"):
+            from ._inputs import paused_gc
+
+            with paused_gc():  # span records have no cycles; see _inputs.paused_gc
+                return COMMANDS[args.command].run(args)
         return COMMANDS[args.command].run(args)
     except CliError as exc:
         print(f"otel-coldstart: error: {exc}", file=sys.stderr)

@@ -10,15 +10,19 @@ import gc
 import math
 import os
 import sys
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Iterator, TextIO
 
 from ..analyze.breakdown import Breakdown, breakdowns
+from ..analyze.integrity import repair
+from ..analyze.interrupted import complete_killed
+from ..analyze.storage_floor import StorageFloor, combine
 from ..analyze.live import DEFAULT_LIMIT, DEFAULT_TIMEOUT_S, LiveSourceError, jaeger_documents, tempo_documents
 from ..analyze.readers import DEFAULT_MAX_BYTES, ReadResult, TraceReadError, read_documents, read_trace
 from ._run_notes import explain_no_startup, untraced_warnings
 from .errors import (EXIT_INPUT_TOO_LARGE, EXIT_INPUT_UNREADABLE, EXIT_NO_STARTUP, EXIT_NOT_A_TRACE,
-                     EXIT_OUTPUT_FAILED, EXIT_SOURCE_UNAVAILABLE, EXIT_USAGE, EXIT_WOULD_OVERWRITE,
+                     EXIT_OUTPUT_FAILED, EXIT_PARTIAL_INPUT, EXIT_SOURCE_UNAVAILABLE, EXIT_USAGE, EXIT_WOULD_OVERWRITE,
                      CliError)
 
 _EXIT_FOR_KIND = {"unreadable": EXIT_INPUT_UNREADABLE, "too_large": EXIT_INPUT_TOO_LARGE,
@@ -26,15 +30,28 @@ _EXIT_FOR_KIND = {"unreadable": EXIT_INPUT_UNREADABLE, "too_large": EXIT_INPUT_T
 TRACE_SUFFIXES = (".json", ".jsonl", ".ndjson", ".txt")  # what a directory stands for
 
 
-@dataclass(frozen=True)
-class Loaded:
-    source: str
-    result: ReadResult
-    startups: list[Breakdown]
+@dataclass
+class Inputs:
+    """Everything read from the inputs of one command: the start-ups (parent links checked
+    across all files together), one description per source, the storage floor if a floor
+    document was given, and what had to be left out."""
 
-    def describe(self) -> dict:
-        return {"source": self.source, "format": self.result.format, "spans": len(self.result.spans),
-                "startups": len(self.startups), "warnings": list(self.result.warnings)}
+    sources: list[dict]
+    startups: list[Breakdown]
+    floor: StorageFloor | None = None
+    skipped: list[str] = field(default_factory=list)  # "file: why" / "file: line N: why"
+    spans: int = 0
+    first_error: CliError | None = None
+    explanation: str | None = None  # why there is no start-up, when a launch span says (run)
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.skipped)
+
+    def exit_code(self, code: int = 0) -> int:
+        """``code`` (0, or 8 for a budget) unless inputs were left out: then 10, so CI
+        notices a report made from less than it was given. A budget verdict wins."""
+        return code or (EXIT_PARTIAL_INPUT if self.partial else 0)
 
 
 def add_file_arguments(parser: argparse.ArgumentParser) -> None:
@@ -93,20 +110,104 @@ def check_number(value: float, option: str, upper: float) -> None:
         raise CliError(f"{option} must be a positive number of at most {upper:.0f}, not {value!r}", EXIT_USAGE)
 
 
-def load_file(path: str, args: argparse.Namespace) -> Loaded:
+def load_files(paths: list[str], args: argparse.Namespace, *, keep_going: bool = True) -> Inputs:
+    """Read every file; a file that cannot be read is left out with a warning naming it
+    (and a bad JSON line is left out of its file) while the rest still make a report.
+    Duplicate ids, parent loops and missing parents are checked across all files at once:
+    a torchrun rank's file points at the launcher's span in a sibling file."""
     check_number(args.max_input_mb, "--max-input-mb", MAX_INPUT_MB_LIMIT)
-    with _paused_gc():
-        try:
-            result = read_trace(path, int(args.max_input_mb * 2**20))
-        except TraceReadError as exc:
-            raise CliError(str(exc), _EXIT_FOR_KIND.get(exc.kind, EXIT_NOT_A_TRACE)) from None
-        return Loaded(path, result, _select(breakdowns(result.spans), getattr(args, "trace_id", None)))
+    max_bytes = int(args.max_input_mb * 2**20)
+    results: list[tuple[str, ReadResult]] = []
+    floors: list[StorageFloor] = []
+    inputs = Inputs([], [])
+    with paused_gc():
+        for path in paths:
+            try:
+                with progress_reporter(path) as report:
+                    result = read_trace(path, max_bytes, progress=report, repair_links=False)
+            except TraceReadError as exc:
+                error = CliError(str(exc), _EXIT_FOR_KIND.get(exc.kind, EXIT_NOT_A_TRACE))
+                if not keep_going or len(paths) == 1:
+                    raise error from None
+                inputs.first_error = inputs.first_error or error
+                inputs.skipped.append(str(exc))
+                print(f"otel-coldstart: warning: {exc}; file skipped", file=sys.stderr)
+                continue
+            if result.floor is not None:
+                floors.append(result.floor)
+                inputs.sources.append({"source": path, "format": "floor", "spans": 0, "startups": 0,
+                                       "warnings": []})
+                continue
+            for where in result.skipped:
+                inputs.skipped.append(f"{path}: {where}")
+            results.append((path, result))
+        if not results:
+            if inputs.first_error is not None:
+                raise inputs.first_error
+            raise CliError("no trace among the inputs (only storage floor documents)", EXIT_NOT_A_TRACE)
+        spans = [span for _, result in results for span in result.spans]
+        spans, repairs = repair(complete_killed(spans))  # killed start-ups rebuilt across all files
+        startups = _select(breakdowns(spans), getattr(args, "trace_id", None))
+    for path, result in results:
+        for line in [*result.warnings, *untraced_warnings(result.spans)]:
+            print(f"otel-coldstart: warning: {path}: {line}", file=sys.stderr)
+    if not startups:
+        inputs.explanation = explain_no_startup(spans)
+    for line in repairs:
+        where = results[0][0] if len(results) == 1 else f"{len(results)} files together"
+        print(f"otel-coldstart: warning: {where}: {line}", file=sys.stderr)
+    chosen = {(b.trace_id, b.root.span_id) for b in startups}
+    inputs.sources += [{"source": path, "format": result.format, "spans": len(result.spans),
+                        "startups": sum(1 for s in result.spans if s.is_root and (s.trace_id, s.span_id) in chosen),
+                        "warnings": list(result.warnings)} for path, result in results]
+    if repairs:
+        inputs.sources[-1]["warnings"] += repairs
+    inputs.startups = startups
+    inputs.spans = len(spans)
+    inputs.floor = combine(floors)
+    return inputs
 
 
 @contextlib.contextmanager
-def _paused_gc() -> Iterator[None]:
+def progress_reporter(path: str) -> Iterator:
+    """Progress on stderr for a file that takes more than a second, only on a terminal
+    (a pipe or a CI log gets no carriage-return noise)."""
+    if not _stderr_is_terminal():
+        yield None
+        return
+    started = time.monotonic()
+    shown = False
+
+    def report(done: int, size: int) -> None:
+        nonlocal shown
+        if time.monotonic() - started < 1.0:
+            return
+        percent = f"{done / size * 100:3.0f}% " if size else ""
+        sys.stderr.write(f"\rotel-coldstart: reading {os.path.basename(path)}: {percent}"
+                         f"({done / 2**20:.0f} of {size / 2**20:.0f} MiB)   ")
+        sys.stderr.flush()
+        shown = True
+
+    try:
+        yield report
+    finally:
+        if shown:
+            sys.stderr.write("\r" + " " * 78 + "\r")
+            sys.stderr.flush()
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
     """Span records hold no reference cycles; the cyclic collector would only rescan the
-    growing heap again and again while a million of them are built (40% of the time)."""
+    growing heap again and again while a million of them are built (40% of the time), and
+    again while the report is written. Held for the whole of analyze/compare/capacity."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -123,7 +224,7 @@ def check_live_arguments(args: argparse.Namespace) -> None:
         raise CliError("--jaeger needs --service NAME or --trace-id ID", EXIT_USAGE)
 
 
-def load_live(args: argparse.Namespace) -> Loaded:
+def load_live(args: argparse.Namespace) -> Inputs:
     check_live_arguments(args)
     if args.limit <= 0:
         raise CliError("--limit must be positive", EXIT_USAGE)
@@ -146,27 +247,24 @@ def load_live(args: argparse.Namespace) -> Loaded:
         raise CliError(str(exc), EXIT_INPUT_TOO_LARGE if exc.kind == "too_large" else EXIT_SOURCE_UNAVAILABLE) from None
     except TraceReadError as exc:
         raise CliError(str(exc), EXIT_NOT_A_TRACE) from None
-    return Loaded(source, result, _select(breakdowns(result.spans), args.trace_id))
+    for line in [*result.warnings, *untraced_warnings(result.spans)]:
+        print(f"otel-coldstart: warning: {source}: {line}", file=sys.stderr)
+    startups = _select(breakdowns(result.spans), args.trace_id)
+    return Inputs([{"source": source, "format": result.format, "spans": len(result.spans),
+                    "startups": len(startups), "warnings": list(result.warnings)}], startups,
+                  spans=len(result.spans), explanation=None if startups else explain_no_startup(result.spans))
 
 
-def require_startups(loaded: list[Loaded], trace_id: str | None = None) -> list[Breakdown]:
-    startups = [b for item in loaded for b in item.startups]
-    if not startups:
-        spans = sum(len(item.result.spans) for item in loaded)
-        where = ", ".join(item.source for item in loaded[:3]) + (" ..." if len(loaded) > 3 else "")
+def require_startups(inputs: Inputs, trace_id: str | None = None) -> list[Breakdown]:
+    if not inputs.startups:
+        names = [s["source"] for s in inputs.sources]
+        where = ", ".join(names[:3]) + (" ..." if len(names) > 3 else "")
         which = f" in trace {trace_id}" if trace_id else ""
-        why = explain_no_startup(span for item in loaded for span in item.result.spans)
-        if why and not trace_id:
-            raise CliError(f"{where}: {why}", EXIT_NO_STARTUP)
-        raise CliError(f"{where}: no model.startup span{which} among {spans} spans "
+        if inputs.explanation and not trace_id:
+            raise CliError(f"{where}: {inputs.explanation}", EXIT_NO_STARTUP)
+        raise CliError(f"{where}: no model.startup span{which} among {inputs.spans} spans "
                        "(was the process instrumented with otel-coldstart?)", EXIT_NO_STARTUP)
-    return startups
-
-
-def warn(loaded: list[Loaded]) -> None:
-    for item in loaded:
-        for line in [*item.result.warnings, *untraced_warnings(item.result.spans)]:
-            print(f"otel-coldstart: warning: {item.source}: {line}", file=sys.stderr)
+    return inputs.startups
 
 
 @contextlib.contextmanager

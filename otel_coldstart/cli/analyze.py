@@ -9,15 +9,16 @@ import sys
 
 from .._regular_files import open_regular
 from ..analyze.breakdown import by_trace
-from ..analyze.budgets import check_budgets, parse_budget_file, parse_budget_specs
+from ..analyze.budgets import check_budgets, parse_budget_file, parse_budget_specs, unknown_budget_keys, valid_budget_keys
 from ..analyze.findings import find
 from ..analyze.render import render_findings_text, render_ranks_text, render_text
 from ..analyze.render_json import analysis_document, render_json
 from ..analyze.render_markdown import render_markdown
 from ..analyze.render_svg import render_svg
-from ._inputs import (add_file_arguments, add_live_arguments, check_live_arguments, expand_paths, load_file, load_live, output,
-                      require_startups, warn)
 from ..analyze.interrupted import is_killed
+from ..analyze.render_html import render_html, trace_link
+from ._inputs import (add_file_arguments, add_live_arguments, check_live_arguments, expand_paths, load_files,
+                      load_live, output, require_startups)
 from .errors import (EXIT_BUDGET_EXCEEDED, EXIT_INPUT_UNREADABLE, EXIT_STARTUP_KILLED, EXIT_USAGE,
                      EXIT_WOULD_OVERWRITE, CliError)
 
@@ -28,11 +29,17 @@ HELP = "Print where the start-up time went, and what to do about it, for the sta
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="*", metavar="FILE",
-                        help="trace files or directories (OTLP JSON/JSON Lines, Jaeger, Tempo, Zipkin JSON)")
+                        help="trace files or directories (OTLP JSON/JSON Lines, Jaeger, Tempo, Zipkin JSON); "
+                             "a storage floor document (otel-coldstart floor --json) among them is used as "
+                             "the reference for per-byte findings")
     add_file_arguments(parser)
     add_live_arguments(parser)
-    parser.add_argument("--format", choices=("text", "markdown", "json"), default="text",
-                        help="report format (default %(default)s; json: schema otel-coldstart.analysis/1)")
+    parser.add_argument("--format", choices=("text", "markdown", "json", "html"), default="text",
+                        help="report format (default %(default)s; json: schema otel-coldstart.analysis/1; "
+                             "html: one self-contained page with waterfalls, phase chart and findings)")
+    parser.add_argument("--trace-url", metavar="TEMPLATE",
+                        help="link each start-up to its trace: a URL with {trace_id}, e.g. "
+                             "http://jaeger:16686/trace/{trace_id} (default: from --jaeger/--tempo)")
     parser.add_argument("--output", "-o", metavar="FILE", help="write the report here (never overwrites)")
     parser.add_argument("--waterfall", metavar="DIR",
                         help="write one self-contained SVG waterfall per start-up into DIR (created if "
@@ -71,11 +78,15 @@ def run(args: argparse.Namespace) -> int:
     if live:
         check_live_arguments(args)
     budget = _budget(args)
-    loaded = [load_live(args)] if live else [load_file(p, args) for p in expand_paths(args.files)]
-    warn(loaded)
-    results = require_startups(loaded, args.trace_id)
-    findings = find(results)
+    inputs = load_live(args) if live else load_files(expand_paths(args.files), args)
+    results = require_startups(inputs, args.trace_id)
+    unknown = unknown_budget_keys(budget, {p.phase for b in results for p in b.phases})
+    if unknown:
+        raise CliError(f"unknown budget key(s): {', '.join(unknown)}; valid keys: "
+                       f"{', '.join(valid_budget_keys({p.phase for b in results for p in b.phases}))}", EXIT_USAGE)
+    findings = find(results, inputs.floor)
     violations = check_budgets(results, budget)
+    link = trace_link(args.trace_url, args.jaeger, args.tempo)
     with output(args.output) as out:
         if args.format == "json":
             budget_doc = None
@@ -84,7 +95,10 @@ def run(args: argparse.Namespace) -> int:
                               "exceeded": [{"trace_id": v.trace_id, "rank": v.rank, "key": v.key,
                                             "limit_s": v.limit_ns / 1e9, "actual_s": v.actual_ns / 1e9}
                                            for v in violations]}
-            render_json(analysis_document(results, findings, [i.describe() for i in loaded], budget_doc), out)
+            render_json(analysis_document(results, findings, inputs.sources, budget_doc, skipped=inputs.skipped,
+                                          floor=inputs.floor), out)
+        elif args.format == "html":
+            render_html(results, findings, out, link=link, skipped=inputs.skipped)
         elif args.format == "markdown":
             render_markdown(results, findings, out)
         else:
@@ -92,11 +106,14 @@ def run(args: argparse.Namespace) -> int:
     kept = _write_waterfalls(results, args.waterfall, args.force) if args.waterfall else 0
     for violation in violations:
         print(f"otel-coldstart: over budget: {violation.describe()}", file=sys.stderr)
-    if violations:
-        return EXIT_BUDGET_EXCEEDED
-    if kept:  # an SVG the user asked for was not written
-        return EXIT_WOULD_OVERWRITE
-    return EXIT_STARTUP_KILLED if any(is_killed(b) for b in results) else 0
+    if inputs.partial:
+        print(f"otel-coldstart: warning: {len(inputs.skipped)} input(s) left out of this report "
+              f"(exit {inputs.exit_code()})", file=sys.stderr)
+    # A budget excess (8), then a waterfall that was not written (6), then a killed start-up
+    # (11), then inputs left out (12).
+    code = (EXIT_BUDGET_EXCEEDED if violations else EXIT_WOULD_OVERWRITE if kept
+            else EXIT_STARTUP_KILLED if any(is_killed(b) for b in results) else 0)
+    return inputs.exit_code(code)
 
 
 def _text(results, findings, out) -> None:

@@ -10,6 +10,7 @@ EXIT_INPUT_TOO_LARGE = 7  # a single JSON document over --max-input-mb
 EXIT_BUDGET_EXCEEDED = 8  # analyze --budget: a start-up went over budget
 EXIT_SOURCE_UNAVAILABLE = 9  # --jaeger/--tempo: connection, timeout, HTTP error
 EXIT_OUTPUT_FAILED = 10  # the report could not be written: stdout closed, disk full, I/O error
+EXIT_PARTIAL_INPUT = 12  # a report was made, but a file or JSON line was left out (warned on stderr)
 EXIT_STARTUP_KILLED = 11  # analyze: a start-up has no end (killed; rebuilt from its progress records)
 
 

@@ -17,36 +17,13 @@ from .. import probes, semconv
 from .._errors import report_internal_error
 from .._regular_files import is_regular_file, open_regular
 from . import _storage
+from ..verdicts import (COLD_AT_LEAST, WARM_BELOW, cache_state_from_reads,  # noqa: F401 - one rule: verdicts.py
+                        cache_state_from_residency)
 from ._tensor_bytes import tensor_nbytes
-
-# Reading from storage at least this share of the bytes asked for means the page cache did
-# not hold them; below WARM_BELOW it did. Readahead can read a little more than asked.
-COLD_AT_LEAST = 0.5
-WARM_BELOW = 0.05
 
 _SHARD_NAME = re.compile(r"(\d+)-of-(\d+)")
 _index_cache: dict[str, tuple[float, dict[str, int]]] = {}
 _index_lock = threading.Lock()
-
-
-def cache_state_from_reads(read_bytes: int, expected_bytes: int) -> str | None:
-    """cold | warm | partial from the bytes storage delivered against the bytes asked for."""
-    if expected_bytes <= 0:
-        return None
-    ratio = read_bytes / expected_bytes
-    if ratio >= COLD_AT_LEAST:
-        return semconv.CACHE_COLD
-    if ratio < WARM_BELOW:
-        return semconv.CACHE_WARM
-    return semconv.CACHE_PARTIAL
-
-
-def cache_state_from_residency(ratio: float) -> str:
-    if ratio >= 1 - WARM_BELOW:
-        return semconv.CACHE_WARM
-    if ratio <= 1 - COLD_AT_LEAST:
-        return semconv.CACHE_COLD
-    return semconv.CACHE_PARTIAL
 
 
 def combine_cache_states(from_reads: str | None, from_residency: str | None) -> str | None:

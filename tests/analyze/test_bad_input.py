@@ -98,12 +98,16 @@ def test_json_lines_are_streamed_past_the_document_limit(tmp_path):
     assert len(read_trace(str(path), max_bytes=limit).spans) == 59
 
 
-def test_truncated_json_lines_file_names_the_line(tmp_path):
+def test_truncated_json_lines_file_names_the_line_and_keeps_the_rest(tmp_path, capsys):
     line = json.dumps(otlp(raw_span("01")))
     path = tmp_path / "t.jsonl"
     path.write_text(line + "\n" + line[: len(line) // 2])
-    with pytest.raises(TraceReadError, match="line 2 is truncated"):
-        read_trace(str(path))
+    result = read_trace(str(path))
+    assert len(result.spans) == 1 and result.skipped and "line 2 is truncated" in result.skipped[0]
+    assert main(["analyze", str(path)]) == 12  # a report, and a distinct exit code for CI
+    captured = capsys.readouterr()
+    assert "model.startup" in captured.out
+    assert f"{path}: line 2 is truncated" in captured.err and "Traceback" not in captured.err
 
 
 def test_parent_cycle_is_cut_and_analysed(tmp_path, capsys):

@@ -28,7 +28,7 @@ def test_percentile_interpolates_between_ranks():
         percentile([], 0.5)
 
 
-def test_compare_medians_deltas_and_what_got_slower():
+def test_compare_few_startups_a_side_is_noise_with_a_warning():
     a = [startup(1000, 400, 100), startup(1100, 420, 100), startup(900, 380, 100)]
     b = [startup(1500, 900, 100), startup(1600, 950, 100)]
     result = compare(a, b)
@@ -36,14 +36,63 @@ def test_compare_medians_deltas_and_what_got_slower():
     rows = {r.phase: r for r in result.rows}
     assert rows["deserialize"].delta_ns == 925 * MS - 400 * MS
     assert rows["h2d"].ratio == 1.0
-    assert [r.phase for r in result.slower()] == ["deserialize"]
-    assert result.rows[0].phase == "deserialize"  # largest increase first
+    # 3 against 2, fully separated: the exact two-sided p is 2/10, so no verdict can be made
+    assert rows["deserialize"].p_value == pytest.approx(0.2)
+    assert result.slower() == [] and rows["deserialize"].verdict == "within noise"
+    assert any("fewer than 5 start-ups" in w for w in result.warnings)
+
+
+def test_compare_slower_with_enough_startups_faster_and_noise():
+    a = [startup(1000 + i * 10, 400 + i * 7, 100 + (i % 3)) for i in range(6)]
+    b = [startup(1500 + i * 10, 900 + i * 5, 100 + (i % 2)) for i in range(6)]
+    result = compare(a, b)
+    rows = {r.phase: r for r in result.rows}
+    assert rows["deserialize"].verdict == "slower" and rows["deserialize"].p_value < 0.01
+    assert rows["h2d"].verdict == "within noise"
+    assert result.rows[0].phase == "deserialize" and result.total.verdict == "slower"
+    assert rows["deserialize"].a_iqr[0] <= rows["deserialize"].a_ns <= rows["deserialize"].a_iqr[1]
+    assert compare(b, a).total.verdict == "faster"
+    assert result.warnings == []
+
+
+def test_compare_significant_but_tiny_change_is_noise():
+    a = [startup(10_000, 400 + i * 0.01) for i in range(8)]
+    b = [startup(10_000, 401 + i * 0.01) for i in range(8)]  # +1 ms, always: p tiny, effect too small
+    rows = {r.phase: r for r in compare(a, b).rows}
+    assert rows["deserialize"].p_value < 0.01 and rows["deserialize"].verdict == "within noise"
+
+
+def test_mann_whitney_exact_small_samples():
+    from otel_coldstart.analyze.stats import mann_whitney_p
+    assert mann_whitney_p([1, 2, 3], [4, 5, 6]) == pytest.approx(0.1)  # 2 of 20 orderings
+    assert mann_whitney_p([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]) == pytest.approx(2 / 252)
+    assert mann_whitney_p([1, 3, 5, 7, 9], [2, 4, 6, 8, 10]) > 0.5
+    assert mann_whitney_p([1, 1, 1], [1, 1, 1]) == 1.0  # all ties
 
 
 def test_compare_marks_a_new_phase():
-    result = compare([startup(1000, 400)], [startup(1000, 400, 200)])
+    result = compare([startup(1000, 400)] * 6, [startup(1000, 400, 200)] * 6)
     [new] = result.slower()
     assert new.phase == "h2d" and new.ratio is None
+
+
+def test_capacity_caveat_and_dominant_phase_per_group():
+    results = [startup(1000 + i * 100, 500, host_type="g5.xlarge") for i in range(5)] + \
+        [startup(3000, 200, host_type="p4d.24xlarge")]
+    overall, *groups = capacity_summary(results, ["host.type"])
+    by_value = {g.value: g for g in groups}
+    assert "fewer than 20" in overall.p95_caveat
+    assert by_value["g5.xlarge"].dominant_phase == "deserialize"
+    assert by_value["p4d.24xlarge"].dominant_phase is None  # 200 ms of 3 s: under 20%
+    many = capacity_summary([startup(1000, 500) for _ in range(20)])[0]
+    assert many.p95_caveat is None
+
+
+def test_unknown_budget_keys_are_listed():
+    from otel_coldstart.analyze.budgets import unknown_budget_keys, valid_budget_keys
+    budget = parse_budget_specs(["totl=3s", "deserialise=1ms", "total=1s", "my_step=2s"])
+    assert unknown_budget_keys(budget, {"my_step"}) == ["deserialise", "totl"]
+    assert {"total", "unattributed", "deserialize", "my_step"} <= set(valid_budget_keys({"my_step"}))
 
 
 def test_capacity_per_instance_type_and_lead_time():

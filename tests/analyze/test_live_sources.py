@@ -92,7 +92,7 @@ def run(capsys, *argv):
 def test_jaeger_search_by_service_analyses_the_startup(server, capsys):
     Api.requests.clear()
     code, out, _ = run(capsys, "analyze", "--jaeger", server + "/jaeger", "--service", "demo", "--limit", "5")
-    assert code == 0 and DEMO_TRACE in out and "cold shards read" in out
+    assert code == 0 and DEMO_TRACE in out and "cold shard(s) read from storage" in out
     path, query, _ = Api.requests[-1]
     assert path == "/jaeger/api/traces" and query["operation"] == ["model.startup"] and query["limit"] == ["5"]
 

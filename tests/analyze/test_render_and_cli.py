@@ -36,7 +36,7 @@ def test_text_report_has_breakdown_and_ranked_findings(capsys):
     code, out, _ = run(capsys, "analyze", COLD)
     assert code == 0
     assert "model.startup" in out and "unattributed" in out and "shards:" in out
-    assert "findings (largest estimated saving first):" in out and "cold shards read" in out
+    assert "findings (largest estimated saving first):" in out and "cold shard(s) read from storage" in out
 
 
 def test_json_output_follows_the_documented_schema(capsys):
@@ -51,7 +51,8 @@ def test_json_output_follows_the_documented_schema(capsys):
     assert total == pytest.approx(startup["duration_s"], abs=1e-6)
     assert startup["shards"][0]["cache_state"] == "cold"
     finding = doc["findings"][0]
-    assert set(finding) == {"rule", "title", "evidence", "lever", "saving_s", "trace_id", "rank", "phase"}
+    assert set(finding) == {"rule", "title", "evidence", "lever", "saving_s", "saving_basis", "share",
+                            "trace_id", "rank", "phase"}
     assert doc["budget"] == {"limits_s": {"total": 3600.0}, "exceeded": []}
 
 
@@ -92,7 +93,7 @@ def test_waterfall_is_self_contained_svg_and_never_overwritten(capsys, tmp_path)
     tree = ET.parse(svg)
     assert tree.getroot().tag == "{http://www.w3.org/2000/svg}svg"
     text = svg.read_text()
-    assert "coldstart.deserialize" in text and "<script" not in text and "href" not in text
+    assert "model-00001-of-00004.safetensors (cold)" in text and "<script" not in text and "href" not in text
     assert run(capsys, "analyze", COLD, "--waterfall", str(tmp_path / "wf"))[0] == 6
     out_file = tmp_path / "report.md"
     out_file.write_text("keep me")
@@ -117,7 +118,7 @@ def test_compare_reports_what_got_slower(capsys, tmp_path):
     assert code == 0 and "total" in out and ("slower in B" in out or "nothing got slower" in out)
     code, out, _ = run(capsys, "compare", WARM, COLD, "--format", "json")
     doc = json.loads(out)
-    assert doc["schema"] == "otel-coldstart.compare/1"
+    assert doc["schema"] == "otel-coldstart.compare/2"
     rows = {r["phase"]: r for r in doc["rows"]}
     assert rows["deserialize"]["delta_s"] == pytest.approx(rows["deserialize"]["b_s"] - rows["deserialize"]["a_s"])
     set_dir = tmp_path / "set"
@@ -125,7 +126,7 @@ def test_compare_reports_what_got_slower(capsys, tmp_path):
     shutil.copy(COLD, set_dir / "a.jsonl")
     shutil.copy(WARM, set_dir / "b.jsonl")
     code, out, _ = run(capsys, "compare", str(set_dir), COLD)
-    assert code == 0 and "(2 start-ups)" in out
+    assert code == 0 and "(2 start-ups; 1 cold, 1 warm)" in out
 
 
 def test_capacity_p50_p95_per_instance_type_and_lead_time(capsys, tmp_path):

@@ -2,15 +2,23 @@
 the evidence, the lever to pull and an estimate of the time it could save.
 
 ``find(results)`` runs every rule and ranks what they found by that estimate, largest
-first. Per-start-up rules take one :class:`~..breakdown.Breakdown`; rules over the ranks
-of one multi-process start take the list of start-ups that share a trace.
+first. Per-start-up rules take one :class:`~..breakdown.Breakdown` (and the storage floor,
+when one was given); rules over the ranks of one multi-process start take the list of
+start-ups that share a trace.
+
+Every second of a start-up counts toward at most one lever: each finding claims the
+pieces of time its saving comes from (a shard, a phase, the unattributed time), and the
+ranking gives a piece to the finding with the largest saving first; a later finding keeps
+only what is left (a ``.bin`` shard that is both cold and a pickle is saved once).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 from ..breakdown import Breakdown, by_trace
+from ..storage_floor import StorageFloor
 from ._finding import Finding
 from . import (cold_cache, dominant_phase, graph_captures, hidden_mmap_reads, pageable_h2d,
                pickle_checkpoints, runtime_init, straggler_rank, unattributed)
@@ -22,12 +30,75 @@ PER_STARTUP_RULES = (dominant_phase, cold_cache, pickle_checkpoints, pageable_h2
 PER_TRACE_RULES = (straggler_rank,)
 
 
-def find(results: Sequence[Breakdown]) -> list[Finding]:
+def find(results: Sequence[Breakdown], floor: StorageFloor | None = None) -> list[Finding]:
     found: list[Finding] = []
     for result in results:
         for rule in PER_STARTUP_RULES:
-            found.extend(rule.check(result))
+            found.extend(rule.check(result, floor))
     for group in by_trace(results).values():
         for rule in PER_TRACE_RULES:
             found.extend(rule.check(group))
-    return sorted(found, key=lambda f: (-f.saving_ns, f.rule, f.trace_id, f.rank or 0))
+    return rank_without_double_counting(found, _capacities(results, found))
+
+
+def _capacities(results: Sequence[Breakdown], found: Sequence[Finding]) -> dict[tuple, int]:
+    """How much time each claimed piece holds (only the pieces some finding claims: a
+    300,000-shard start-up need not index every shard)."""
+    by_root = {(b.trace_id, b.root.span_id): b for b in results}
+    shard_times: dict[tuple, dict[tuple, int]] = {}
+    capacity: dict[tuple, int] = {}
+    for f in found:
+        for keys, _ in f.claims:
+            for key in keys:
+                if key in capacity:
+                    continue
+                b = by_root.get(key[:2])
+                if b is None:
+                    continue
+                kind = key[2]
+                if kind == "startup":
+                    capacity[key] = b.duration_ns
+                elif kind == "unattributed":
+                    capacity[key] = b.unattributed_ns
+                elif kind == "phase":
+                    phase = b.phase(key[3])
+                    capacity[key] = phase.busy_ns if phase else 0
+                elif kind == "shard":
+                    times = shard_times.get(key[:2])
+                    if times is None:
+                        times = shard_times[key[:2]] = {(s.path or "", s.start_ns): s.duration_ns for s in b.shards}
+                    capacity[key] = times.get(key[3:], 0)
+    return capacity
+
+
+def rank_without_double_counting(found: Sequence[Finding], capacity: dict[tuple, int]) -> list[Finding]:
+    """Greedy: the finding with the largest remaining saving takes its pieces of time
+    first; the others are re-estimated on what is left. Findings without claims keep
+    their estimate (it is about no shared resource)."""
+    remaining = dict(capacity)
+    pending = list(found)
+    ranked: list[Finding] = []
+
+    def left(f: Finding) -> int:
+        if not f.claims:
+            return f.saving_ns
+        total = 0
+        for keys, ns in f.claims:
+            total += min([ns] + [remaining.get(k, ns) for k in keys])
+        return min(total, f.saving_ns)
+
+    while pending:
+        best = max(pending, key=lambda f: (left(f), f.rule, f.trace_id))
+        pending.remove(best)
+        saving = left(best)
+        for keys, ns in best.claims:
+            take = min([ns] + [remaining.get(k, ns) for k in keys])
+            for k in keys:
+                if k in remaining:
+                    remaining[k] -= take
+        if saving < best.saving_ns:
+            note = f"{best.estimate}; less the time already counted by a larger finding".lstrip("; ")
+            best = dataclasses.replace(best, saving_ns=saving, estimate=note)
+        ranked.append(best)
+    return sorted(ranked, key=lambda f: (-f.saving_ns, f.rule, f.trace_id, f.rank or 0))
+

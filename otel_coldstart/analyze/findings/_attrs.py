@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from ... import verdicts
 from ..model import Span
 
 
 def int_attr(span: Span, key: str) -> int:
-    value = span.attributes.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+    return verdicts.positive_int(span.attributes, key)
 
 
 def total(spans: Iterable[Span], key: str) -> int:

@@ -1,63 +1,97 @@
-"""Cold-cache asymmetry across shards: the shards whose bytes came from storage read
-several times slower per byte than the ones served from the page cache, so storage, not
-deserialisation, is the bottleneck.
+"""Cold page cache: checkpoint shards whose bytes came from storage (verdicts.py decides
+cold, partial or warm), with what that cost and what pre-warming would save.
 
-Estimate: the cold shards' time minus what they would take at the warm shards' rate.
+Per-byte rates use real reads: the bytes the cold shards read from storage (the thread's
+``read_bytes``, or the file size where only residency was measured) over their time. The
+reference for "the same bytes, warm" is the storage floor's warm read(2) rate when a floor
+was given (``otel-coldstart floor --json``), else the warm shards of the same start-up, but
+only where they plausibly read their bytes: a warm shard "read" faster than the floor's
+warm rate was mapped, not read, and says nothing per byte.
+
+Estimate: the cold shards' time minus their bytes at the warm reference rate. The title
+scales with the cold shards' share of the start-up ("bottleneck" only from 30%).
 """
 
 from __future__ import annotations
 
-import os
-
 from ... import semconv
 from ..breakdown import Breakdown, ShardRead
+from ..storage_floor import StorageFloor
 from ..units import format_bytes, format_rate, format_seconds
-from ._finding import Finding
+from ._finding import Finding, claim, share_text, shard_resource, weight
 
-MIN_RATIO = 2.0  # cold per-byte time over warm per-byte time worth a finding
-
-
-def is_cold(shard: ShardRead) -> bool:
-    if shard.cache_state in (semconv.CACHE_COLD, semconv.CACHE_PARTIAL):
-        return True
-    if shard.cache_state == semconv.CACHE_WARM:
-        return False
-    return bool(shard.read_bytes and shard.size and shard.read_bytes >= shard.size // 2)
+MIN_RATIO = 2.0  # cold per-byte time over the warm reference's worth a finding
 
 
-def _rate(shards: list[ShardRead]) -> float | None:
-    size = sum(s.size or 0 for s in shards)
-    time = sum(s.duration_ns for s in shards)
-    return size / (time / 1e9) if size > 0 and time > 0 else None
+def _bytes_read(shard: ShardRead) -> int:
+    """Bytes this read took from storage: measured when the plugin could, else the size."""
+    if shard.read_bytes:
+        return min(shard.read_bytes, shard.size or shard.read_bytes)
+    return shard.size or 0
 
 
-def check(breakdown: Breakdown) -> list[Finding]:
+def _rate(nbytes: int, ns: int) -> float | None:
+    return nbytes / (ns / 1e9) if nbytes > 0 and ns > 0 else None
+
+
+def check(breakdown: Breakdown, floor: StorageFloor | None = None) -> list[Finding]:
     sized = [s for s in breakdown.shards if s.size]
-    cold = [s for s in sized if is_cold(s)]
-    warm = [s for s in sized if not is_cold(s)]
-    cold_rate, warm_rate = _rate(cold), _rate(warm)
-    if not cold or not warm or not cold_rate or not warm_rate or warm_rate / cold_rate < MIN_RATIO:
+    cold = [s for s in sized if s.cold]
+    if not cold:
         return []
-    ratio = warm_rate / cold_rate
-    read = sum(s.read_bytes or 0 for s in cold)
-    ideal = sum(int((s.size or 0) / warm_rate * 1e9) for s in cold)
+    warm = [s for s in sized if s.state == semconv.CACHE_WARM]
     spent = sum(s.duration_ns for s in cold)
+    read = sum(_bytes_read(s) for s in cold)
+    cold_rate = _rate(read, spent)
+    warm_rate = _rate(sum(s.size or 0 for s in warm), sum(s.duration_ns for s in warm))
+    floor_warm = floor.warm_bytes_per_s if floor else None
+    reference, reference_name = None, ""
+    if floor_warm:
+        reference, reference_name = floor_warm, "the storage floor's warm read(2) rate"
+    elif warm_rate:
+        reference, reference_name = warm_rate, "the warm shards of this start-up"
+    if cold_rate is None or reference is None or reference / cold_rate < MIN_RATIO:
+        return []
+    ratio = reference / cold_rate
+    total = breakdown.duration_ns
+    share = spent / total if total else 0.0
     names = ", ".join(_label(s) for s in cold[:4]) + (" ..." if len(cold) > 4 else "")
-    evidence = [f"cold: {names} at {format_rate(cold_rate)}; warm shards at {format_rate(warm_rate)} "
-                f"({ratio:.1f}x faster per byte)",
-                f"{format_seconds(spent)} in {len(cold)} cold shard(s) of {len(sized)}"]
-    if read:
-        evidence.append(f"{format_bytes(read)} read from storage by the cold shard(s) during the start-up")
+    measured = any(s.read_bytes for s in cold)
+    evidence = [f"cold: {names}: {format_bytes(read)} "
+                f"{'read from storage during the start-up' if measured else '(file size; read bytes not measured)'}"
+                f" in {format_seconds(spent)}, {share_text(spent, total)}",
+                f"{format_rate(cold_rate)} from storage against {format_rate(reference)} for {reference_name} "
+                f"({ratio:.1f}x slower per byte)"]
+    if floor and floor.cold_bytes_per_s:
+        verdict = ("the cold shards read at the storage speed" if cold_rate >= 0.7 * floor.cold_bytes_per_s
+                   else "the cold shards read slower than the storage can deliver: the loader, not the "
+                        "storage, sets the pace")
+        evidence.append(f"storage floor, cold read(2): {format_rate(floor.cold_bytes_per_s)} ({verdict})")
+    if warm_rate and floor_warm and warm_rate > floor_warm:
+        evidence.append(f"warm shards 'read' at {format_rate(warm_rate)}, faster than read(2) from the page cache: "
+                        "their bytes were mapped, not read, so they are no per-byte reference")
+    claims, saving = [], 0
+    for s in cold:
+        ideal = int(_bytes_read(s) / reference * 1e9)
+        piece = max(0, s.duration_ns - ideal)
+        saving += piece
+        claims.append(claim(breakdown, piece, shard_resource(s), ("phase", semconv.PHASE_DESERIALIZE)))
+    level = weight(share)
+    if level == "major":
+        title = (f"cold page cache: {len(cold)} shard(s) read from storage take {share_text(spent, total)}; "
+                 "storage is the bottleneck")
+    elif level == "notable":
+        title = f"cold page cache: {len(cold)} shard(s) read from storage cost {share_text(spent, total)}"
+    else:
+        title = f"{len(cold)} cold shard(s) read from storage: {format_seconds(spent)}, {share_text(spent, total)}"
     return [Finding.about(
-        breakdown, rule="cold_cache", phase=semconv.PHASE_DESERIALIZE,
-        title=f"cold shards read {ratio:.1f}x slower per byte: storage is the bottleneck",
-        evidence=evidence,
+        breakdown, rule="cold_cache", phase=semconv.PHASE_DESERIALIZE, title=title, evidence=evidence,
         lever="pre-warm the page cache before start (vmtouch / cat to /dev/null in an init container), "
               "keep weights on local NVMe, or read fewer, larger files",
-        saving_ns=spent - ideal,
+        saving_ns=saving, share=share, claims=claims,
+        estimate=f"cold shards' time minus their bytes at {reference_name}",
     )]
 
 
 def _label(shard: ShardRead) -> str:
-    name = os.path.basename(shard.path) if shard.path else "<bytes>"
-    return f"#{shard.index} {name}" if shard.index is not None else name
+    return f"#{shard.index} {shard.name}" if shard.index is not None else shard.name

@@ -1,15 +1,19 @@
-"""The phase that took the most time, with the lever that usually moves it.
+"""The phase that dominates the start-up (verdicts.dominant_phase: at least 20% of it;
+"none dominates" gives no finding), with the lever that usually moves it.
 
-Estimate: half of the phase's time (what the lever typically buys; a guide for ranking,
-not a promise).
+Estimate: only where the trace holds a reference: deserialize time beyond its bytes at the
+storage floor's warm read(2) rate (when a floor was given). Otherwise the finding names
+where the time goes and claims no saving (0, "not estimated"): no flat guess that would
+rank it above findings that measured theirs.
 """
 
 from __future__ import annotations
 
 from ... import semconv
 from ..breakdown import Breakdown
+from ..storage_floor import StorageFloor
 from ..units import format_bytes, format_rate, format_seconds
-from ._finding import Finding
+from ._finding import Finding, claim
 
 LEVERS = {
     semconv.PHASE_IMPORT: "import less at start-up: defer optional imports, trim the image's site-packages",
@@ -29,13 +33,12 @@ LEVERS = {
     semconv.PHASE_GRAPH_CAPTURE: "capture fewer batch sizes or capture lazily on first use",
     semconv.PHASE_WARMUP: "shorten warm-up to the shapes actually served",
 }
-MIN_SHARE = 0.2  # below this no phase dominates
 
 
-def check(breakdown: Breakdown) -> list[Finding]:
+def check(breakdown: Breakdown, floor: StorageFloor | None = None) -> list[Finding]:
     top = breakdown.dominant
     total = breakdown.duration_ns
-    if top is None or total <= 0 or top.share_of(total) < MIN_SHARE:
+    if top is None:
         return []
     evidence = [f"{top.phase}: {format_seconds(top.busy_ns)} of {format_seconds(total)} "
                 f"({top.share_of(total) * 100:.0f}%) over {top.spans} span(s)"]
@@ -46,24 +49,30 @@ def check(breakdown: Breakdown) -> list[Finding]:
                         for s in breakdown.spans if s.phase == top.phase and semconv.CAST_FROM in s.attributes})
         if pairs:
             evidence.append("casts: " + ", ".join(f"{a} -> {b}" for a, b in pairs[:4]))
-    saving_ns = top.busy_ns // 2
     lever = LEVERS.get(top.phase, f"wrap the steps inside {top.phase!r} in finer phases to see which one to cut")
     if top.phase == semconv.PHASE_IMPORT:
         own_ns = plugin_import_ns(breakdown)
         if own_ns:  # the plugin's own import is not the host's to trim: out of the lever and saving
             evidence.append(f"of which otel-coldstart's own import and set-up: {format_seconds(own_ns)} "
-                            "(not counted in the saving)")
-            saving_ns = max(0, top.busy_ns - own_ns) // 2
+                            "(not the host's to trim)")
             lever = f"{lever} (the {format_seconds(own_ns)} otel-coldstart itself takes excluded)"
     runner_up = breakdown.phases[1] if len(breakdown.phases) > 1 else None
     if runner_up is not None:
         evidence.append(f"next: {runner_up.phase} {format_seconds(runner_up.busy_ns)}")
+    saving, estimate = 0, "not estimated: the trace holds no reference time for this phase"
+    if top.phase == semconv.PHASE_DESERIALIZE and top.bytes and floor and floor.warm_bytes_per_s:
+        floor_ns = int(top.bytes / floor.warm_bytes_per_s * 1e9)
+        saving = max(0, top.busy_ns - floor_ns)
+        estimate = "deserialize time beyond its bytes at the storage floor's warm read(2) rate"
+        evidence.append(f"its {format_bytes(top.bytes)} take {format_seconds(floor_ns)} at the storage floor's "
+                        f"warm rate {format_rate(floor.warm_bytes_per_s)}")
     return [Finding.about(
         breakdown, rule="dominant_phase", phase=top.phase,
         title=f"{top.phase} dominates the start-up ({top.share_of(total) * 100:.0f}%)",
         evidence=evidence,
         lever=lever,
-        saving_ns=saving_ns,
+        saving_ns=saving, share=top.share_of(total), estimate=estimate,
+        claims=[claim(breakdown, saving, ("phase", top.phase))] if saving else [],
     )]
 
 

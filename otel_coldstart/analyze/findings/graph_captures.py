@@ -10,16 +10,10 @@ from __future__ import annotations
 from ... import semconv
 from ..breakdown import Breakdown
 from ..units import format_seconds
-from ._attrs import int_attr
-from ._finding import Finding
+from ... import verdicts
+from ._finding import Finding, claim
 
 MIN_CAPTURES = 8
-
-
-def _count(span) -> int:
-    """Captures during start-up are aggregated per thread with ``coldstart.calls``; a lone
-    capture span (a failed one) counts one."""
-    return int_attr(span, semconv.CALLS) if span.is_aggregate else 1
 
 
 def _sizes(spans) -> list[int]:
@@ -32,9 +26,9 @@ def _sizes(spans) -> list[int]:
     return sorted(sizes)
 
 
-def check(breakdown: Breakdown) -> list[Finding]:
+def check(breakdown: Breakdown, floor=None) -> list[Finding]:
     spans = [s for s in breakdown.spans if s.phase == semconv.PHASE_GRAPH_CAPTURE]
-    count = sum(_count(s) for s in spans)
+    count = verdicts.capture_count(spans)  # the metric's count too
     if count < MIN_CAPTURES:
         return []
     phase = breakdown.phase(semconv.PHASE_GRAPH_CAPTURE)
@@ -58,5 +52,7 @@ def check(breakdown: Breakdown) -> list[Finding]:
         evidence=evidence,
         lever="capture fewer batch sizes (powers of two, pad requests up) or capture lazily on first use "
               "(vLLM: a shorter cudagraph capture-size list)",
-        saving_ns=saving,
+        saving_ns=saving, share=busy / breakdown.duration_ns if breakdown.duration_ns else 0.0,
+        claims=[claim(breakdown, saving, ("phase", semconv.PHASE_GRAPH_CAPTURE))],
+        estimate="capture time beyond one capture per power of two" if sizes else "half the capture time",
     )]

@@ -13,12 +13,12 @@ from ... import semconv
 from ..breakdown import Breakdown
 from ..units import format_bytes, format_seconds
 from ._attrs import int_attr
-from ._finding import Finding
+from ._finding import Finding, claim
 
 MIN_READ_BYTES = 1 << 20
 
 
-def check(breakdown: Breakdown) -> list[Finding]:
+def check(breakdown: Breakdown, floor=None) -> list[Finding]:
     hiding = [s for s in breakdown.spans
               if s.phase and s.phase not in (semconv.PHASE_DESERIALIZE, semconv.PHASE_DOWNLOAD)
               and int_attr(s, semconv.IO_READ_BYTES) >= MIN_READ_BYTES]
@@ -26,11 +26,13 @@ def check(breakdown: Breakdown) -> list[Finding]:
         return []
     read = sum(int_attr(s, semconv.IO_READ_BYTES) for s in hiding)
     phases = sorted({s.phase for s in hiding if s.phase})
-    saving = 0
+    saving, claims = 0, []
     for span in hiding:
         moved = int_attr(span, semconv.BYTES)
         fraction = min(1.0, int_attr(span, semconv.IO_READ_BYTES) / moved) if moved else 1.0
-        saving += int(span.busy_ns * fraction)
+        piece = int(span.busy_ns * fraction)
+        saving += piece
+        claims.append(claim(breakdown, piece, ("phase", span.phase)))
     return [Finding.about(
         breakdown, rule="hidden_mmap_reads", phase=phases[0],
         title=f"{format_bytes(read)} read from storage inside {', '.join(phases)} (mmap page faults)",
@@ -38,5 +40,5 @@ def check(breakdown: Breakdown) -> list[Finding]:
                   f"their busy time: {format_seconds(sum(s.busy_ns for s in hiding))}"],
         lever="this is storage time, not copy time: pre-warm the page cache or use local NVMe; "
               "or read eagerly so it shows as deserialize",
-        saving_ns=saving,
+        saving_ns=saving, claims=claims, estimate="the spans' busy time in proportion to the bytes read from storage",
     )]

@@ -11,12 +11,12 @@ from ... import semconv
 from ..breakdown import Breakdown
 from ..units import format_bytes, format_seconds
 from ._attrs import total
-from ._finding import Finding
+from ._finding import Finding, claim
 
 MIN_PAGEABLE_SHARE = 0.5
 
 
-def check(breakdown: Breakdown) -> list[Finding]:
+def check(breakdown: Breakdown, floor=None) -> list[Finding]:
     h2d = [s for s in breakdown.spans if s.phase == semconv.PHASE_H2D]
     pageable = total(h2d, semconv.COPY_PAGEABLE_BYTES)
     pinned = total(h2d, semconv.COPY_PINNED_BYTES)
@@ -32,5 +32,6 @@ def check(breakdown: Breakdown) -> list[Finding]:
                   f"h2d busy time {format_seconds(busy)}"],
         lever="copy from pinned memory: pin a reusable staging buffer (or the loader's pin option) "
               "and use non_blocking=True so copies overlap the next read",
-        saving_ns=int(busy * share * 0.5),
+        saving_ns=int(busy * share * 0.5), estimate="half the h2d time in proportion to its pageable bytes",
+        claims=[claim(breakdown, int(busy * share * 0.5), ("phase", semconv.PHASE_H2D))],
     )]

@@ -10,13 +10,13 @@ from __future__ import annotations
 from ... import semconv
 from ..breakdown import Breakdown
 from ..units import format_bytes, format_seconds
-from ._finding import Finding
+from ._finding import Finding, claim
 
 MIN_SHARE = 0.3
 SMALL_MODEL_BYTES = 2 << 30
 
 
-def check(breakdown: Breakdown) -> list[Finding]:
+def check(breakdown: Breakdown, floor=None) -> list[Finding]:
     init = breakdown.phase(semconv.PHASE_RUNTIME_INIT)
     total = breakdown.duration_ns
     weights = sum(s.size or 0 for s in breakdown.shards)
@@ -29,5 +29,6 @@ def check(breakdown: Breakdown) -> list[Finding]:
                   f"checkpoint {format_bytes(weights)}: loading it is not where the time goes"],
         lever="keep a warm, pre-initialised process pool; set CUDA_MODULE_LOADING=LAZY; expose only the "
               "devices used (CUDA_VISIBLE_DEVICES); or restore a checkpointed process",
-        saving_ns=init.busy_ns // 2,
+        saving_ns=init.busy_ns // 2, estimate="half the runtime_init time", share=init.share_of(total),
+        claims=[claim(breakdown, init.busy_ns // 2, ("phase", semconv.PHASE_RUNTIME_INIT))],
     )]

@@ -11,7 +11,7 @@ import re
 
 from ..breakdown import Breakdown
 from ..units import format_seconds
-from ._finding import Finding
+from ._finding import Finding, claim
 
 MIN_SHARE = 0.3
 
@@ -21,7 +21,7 @@ def suggest_phase_name(span_name: str) -> str:
     return slug[:40] or "setup"
 
 
-def check(breakdown: Breakdown) -> list[Finding]:
+def check(breakdown: Breakdown, floor=None) -> list[Finding]:
     total = breakdown.duration_ns
     if total <= 0 or breakdown.unattributed_ns < total * MIN_SHARE:
         return []
@@ -48,5 +48,7 @@ def check(breakdown: Breakdown) -> list[Finding]:
         title=f"{breakdown.unattributed_ns / total * 100:.0f}% of the start-up is unattributed",
         evidence=evidence,
         lever=f"wrap that step in `with otel_coldstart.phase({name!r}):` so the next trace names it",
-        saving_ns=breakdown.unattributed_ns,
+        saving_ns=breakdown.unattributed_ns, share=breakdown.unattributed_ns / total,
+        claims=[claim(breakdown, breakdown.unattributed_ns, ("unattributed",))],
+        estimate="the unattributed time (what becomes actionable once it has a name)",
     )]

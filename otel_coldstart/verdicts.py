@@ -1,0 +1,133 @@
+"""One answer per question: every rule that turns trace facts into a verdict lives here.
+
+Which phase dominates a start-up (or that none does), whether a checkpoint read was
+cold, partial or warm, how many CUDA graphs were captured, which spans lie inside the
+start-up window, and how a typed attribute is read. The patches (cold thresholds), the
+breakdown, the findings, the renderers, the metrics and the printed summary all ask this
+module, so they cannot disagree (tests/analyze/test_verdicts.py runs one trace through all
+of them).
+
+Deliberately light: it imports only :mod:`otel_coldstart.semconv`, so the patches can use
+it and ``import otel_coldstart`` stays cheap. Functions take duck-typed records (anything
+with the attributes of :class:`~otel_coldstart.analyze.model.Span` or ``PhaseTime``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Sequence
+
+from . import semconv
+
+# --- attribute typing -------------------------------------------------------------------
+
+
+def int_value(value: Any) -> int | None:
+    """An integer attribute; bools (a subclass of int in Python) are not integers here."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def positive_int(attributes: Mapping[str, Any], key: str) -> int:
+    """A count or byte total: the value when it is a positive integer, else 0."""
+    value = int_value(attributes.get(key))
+    return value if value is not None and value > 0 else 0
+
+
+def str_value(attributes: Mapping[str, Any], key: str) -> str | None:
+    value = attributes.get(key)
+    return value if isinstance(value, str) else None
+
+
+def number_value(attributes: Mapping[str, Any], key: str) -> float | None:
+    value = attributes.get(key)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+# --- cold / partial / warm --------------------------------------------------------------
+
+# Reading from storage at least this share of the bytes asked for means the page cache did
+# not hold them; below WARM_BELOW it did. Readahead can read a little more than asked.
+COLD_AT_LEAST = 0.5
+WARM_BELOW = 0.05
+
+COLD_STATES = (semconv.CACHE_COLD, semconv.CACHE_PARTIAL)
+
+
+def cache_state_from_reads(read_bytes: int, expected_bytes: int) -> str | None:
+    """cold | warm | partial from the bytes storage delivered against the bytes asked for."""
+    if expected_bytes <= 0:
+        return None
+    ratio = read_bytes / expected_bytes
+    if ratio >= COLD_AT_LEAST:
+        return semconv.CACHE_COLD
+    if ratio < WARM_BELOW:
+        return semconv.CACHE_WARM
+    return semconv.CACHE_PARTIAL
+
+
+def cache_state_from_residency(ratio: float) -> str:
+    """cold | warm | partial from the share of the file's pages resident before the read."""
+    if ratio >= 1 - WARM_BELOW:
+        return semconv.CACHE_WARM
+    if ratio <= 1 - COLD_AT_LEAST:
+        return semconv.CACHE_COLD
+    return semconv.CACHE_PARTIAL
+
+
+def shard_cache_state(recorded: str | None, read_bytes: int | None, size: int | None) -> str | None:
+    """The verdict for one checkpoint read in a trace: the state the plugin recorded (it
+    combined the read counter and the residency) wins; a trace without it (an older
+    plugin, another tool) is judged from its read bytes with the same thresholds."""
+    if recorded in (semconv.CACHE_COLD, semconv.CACHE_PARTIAL, semconv.CACHE_WARM):
+        return recorded
+    if read_bytes is not None and size:
+        return cache_state_from_reads(read_bytes, size)
+    return None
+
+
+def is_cold(state: str | None) -> bool:
+    """Cold or partial: some of the file's bytes came from storage."""
+    return state in COLD_STATES
+
+
+# --- the dominant phase -----------------------------------------------------------------
+
+DOMINANT_MIN_SHARE = 0.2  # below this share of the start-up's wall time no phase dominates
+
+
+def dominant_phase(phases: Sequence[Any], total_ns: int) -> Any | None:
+    """The largest phase when it holds at least DOMINANT_MIN_SHARE of the start-up, else
+    None ("no phase dominates": e.g. a start-up that is mostly unattributed). ``phases``
+    are largest first, each with ``busy_ns``."""
+    if not phases or total_ns <= 0:
+        return None
+    top = phases[0]
+    return top if top.busy_ns / total_ns >= DOMINANT_MIN_SHARE else None
+
+
+# --- the start-up window ----------------------------------------------------------------
+
+
+def in_startup_window(span: Any, root: Any) -> bool:
+    """A span counts toward a start-up when it lies within the root span's time."""
+    return span.start_ns >= root.start_ns and span.end_ns <= root.end_ns
+
+
+# --- CUDA graph captures ----------------------------------------------------------------
+
+
+def _is_aggregate(span: Any) -> bool:
+    return bool(span.attributes.get(semconv.AGGREGATE))
+
+
+def capture_count(spans: Iterable[Any]) -> int:
+    """CUDA graphs captured: a capture may be one span, a ``torch.cuda.graph`` span around
+    capture_begin/end spans, or one aggregate of many. The leaves count (a container is
+    not a capture of its own), an aggregate as its calls."""
+    captures = [s for s in spans if s.attributes.get(semconv.PHASE) == semconv.PHASE_GRAPH_CAPTURE]
+    containers = {s.parent_id for s in captures}
+    count = 0
+    for span in captures:
+        if span.span_id in containers:
+            continue
+        count += max(1, positive_int(span.attributes, semconv.CALLS)) if _is_aggregate(span) else 1
+    return count

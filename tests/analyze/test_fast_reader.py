@@ -1,0 +1,123 @@
+"""The msgspec fast path for OTLP JSON Lines gives exactly the records of the general
+reader: on the real trace files, and on generated lines with odd values (hypothesis), where
+it either agrees or declines the line (and the general path reads it)."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from analyze_records import data_file
+from otel_coldstart.analyze.read_otlp import spans_from_otlp
+from otel_coldstart.analyze.read_otlp_fast import spans_from_line
+from otel_coldstart.analyze.readers import read_trace
+
+REAL = ["demo-cold-first-shard.otlp.jsonl", "demo-warm.otlp.jsonl", "demo-two-ranks.otlp.jsonl"]
+
+
+def _general(line: bytes):
+    return list(spans_from_otlp(json.loads(line)))
+
+
+def test_spans_with_stall_events_keep_them():
+    line = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [{
+        "traceId": "ab" * 16, "spanId": "01" * 8, "name": "coldstart.progress", "startTimeUnixNano": "5",
+        "endTimeUnixNano": "6", "events": [{"name": "coldstart.stall", "timeUnixNano": "6"}]}]}]}]}).encode()
+    assert spans_from_line(line) is None  # declined: the general reader keeps the event
+    assert _general(line)[0].events[0].name == "coldstart.stall"
+
+
+def test_real_files_read_the_same_both_ways():
+    for name in REAL:
+        with open(data_file(name), "rb") as handle:
+            for line in handle:
+                if line.strip():
+                    fast = spans_from_line(line)
+                    assert fast is not None and fast == _general(line)
+
+
+values = st.one_of(
+    st.fixed_dictionaries({"stringValue": st.one_of(st.text(max_size=8), st.none(), st.integers())}),
+    st.fixed_dictionaries({"intValue": st.one_of(st.integers(-2**70, 2**70), st.text("0123456789-x +", max_size=6),
+                                                 st.sampled_from(["99999999999999999999999", "1e3", "0x10"]))}),
+    st.fixed_dictionaries({"boolValue": st.one_of(st.booleans(), st.sampled_from(["true", "false", "yes"]))}),
+    st.fixed_dictionaries({"doubleValue": st.one_of(st.floats(allow_nan=False), st.sampled_from(["1.5", "NaN", "x"]))}),
+    st.fixed_dictionaries({"arrayValue": st.fixed_dictionaries({"values": st.lists(
+        st.fixed_dictionaries({"intValue": st.sampled_from(["1", "2"])}), max_size=3)})}),
+    st.fixed_dictionaries({"kvlistValue": st.just({"values": []})}),
+    st.none(), st.integers(),
+)
+ids = st.one_of(st.text("0123456789abcdefABCDEF", min_size=1, max_size=32), st.integers(0, 2**64), st.none(),
+                st.just("AAAAAAAAAAE="))
+times = st.one_of(st.integers(0, 2**63 - 1).map(str), st.integers(-5, 2**64), st.floats(0, 1e18),
+                  st.sampled_from(["12abc", "1.5", " 7", "-3", "99999999999999999999"]), st.none())
+span = st.fixed_dictionaries({
+    "traceId": ids, "spanId": ids, "name": st.one_of(st.text(max_size=10), st.none(), st.integers()),
+    "attributes": st.lists(st.fixed_dictionaries({"key": st.sampled_from(["a", "coldstart.phase", "b"]),
+                                                  "value": values}), max_size=4),
+}, optional={"events": st.lists(st.fixed_dictionaries({
+    "name": st.sampled_from(["coldstart.stall", "exception"]), "timeUnixNano": times}), max_size=2),
+    "startTimeUnixNano": times, "endTimeUnixNano": times, "parentSpanId": st.one_of(ids, st.just("")),
+             "status": st.one_of(st.fixed_dictionaries({"code": st.sampled_from([0, 1, 2, "2", "STATUS_CODE_ERROR", 7])}),
+                                 st.just("bad"))})
+document = st.fixed_dictionaries({"resourceSpans": st.lists(st.fixed_dictionaries({
+    "resource": st.one_of(st.none(), st.fixed_dictionaries({"attributes": st.lists(st.fixed_dictionaries(
+        {"key": st.just("host.name"), "value": values}), max_size=2)})),
+    "scopeSpans": st.lists(st.fixed_dictionaries({"spans": st.lists(span, max_size=3)}), max_size=2),
+}), max_size=2)})
+
+
+def _outcome(fn, *args):
+    try:
+        return ("ok", fn(*args))
+    except Exception as exc:  # compare failures as well: the same one-line error
+        return ("error", type(exc).__name__, str(exc))
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(document)
+def test_fast_path_agrees_or_declines(doc):
+    line = json.dumps(doc).encode()
+    fast = _outcome(spans_from_line, line)
+    if fast == ("ok", None):
+        return  # declined: the general path reads it
+    assert fast == _outcome(_general, line)
+
+
+def test_reader_uses_the_fast_path_and_keeps_formats(tmp_path):
+    lines = open(data_file("demo-two-ranks.otlp.jsonl"), "rb").read().splitlines()
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"\n".join(lines + lines) + b"\n")  # the same batches twice: two lines at least
+    result = read_trace(str(path))
+    general = [s for line in lines for s in _general(line)]
+    assert result.format == "otlp-lines" and len(result.spans) == len(general)
+    assert sorted(result.spans, key=lambda s: s.span_id) == sorted(general, key=lambda s: s.span_id)
+
+
+def test_big_json_is_streamed_with_the_same_content(tmp_path, monkeypatch):
+    import io
+    import os
+    import sys
+
+    from otel_coldstart.analyze import render_json as rj
+    from otel_coldstart.analyze.breakdown import breakdowns
+    from otel_coldstart.analyze.findings import find
+    bench = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
+    sys.path.insert(0, bench)
+    try:
+        import analyzer_scale
+    finally:
+        sys.path.remove(bench)
+    path = str(tmp_path / "t.jsonl")
+    analyzer_scale.write_trace(path, 7000)  # 2333 shards: over the pretty limit
+    results = breakdowns(read_trace(path).spans)
+    findings = find(results)
+    streamed = io.StringIO()
+    rj.render_json(rj.analysis_document(results, findings, []), streamed)
+    assert "\n  " not in streamed.getvalue()  # compact
+    monkeypatch.setattr(rj, "PRETTY_LIMIT", 10**9)
+    pretty = io.StringIO()
+    rj.render_json(rj.analysis_document(results, findings, []), pretty)
+    assert json.loads(streamed.getvalue()) == json.loads(pretty.getvalue())
