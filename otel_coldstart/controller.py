@@ -18,7 +18,6 @@ from typing import Any
 import wrapt
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from . import _otel_env, ending, export, patches, semconv
 from .inflight import (DEFAULT_PROGRESS_INTERVAL_S, DEFAULT_STALL_AFTER_S, ENV_PROGRESS_INTERVAL_S, ENV_STALL_AFTER_S,
@@ -26,7 +25,6 @@ from .inflight import (DEFAULT_PROGRESS_INTERVAL_S, DEFAULT_STALL_AFTER_S, ENV_P
 from . import session as _session
 from ._bounded import in_background
 from ._errors import report_internal_error
-from .analyze.breakdown import compute_breakdown
 
 _hooks_registered = False
 
@@ -39,6 +37,9 @@ def _env_carrier_context(parent_var: str, state_var: str):
     carrier = {"traceparent": value}
     if os.environ.get(state_var):
         carrier["tracestate"] = os.environ[state_var]
+    # Imported here: only a process with a launcher's carrier needs the propagator.
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
     ctx = TraceContextTextMapPropagator().extract(carrier)
     return ctx if trace.get_current_span(ctx).get_span_context().is_valid else None
 
@@ -231,6 +232,8 @@ class Controller:
             try:
                 records = state.session.records()
                 root = next(r for r in reversed(records) if r.is_root)
+                from .analyze.breakdown import compute_breakdown  # needed only now
+
                 breakdown = compute_breakdown(root, records)
             except Exception:
                 report_internal_error("breakdown")
