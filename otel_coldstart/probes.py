@@ -201,9 +201,9 @@ def _load_libc():
     try:
         return ctypes.CDLL("libc.so.6", use_errno=True)
     except OSError:
-        import ctypes.util
+        import ctypes.util as ctypes_util  # binds only ctypes_util: ctypes stays the module's
 
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return ctypes.CDLL(ctypes_util.find_library("c") or "libc.so.6", use_errno=True)
 
 
 def _libc_handle():
