@@ -114,6 +114,13 @@ def create_resource(attributes: dict) -> Resource:
     start-up path, 10-20 ms on a loaded machine. Same detectors, same order, same merging
     and the same error handling, without the pool; anything unexpected (an SDK whose
     internals moved) falls back to ``Resource.create`` itself."""
+    # The SDK's TracerProvider re-runs process-dependent detectors in a forked child, through
+    # a ThreadPoolExecutor, from an at-fork hook. concurrent.futures.thread holds its global
+    # lock across fork() and re-creates it in the child from its own at-fork hook; hooks run
+    # in the order they were registered, so its module must be imported before the provider
+    # registers its hook (Resource.create imported it for us), or a forked child deadlocks.
+    import concurrent.futures.thread  # noqa: F401
+
     try:
         from opentelemetry.sdk import resources
 
