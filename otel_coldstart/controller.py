@@ -18,7 +18,6 @@ from typing import Any
 import wrapt
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from . import _otel_env, ending, export, patches, semconv
 from .inflight import (DEFAULT_PROGRESS_INTERVAL_S, DEFAULT_STALL_AFTER_S, ENV_PROGRESS_INTERVAL_S, ENV_STALL_AFTER_S,
@@ -26,7 +25,6 @@ from .inflight import (DEFAULT_PROGRESS_INTERVAL_S, DEFAULT_STALL_AFTER_S, ENV_P
 from . import session as _session
 from ._bounded import in_background
 from ._errors import report_internal_error
-from .analyze.breakdown import compute_breakdown
 
 _hooks_registered = False
 
@@ -39,6 +37,9 @@ def _env_carrier_context(parent_var: str, state_var: str):
     carrier = {"traceparent": value}
     if os.environ.get(state_var):
         carrier["tracestate"] = os.environ[state_var]
+    # Imported here: only a process with a launcher's carrier needs the propagator.
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
     ctx = TraceContextTextMapPropagator().extract(carrier)
     return ctx if trace.get_current_span(ctx).get_span_context().is_valid else None
 
@@ -192,6 +193,8 @@ class Controller:
         ending.SIGTERM.release()
         if state is not None and not state.session.ended:
             self._end(ready=False, reason=semconv.END_UNINSTRUMENTED)
+        if state is not None and state.summary_job is not None:
+            state.summary_job.join(state.options.export_timeout_s)  # the summary before the close
         if state is not None and state.metrics is not None:
             try:
                 state.metrics.close(state.options.export_timeout_s)
@@ -227,13 +230,12 @@ class Controller:
         if state.metrics is None:  # a meter provider may have been set since instrument()
             state.metrics = _configure_metrics(None, state.options.prometheus_port)
         breakdown = None
-        if state.summary or state.metrics is not None:  # nobody else reads it
-            try:
-                records = state.session.records()
-                root = next(r for r in reversed(records) if r.is_root)
-                breakdown = compute_breakdown(root, records)
-            except Exception:
-                report_internal_error("breakdown")
+        # The summary alone needs no answer on the host's thread: after ready() it is computed
+        # and printed on a thread of ours (the analysis imports alone are ~25 ms), joined at
+        # exit. Metrics are recorded here as before: a reader may collect right after ready().
+        summary_later = state.summary and state.metrics is None and not at_exit
+        if (state.summary and not summary_later) or state.metrics is not None:  # nobody else reads it
+            breakdown = _breakdown(state)
         if breakdown is not None and state.metrics is not None:
             try:
                 from .metrics import StartupMetrics, identifying_attributes
@@ -266,23 +268,11 @@ class Controller:
                 export.flush(state.setup, state.options.export_timeout_s, wait=True)
             except Exception:
                 report_internal_error("flush")
-        if state.summary and breakdown is not None:
-            try:
-                from .analyze.findings import find
-                from .analyze.render import render_findings_text, render_text
-
-                out = sys.stderr
-                out.write("\n[otel-coldstart] start-up breakdown\n")
-                render_text(breakdown, out)
-                render_findings_text(find([breakdown]), out)
-                if state.setup.file_path:
-                    outcome = state.setup.file_exporter.outcome() if state.setup.file_exporter else ""
-                    out.write(f"  {outcome}\n")
-                    if outcome.startswith("trace written to"):  # only a file that is there
-                        out.write(f"  analyze it again: otel-coldstart analyze {state.setup.file_path}\n")
-                out.flush()
-            except Exception:
-                report_internal_error("summary")
+        if summary_later:
+            state.summary_job = in_background(lambda: _print_summary(state, _breakdown(state)),
+                                              name="otel-coldstart-summary")
+        elif state.summary and breakdown is not None:
+            _print_summary(state, breakdown)
 
     def at_exit(self, reason: str = semconv.END_EXIT, exception_type: str | None = None) -> None:
         """End the start-up if still open and export everything, all within one
@@ -294,6 +284,8 @@ class Controller:
         self._end(ready=False, reason=reason, at_exit=True, exception_type=exception_type)
         timeout = state.options.export_timeout_s
         deadline = time.monotonic() + timeout
+        if state.summary_job is not None:  # the summary printed after ready(): let it finish
+            state.summary_job.join(timeout)
         jobs = [in_background(lambda: export.finish(state.setup, timeout))]
         if state.metrics is not None:
             from .metrics import flush as flush_metrics
@@ -305,6 +297,40 @@ class Controller:
                 jobs.append(in_background(lambda: flush_metrics(metrics_setup, timeout)))
         for job in jobs:
             job.join(max(0.0, deadline - time.monotonic()))
+
+
+def _breakdown(state: "_State"):
+    """The breakdown of the start-up from the session's ledger, or None if it fails."""
+    try:
+        from .analyze.breakdown import compute_breakdown  # needed only now
+
+        records = state.session.records()
+        root = next(r for r in reversed(records) if r.is_root)
+        return compute_breakdown(root, records)
+    except Exception:
+        report_internal_error("breakdown")
+        return None
+
+
+def _print_summary(state: "_State", breakdown) -> None:
+    if breakdown is None:
+        return
+    try:
+        from .analyze.findings import find
+        from .analyze.render import render_findings_text, render_text
+
+        out = sys.stderr
+        out.write("\n[otel-coldstart] start-up breakdown\n")
+        render_text(breakdown, out)
+        render_findings_text(find([breakdown]), out)
+        if state.setup.file_path:
+            outcome = state.setup.file_exporter.outcome() if state.setup.file_exporter else ""
+            out.write(f"  {outcome}\n")
+            if outcome.startswith("trace written to"):  # only a file that is there
+                out.write(f"  analyze it again: otel-coldstart analyze {state.setup.file_path}\n")
+        out.flush()
+    except Exception:
+        report_internal_error("summary")
 
 
 CONTROLLER = Controller()
@@ -352,7 +378,7 @@ class _Options:
 
 
 class _State:
-    __slots__ = ("session", "setup", "options", "summary", "metrics")
+    __slots__ = ("session", "setup", "options", "summary", "metrics", "summary_job")
 
     def __init__(self, session, setup, options, summary, metrics) -> None:
         self.session = session
@@ -360,6 +386,7 @@ class _State:
         self.options = options
         self.summary = summary
         self.metrics = metrics  # a metrics.MetricsSetup, or None if it could not be made
+        self.summary_job = None  # the thread printing the summary after ready(), joined at exit
 
 
 def _start_inflight(session, setup, options: _Options, metrics_setup) -> None:

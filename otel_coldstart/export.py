@@ -16,10 +16,10 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -32,6 +32,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 
 from . import _otel_env
 from ._bounded import run_bounded
+from .otlp_json import spans_to_otlp_json  # noqa: F401  (re-exported: readers and tests use it here)
 
 DEFAULT_OUTPUT_DIR = "otel-coldstart-traces"
 FILE_SUFFIX = ".otlp.jsonl"
@@ -88,32 +89,6 @@ class OtlpJsonFileExporter(SpanExporter):
         return True
 
 
-_ID_FIELDS = ("traceId", "spanId", "parentSpanId")
-
-
-def spans_to_otlp_json(spans: Sequence[ReadableSpan]) -> dict:
-    """The OTLP/JSON form of an export request: protobuf's JSON mapping, except that trace
-    and span ids are hex (the OTLP spec's one deviation from the mapping)."""
-    from google.protobuf.json_format import MessageToDict
-    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-
-    document = MessageToDict(encode_spans(spans), use_integers_for_enums=True)
-    for resource_spans in document.get("resourceSpans", []):
-        for scope_spans in resource_spans.get("scopeSpans", []):
-            for span in scope_spans.get("spans", []):
-                _hex_ids(span)
-                for link in span.get("links", []):
-                    _hex_ids(link)
-    return document
-
-
-def _hex_ids(record: dict) -> None:
-    for field in _ID_FIELDS:
-        value = record.get(field)
-        if value:
-            record[field] = base64.b64decode(value).hex()
-
-
 def default_trace_path(output_dir: str | None = None) -> str:
     directory = output_dir or os.environ.get("OTEL_COLDSTART_OUTPUT_DIR") or DEFAULT_OUTPUT_DIR
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -128,7 +103,46 @@ def otlp_endpoint_configured(signal: str = "traces") -> bool:
 
 def default_resource() -> Resource:
     """OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES, plus the facts that tell processes apart."""
-    return Resource.create({"process.pid": os.getpid(), "host.name": socket.gethostname()})
+    return create_resource({"process.pid": os.getpid(), "host.name": socket.gethostname()})
+
+
+def create_resource(attributes: dict) -> Resource:
+    """What ``Resource.create(attributes)`` returns, with its detectors run on this thread.
+
+    ``Resource.create`` runs the detectors (by default two quick ones that read the
+    environment) on a new thread pool and waits for them: two thread starts on the host's
+    start-up path, 10-20 ms on a loaded machine. Same detectors, same order, same merging
+    and the same error handling, without the pool; anything unexpected (an SDK whose
+    internals moved) falls back to ``Resource.create`` itself."""
+    # The SDK's TracerProvider re-runs process-dependent detectors in a forked child, through
+    # a ThreadPoolExecutor, from an at-fork hook. concurrent.futures.thread holds its global
+    # lock across fork() and re-creates it in the child from its own at-fork hook; hooks run
+    # in the order they were registered, so its module must be imported before the provider
+    # registers its hook (Resource.create imported it for us), or a forked child deadlocks.
+    import concurrent.futures.thread  # noqa: F401
+
+    try:
+        from opentelemetry.sdk import resources
+
+        merged = resources._DEFAULT_RESOURCE
+        for detector in resources._build_resource_detectors():
+            detected = Resource.get_empty()
+            try:
+                detected = detector.detect()
+            except Exception as error:
+                if detector.raise_on_error:
+                    raise
+                resources.logger.warning("Exception %s in detector %s, ignoring", error, detector)
+            merged = merged.merge(detected)
+        resource = merged.merge(Resource(attributes))
+        if not resource.attributes.get(resources.SERVICE_NAME):
+            default_service_name = "unknown_service"
+            if sys.executable:
+                default_service_name += f":{os.path.basename(sys.executable)}"
+            resource = resource.merge(Resource({resources.SERVICE_NAME: default_service_name}))
+        return resource
+    except Exception:
+        return Resource.create(attributes)
 
 
 @dataclass

@@ -11,7 +11,6 @@ attribute is absent rather than wrong. Every probe is optional: on a platform wi
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import mmap
 import os
@@ -196,10 +195,21 @@ _libc = None
 _LOW_BIT = bytes(i & 1 for i in range(256))  # mincore: bit 0 = resident, others reserved
 
 
+def _load_libc():
+    """glibc's soname directly: ``ctypes.util.find_library`` spawns ``ldconfig`` (5-12 ms,
+    during the first file read) and its import costs ~5 ms; it is only the fallback."""
+    try:
+        return ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:
+        import ctypes.util as ctypes_util  # binds only ctypes_util: ctypes stays the module's
+
+        return ctypes.CDLL(ctypes_util.find_library("c") or "libc.so.6", use_errno=True)
+
+
 def _libc_handle():
     global _libc
     if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        _libc = _load_libc()
         _libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte))
         _libc.mincore.restype = ctypes.c_int
         _libc.syscall.restype = ctypes.c_long

@@ -10,12 +10,16 @@ import traceback
 import pytest
 import torch
 import wrapt
+
 from safetensors import safe_open
 from safetensors.torch import load_file
 
 import otel_coldstart
 from otel_coldstart import _errors, semconv
 from otel_coldstart.patches import _files, _wrapping
+
+# wrapt 2.x: BaseObjectProxy is the base of every proxy; wrapt 1.x: ObjectProxy is.
+_PROXY_BASE = getattr(wrapt, "BaseObjectProxy", wrapt.ObjectProxy)
 
 
 def _tail_frames(exc: BaseException) -> list[str]:
@@ -133,7 +137,7 @@ def test_instrument_is_idempotent_and_uninstrument_restores_identity():
     for name, obj in during.items():
         assert obj is not before[name], f"{name} not patched"
         layers = 0
-        while isinstance(obj, wrapt.BaseObjectProxy):
+        while isinstance(obj, _PROXY_BASE):
             layers += 1
             obj = obj.__wrapped__
         assert layers == 1, f"{name} has {layers} wrapt layers"
