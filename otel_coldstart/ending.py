@@ -188,6 +188,19 @@ class SigtermWatcher:
         self._thread.start()
         return True
 
+    def _give_back_disposition(self, where: str) -> None:
+        """The host's SIGTERM handler and wakeup fd back, where ours are still in place: a
+        handler or wakeup fd someone installed since (asyncio's) stays theirs."""
+        try:
+            if signal.getsignal(signal.SIGTERM) == self._handler:
+                signal.signal(signal.SIGTERM, self._previous_handler)
+            if self._wakeup_ours:
+                current = signal.set_wakeup_fd(-1)
+                if current != self._write_fd:
+                    signal.set_wakeup_fd(current)
+        except (OSError, ValueError):
+            report_internal_error(where)
+
     def release(self) -> None:
         """Give the host back its SIGTERM disposition and wakeup fd, if nobody replaced ours
         since, and stop the watcher. From another thread than the main one, nothing can be
@@ -195,15 +208,7 @@ class SigtermWatcher:
         process at once after exporting."""
         if not self._installed or threading.current_thread() is not threading.main_thread():
             return
-        try:
-            if signal.getsignal(signal.SIGTERM) == self._handler:
-                signal.signal(signal.SIGTERM, self._previous_handler)
-            if self._wakeup_ours:
-                current = signal.set_wakeup_fd(-1)
-                if current != self._write_fd:  # someone else's since (asyncio): theirs stays
-                    signal.set_wakeup_fd(current)
-        except (OSError, ValueError):
-            report_internal_error("release SIGTERM")
+        self._give_back_disposition("release SIGTERM")
         self._installed = False
         self._wakeup_ours = False
         write_fd, self._read_fd, self._write_fd = self._write_fd, -1, -1
@@ -219,15 +224,7 @@ class SigtermWatcher:
         Put the child's disposition and wakeup fd back and close the inherited pipe."""
         if not self._installed:
             return
-        try:
-            if signal.getsignal(signal.SIGTERM) == self._handler:
-                signal.signal(signal.SIGTERM, self._previous_handler)
-            if self._wakeup_ours:
-                current = signal.set_wakeup_fd(-1)
-                if current != self._write_fd:
-                    signal.set_wakeup_fd(current)
-        except (OSError, ValueError):
-            report_internal_error("SIGTERM after fork")
+        self._give_back_disposition("SIGTERM after fork")
         self._close_fds(self._read_fd, self._write_fd)
         self._read_fd = self._write_fd = -1
         self._installed = False
