@@ -94,14 +94,20 @@ def is_cold(state: str | None) -> bool:
 DOMINANT_MIN_SHARE = 0.2  # below this share of the start-up's wall time no phase dominates
 
 
+def dominates(phase_ns: int, total_ns: int) -> bool:
+    """The one rule: a phase dominates when it holds at least DOMINANT_MIN_SHARE of the
+    start-up's wall time."""
+    return total_ns > 0 and phase_ns / total_ns >= DOMINANT_MIN_SHARE
+
+
 def dominant_phase(phases: Sequence[Any], total_ns: int) -> Any | None:
-    """The largest phase when it holds at least DOMINANT_MIN_SHARE of the start-up, else
-    None ("no phase dominates": e.g. a start-up that is mostly unattributed). ``phases``
-    are largest first, each with ``busy_ns``."""
-    if not phases or total_ns <= 0:
+    """The largest phase when it dominates, else None ("no phase dominates": e.g. a
+    start-up that is mostly unattributed). ``phases`` are largest first, each with
+    ``busy_ns``."""
+    if not phases:
         return None
     top = phases[0]
-    return top if top.busy_ns / total_ns >= DOMINANT_MIN_SHARE else None
+    return top if dominates(top.busy_ns, total_ns) else None
 
 
 # --- the start-up window ----------------------------------------------------------------

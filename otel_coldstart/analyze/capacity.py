@@ -43,17 +43,13 @@ class GroupSummary:
 
     @property
     def dominant_phase(self) -> str | None:
-        """verdicts.dominant_phase over the group's medians: the phase whose p50 is the
-        largest, when it holds at least 20% of the p50 start-up; None when none does."""
-        ranked = sorted(((q.p50_ns, name) for name, q in self.phases.items() if name != "unattributed"),
-                        reverse=True)
-
-        class _P:  # the verdict reads busy_ns
-            def __init__(self, ns: int, name: str) -> None:
-                self.busy_ns, self.phase = ns, name
-
-        top = verdicts.dominant_phase([_P(ns, name) for ns, name in ranked], self.total.p50_ns)
-        return top.phase if top is not None else None
+        """The phase whose p50 is the largest, when it dominates the p50 start-up
+        (verdicts.dominates); None when none does."""
+        medians = [(q.p50_ns, name) for name, q in self.phases.items() if name != "unattributed"]
+        if not medians:
+            return None
+        p50_ns, name = max(medians)
+        return name if verdicts.dominates(p50_ns, self.total.p50_ns) else None
 
     def lead_time_ns(self, provisioning_ns: int = 0) -> int:
         return provisioning_ns + self.total.p95_ns
