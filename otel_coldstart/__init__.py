@@ -93,7 +93,6 @@ _IMPORT_STARTED_NS = _time.perf_counter_ns()
 
 import contextlib  # noqa: E402
 import functools  # noqa: E402
-import inspect  # noqa: E402
 import threading  # noqa: E402
 from typing import TYPE_CHECKING, Any  # noqa: E402
 
@@ -193,6 +192,8 @@ class phase(contextlib.ContextDecorator):
         self._local = threading.local()
 
     def __call__(self, func):
+        import inspect  # 4 ms of imports: only for phase() used as a decorator
+
         if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
             raise TypeError(f"phase({self.name!r}) cannot decorate the generator function "
                             f"{getattr(func, '__qualname__', func)!r}: use `with phase(...)` inside it")

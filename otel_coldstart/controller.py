@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from typing import Any
 
@@ -19,7 +20,7 @@ import wrapt
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from . import _otel_env, ending, export, patches, semconv
+from . import _otel_env, ending, export, own_tracing, patches, semconv
 from .inflight import (DEFAULT_PROGRESS_INTERVAL_S, DEFAULT_STALL_AFTER_S, ENV_PROGRESS_INTERVAL_S, ENV_STALL_AFTER_S,
                        seconds_option)
 from . import session as _session
@@ -160,16 +161,24 @@ class Controller:
         summary = options.summary
         if summary is None:
             summary = _session.env_flag("OTEL_COLDSTART_SUMMARY", setup.file_path is not None)
-        metrics_setup = _configure_metrics(kwargs.get("meter_provider"), options.prometheus_port)
-        if not setup.exports and not summary and metrics_setup is None:
+        # Metrics only we push (OTLP, console): made on a thread of ours when first needed (the
+        # in-flight monitor's first tick, or after ready()), never on the host's thread: the
+        # metrics SDK and an OTLP exporter are ~80 ms of imports.
+        metrics_later = _metrics_can_wait(kwargs.get("meter_provider"), options.prometheus_port)
+        metrics_setup = None if metrics_later else _configure_metrics(kwargs.get("meter_provider"),
+                                                                      options.prometheus_port)
+        if metrics_later or isinstance(getattr(setup.provider, "sink", None), own_tracing.SdkExporters):
+            _make_exporters_before_exit_once()
+        if not setup.exports and not summary and metrics_setup is None and not metrics_later:
             return  # OTEL_TRACES_EXPORTER=none and nothing else would read the start-up: stay out
         session = _session.StartupSession(
             tracer, resource=resource_attrs, start_at=options.start_at,
             parent_context=_launcher_context(), root_attributes=_rank_attributes(),
             import_attributes=_own_import_attributes(entered_ns),
         )
-        self._state = _State(session, setup, options, summary, metrics_setup)
-        _start_inflight(session, setup, options, metrics_setup)
+        state = self._state = _State(session, setup, options, summary, metrics_setup, metrics_later)
+        _start_inflight(session, setup, options, metrics_setup,
+                        prepare=(lambda: _make_metrics_later(state)) if metrics_later else None)
         # The process group is usually created after instrument(): read the rank again at the end.
         session.on_end(lambda: session.root_attributes.update(_rank_attributes()))
         for module in patches.ALL:
@@ -193,8 +202,8 @@ class Controller:
         ending.SIGTERM.release()
         if state is not None and not state.session.ended:
             self._end(ready=False, reason=semconv.END_UNINSTRUMENTED)
-        if state is not None and state.summary_job is not None:
-            state.summary_job.join(state.options.export_timeout_s)  # the summary before the close
+        if state is not None and state.after_ready_job is not None:
+            state.after_ready_job.join(state.options.export_timeout_s)  # summary and metrics before the close
         if state is not None and state.metrics is not None:
             try:
                 state.metrics.close(state.options.export_timeout_s)
@@ -227,28 +236,26 @@ class Controller:
                     module.unpatch()
                 except Exception:
                     report_internal_error(f"unpatch {module.__name__}")
-        if state.metrics is None:  # a meter provider may have been set since instrument()
+        if state.metrics is None and not state.metrics_later:  # a meter provider may have been set since
             state.metrics = _configure_metrics(None, state.options.prometheus_port)
+        if at_exit and state.metrics_later:  # nothing runs after the exit: make them now
+            _make_metrics_later(state)
+        # Metrics someone may read in-process right after ready() (a provider the user passed,
+        # a Prometheus endpoint) are recorded here; metrics only we push, and the summary,
+        # need no answer on the host's thread: after ready() a thread of ours computes the
+        # breakdown (the analysis imports alone are ~25 ms), prints the summary and records
+        # and pushes the metrics. At exit everything happens here, under at_exit's deadline.
+        metrics_here = state.metrics is not None and (at_exit or not state.metrics_later)
+        metrics_after = state.metrics_later and not at_exit
+        summary_after = state.summary and not metrics_here and not at_exit
         breakdown = None
-        # The summary alone needs no answer on the host's thread: after ready() it is computed
-        # and printed on a thread of ours (the analysis imports alone are ~25 ms), joined at
-        # exit. Metrics are recorded here as before: a reader may collect right after ready().
-        summary_later = state.summary and state.metrics is None and not at_exit
-        if (state.summary and not summary_later) or state.metrics is not None:  # nobody else reads it
+        if (state.summary and not summary_after) or metrics_here:
             breakdown = _breakdown(state)
-        if breakdown is not None and state.metrics is not None:
-            try:
-                from .metrics import StartupMetrics, identifying_attributes
-
-                session = state.session
-                labels = identifying_attributes(session.resource, state.options.metric_attributes)
-                StartupMetrics(state.metrics.provider).record(
-                    breakdown, labels, session.records(), trace_context=session.root_context)
-            except Exception:
-                report_internal_error("metrics")
+        if metrics_here:
+            _record_metrics(state, breakdown)
         if not at_exit:  # at exit, at_exit() drains everything under one deadline
             timeout = state.options.export_timeout_s
-            if state.metrics is not None:
+            if metrics_here:
                 try:
                     from .metrics import flush as flush_metrics
 
@@ -259,6 +266,7 @@ class Controller:
                 # A local file is quick to write, and the summary names it: wait for it. A
                 # remote collector never holds ready().
                 export.flush(state.setup, timeout, wait=state.setup.file_path is not None)
+                state.setup.start_up_over()  # what ends after ready() (captures, loads) goes out by itself
             except Exception:
                 report_internal_error("flush")
         elif state.summary and state.setup.file_path is not None:
@@ -268,9 +276,9 @@ class Controller:
                 export.flush(state.setup, state.options.export_timeout_s, wait=True)
             except Exception:
                 report_internal_error("flush")
-        if summary_later:
-            state.summary_job = in_background(lambda: _print_summary(state, _breakdown(state)),
-                                              name="otel-coldstart-summary")
+        if summary_after or metrics_after:
+            state.after_ready_job = in_background(lambda: _after_ready(state, summary_after, metrics_after),
+                                                  name="otel-coldstart-after-ready")
         elif state.summary and breakdown is not None:
             _print_summary(state, breakdown)
 
@@ -284,8 +292,8 @@ class Controller:
         self._end(ready=False, reason=reason, at_exit=True, exception_type=exception_type)
         timeout = state.options.export_timeout_s
         deadline = time.monotonic() + timeout
-        if state.summary_job is not None:  # the summary printed after ready(): let it finish
-            state.summary_job.join(timeout)
+        if state.after_ready_job is not None:  # the summary and metrics after ready(): let them finish
+            state.after_ready_job.join(timeout)
         jobs = [in_background(lambda: export.finish(state.setup, timeout))]
         if state.metrics is not None:
             from .metrics import flush as flush_metrics
@@ -297,6 +305,79 @@ class Controller:
                 jobs.append(in_background(lambda: flush_metrics(metrics_setup, timeout)))
         for job in jobs:
             job.join(max(0.0, deadline - time.monotonic()))
+
+
+def _after_ready(state: "_State", summary: bool, metrics: bool) -> None:
+    """On a thread of ours after ready(): the summary, then the metrics only we push."""
+    breakdown = _breakdown(state)
+    if summary:
+        _print_summary(state, breakdown)
+    if metrics and _make_metrics_later(state) is not None:
+        _record_metrics(state, breakdown)
+        try:
+            from .metrics import flush as flush_metrics
+
+            flush_metrics(state.metrics, state.options.export_timeout_s)
+        except Exception:
+            report_internal_error("metrics flush")
+
+
+_exit_hook_registered = False
+
+
+def _make_exporters_before_exit_once() -> None:
+    global _exit_hook_registered
+    if not _exit_hook_registered:
+        _exit_hook_registered = True
+        own_tracing.before_thread_pools_shut_down(_make_exporters_before_exit)
+
+
+def _make_exporters_before_exit() -> None:
+    """At the exit, before thread pools shut down: the exporters made later (span exporters
+    at the first flush, metrics after ready()) are made now if they were not yet, so that
+    the exit's export (atexit, afterwards) has them. A no-op when they exist."""
+    state = CONTROLLER._state
+    if state is None:
+        return
+    sink = getattr(state.setup.provider, "sink", None)
+    if isinstance(sink, own_tracing.SdkExporters):
+        sink.exporters()
+    if state.metrics_later:
+        _make_metrics_later(state)
+
+
+def _make_metrics_later(state: "_State"):
+    """Make the metrics only we push, once, on whichever of our threads needs them first (the
+    in-flight monitor registers its gauges on them while the start-up runs)."""
+    with state.lock:
+        if state.metrics is None and state.metrics_later:
+            with own_tracing.SDK_IMPORTS:
+                state.metrics = _configure_metrics(None, None)
+            session = state.session
+            if state.metrics is not None and session.progress is not None and not session.ended:
+                try:
+                    from .inflight import register_gauges
+                    from .metrics import identifying_attributes
+
+                    labels = identifying_attributes(session.resource, state.options.metric_attributes)
+                    register_gauges(state.metrics.provider, session.progress, labels)
+                except Exception:
+                    report_internal_error("inflight gauges")
+        return state.metrics
+
+
+def _record_metrics(state: "_State", breakdown) -> None:
+    if breakdown is None or state.metrics is None:
+        return
+    try:
+        from .metrics import StartupMetrics, identifying_attributes
+
+        session = state.session
+        labels = identifying_attributes(session.resource, state.options.metric_attributes)
+        StartupMetrics(state.metrics.provider).record(breakdown, labels, session.records(),
+                                                      trace_context=session.root_context)
+    except Exception:
+        report_internal_error("metrics")
 
 
 def _breakdown(state: "_State"):
@@ -378,18 +459,21 @@ class _Options:
 
 
 class _State:
-    __slots__ = ("session", "setup", "options", "summary", "metrics", "summary_job")
+    __slots__ = ("session", "setup", "options", "summary", "metrics", "metrics_later", "after_ready_job", "lock")
 
-    def __init__(self, session, setup, options, summary, metrics) -> None:
+    def __init__(self, session, setup, options, summary, metrics, metrics_later: bool = False) -> None:
         self.session = session
         self.setup = setup
         self.options = options
         self.summary = summary
         self.metrics = metrics  # a metrics.MetricsSetup, or None if it could not be made
-        self.summary_job = None  # the thread printing the summary after ready(), joined at exit
+        # Metrics only we push, made by a thread of ours when first needed (_make_metrics_later).
+        self.metrics_later = metrics_later
+        self.after_ready_job = None  # the thread printing the summary and pushing metrics, joined at exit
+        self.lock = threading.Lock()
 
 
-def _start_inflight(session, setup, options: _Options, metrics_setup) -> None:
+def _start_inflight(session, setup, options: _Options, metrics_setup, prepare=None) -> None:
     """Progress records, in-flight gauges and the stall watchdog (inflight.py). Each record
     is followed by a flush of our own provider, so what a SIGKILL would take with it is
     already out: waited for in the file mode (a local file is quick), not over OTLP (the
@@ -410,7 +494,7 @@ def _start_inflight(session, setup, options: _Options, metrics_setup) -> None:
         inflight.start_for(session, progress_interval_s=options.progress_interval_s,
                            stall_after_s=options.stall_after_s, flush=flush,
                            meter_provider=metrics_setup.provider if metrics_setup is not None else None,
-                           labels=labels)
+                           labels=labels, prepare=prepare)
     except Exception:
         report_internal_error("inflight start")
 
@@ -424,6 +508,16 @@ def _metrics_wanted(meter_provider, prometheus_port) -> bool:
             or bool(_otel_env.exporter_names("metrics"))
             or export.otlp_endpoint_configured("metrics")
             or "opentelemetry.sdk.metrics" in sys.modules)
+
+
+def _metrics_can_wait(meter_provider, prometheus_port) -> bool:
+    """Whether metrics go only to exporters we make and that push (OTLP, console): nobody
+    reads them in this process, so they can be made later, on a thread of ours. A provider
+    passed or set globally, or a Prometheus endpoint (scraped at any time), is made now."""
+    return (meter_provider is None and prometheus_port is None
+            and "opentelemetry.sdk.metrics" not in sys.modules
+            and "prometheus" not in os.environ.get("OTEL_METRICS_EXPORTER", "").lower()
+            and _metrics_wanted(None, None))
 
 
 def _configure_metrics(meter_provider, prometheus_port):
@@ -454,6 +548,8 @@ def _register_hooks() -> None:
     if _hooks_registered:
         return
     _hooks_registered = True
+    # Our resource's service.instance.id becomes the SDK's, should the host import it later.
+    wrapt.register_post_import_hook(own_tracing.share_instance_id_with_sdk, "opentelemetry.sdk.resources")
     for module in patches.ALL:
         for target in module.TARGETS:
             wrapt.register_post_import_hook(lambda _imported, m=module: _patch_module(m), target)

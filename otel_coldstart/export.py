@@ -12,25 +12,28 @@
 - Otherwise they are written as OTLP JSON, one ``ExportTraceServiceRequest`` per line
   (the protobuf JSON mapping with hex ids, as the Collector's file exporter writes it), to
   ``./otel-coldstart-traces/`` or ``OTEL_COLDSTART_OUTPUT_DIR``.
+
+When the plugin makes the export itself (the last three cases), its tracer provider is
+:class:`~otel_coldstart.own_tracing.OwnTracerProvider`: the SDK's semantics without importing
+the SDK on the host's thread (the file needs no SDK at all; OTLP and console exporters are
+made by the thread of ours that first exports). Any SDK setting in the environment (a
+sampler, span limits, ``OTEL_BSP_*``...) or an exporter named by entry point brings the SDK's
+own provider back (:func:`own_tracing.sdk_settings_in_environment`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 from opentelemetry import trace
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from . import _otel_env
+from . import _otel_env, own_tracing
 from ._bounded import run_bounded
 from .otlp_json import spans_to_otlp_json  # noqa: F401  (re-exported: readers and tests use it here)
 
@@ -38,9 +41,9 @@ DEFAULT_OUTPUT_DIR = "otel-coldstart-traces"
 FILE_SUFFIX = ".otlp.jsonl"
 
 
-class OtlpJsonFileExporter(SpanExporter):
-    """Appends each batch as one line of OTLP JSON. Creates the file exclusively: an existing
-    file is never overwritten."""
+class OtlpJsonFile:
+    """Appends each batch of finished spans (ours or the SDK's ``ReadableSpan``) as one line
+    of OTLP JSON. Creates the file exclusively: an existing file is never overwritten."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -51,9 +54,9 @@ class OtlpJsonFileExporter(SpanExporter):
         self.batches_failed = 0
         self.error: str | None = None  # the first failure, one line
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+    def export(self, spans: Sequence) -> bool:
         if not spans:
-            return SpanExportResult.SUCCESS
+            return True
         try:
             line = json.dumps(spans_to_otlp_json(spans), separators=(",", ":"))
             with self._lock:
@@ -67,8 +70,8 @@ class OtlpJsonFileExporter(SpanExporter):
                 self.batches_failed += 1
                 if self.error is None:
                     self.error = exc.strerror or type(exc).__name__
-            return SpanExportResult.FAILURE
-        return SpanExportResult.SUCCESS
+            return False
+        return True
 
     def outcome(self) -> str:
         """One line saying what was written: for the summary printed at the end."""
@@ -85,8 +88,43 @@ class OtlpJsonFileExporter(SpanExporter):
     def shutdown(self) -> None:
         pass
 
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return True
+
+def __getattr__(name: str):
+    # OtlpJsonFileExporter is the file as an SDK SpanExporter, for SDK tracer providers (the
+    # GPU check, tests, users): defined on first use, so that importing this module never
+    # imports the SDK.
+    if name == "OtlpJsonFileExporter":
+        return _sdk_file_exporter_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _sdk_file_exporter_class():
+    made = globals().get("OtlpJsonFileExporter")  # made once: isinstance() keeps working
+    if made is not None:
+        return made
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    class OtlpJsonFileExporter(SpanExporter):
+        """:class:`OtlpJsonFile` as an SDK span exporter."""
+
+        def __init__(self, path: str) -> None:
+            self.file = OtlpJsonFile(path)
+            self.path = path
+
+        def export(self, spans) -> SpanExportResult:
+            return SpanExportResult.SUCCESS if self.file.export(spans) else SpanExportResult.FAILURE
+
+        def outcome(self) -> str:
+            return self.file.outcome()
+
+        def shutdown(self) -> None:
+            pass
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return True
+
+    globals()["OtlpJsonFileExporter"] = OtlpJsonFileExporter
+    return OtlpJsonFileExporter
 
 
 def default_trace_path(output_dir: str | None = None) -> str:
@@ -101,25 +139,48 @@ def otlp_endpoint_configured(signal: str = "traces") -> bool:
     return bool(os.environ.get(specific) or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
 
 
-def default_resource() -> Resource:
-    """OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES, plus the facts that tell processes apart."""
-    return create_resource({"process.pid": os.getpid(), "host.name": socket.gethostname()})
+def default_resource():
+    """``OTEL_SERVICE_NAME`` / ``OTEL_RESOURCE_ATTRIBUTES``, plus the facts that tell processes
+    apart: what ``Resource.create`` makes of them, without the SDK's resources module when no
+    resource detector is configured (:class:`own_tracing.OwnResource`)."""
+    # os.uname().nodename is what socket.gethostname() returns on Linux (glibc's gethostname
+    # reads uname), without importing socket.
+    attributes = {"process.pid": os.getpid(), "host.name": os.uname().nodename}
+    detected = own_tracing.sdk_default_resource_attributes()
+    if detected is None:  # a detector is configured: only the SDK knows what it detects
+        return create_resource(attributes)
+    detected.update(attributes)
+    if not detected.get("service.name"):
+        detected["service.name"] = "unknown_service" + (f":{os.path.basename(sys.executable)}" if sys.executable else "")
+    return own_tracing.OwnResource(detected)
 
 
-def create_resource(attributes: dict) -> Resource:
-    """What ``Resource.create(attributes)`` returns, with its detectors run on this thread.
-
-    ``Resource.create`` runs the detectors (by default two quick ones that read the
-    environment) on a new thread pool and waits for them: two thread starts on the host's
-    start-up path, 10-20 ms on a loaded machine. Same detectors, same order, same merging
-    and the same error handling, without the pool; anything unexpected (an SDK whose
-    internals moved) falls back to ``Resource.create`` itself."""
+def sdk_resource(resource):
+    """``resource`` as an SDK ``Resource``, for an SDK provider of ours (the SDK path, metrics,
+    vLLM's): every one is built from this."""
     # The SDK's TracerProvider re-runs process-dependent detectors in a forked child, through
     # a ThreadPoolExecutor, from an at-fork hook. concurrent.futures.thread holds its global
     # lock across fork() and re-creates it in the child from its own at-fork hook; hooks run
     # in the order they were registered, so its module must be imported before the provider
-    # registers its hook (Resource.create imported it for us), or a forked child deadlocks.
+    # registers its hook, or a forked child deadlocks (Resource.create used to import it).
     import concurrent.futures.thread  # noqa: F401
+
+    from opentelemetry.sdk.resources import Resource
+
+    return resource if isinstance(resource, Resource) else Resource(resource.attributes, resource.schema_url)
+
+
+def create_resource(attributes: dict):
+    """What ``Resource.create(attributes)`` returns, with its detectors run on this thread.
+
+    ``Resource.create`` runs the detectors on a new thread pool and waits for them: two
+    thread starts on the host's start-up path, 10-20 ms on a loaded machine. Same
+    detectors, same order, same merging and the same error handling, without the pool;
+    anything unexpected (an SDK whose internals moved) falls back to ``Resource.create``
+    itself."""
+    import concurrent.futures.thread  # noqa: F401  (before any SDK provider: see sdk_resource)
+
+    from opentelemetry.sdk.resources import Resource
 
     try:
         from opentelemetry.sdk import resources
@@ -151,11 +212,33 @@ class ExportSetup:
     owned: bool  # we made it: we flush and shut it down
     file_path: str | None  # the OTLP JSON file, when that is where spans go
     description: str
-    file_exporter: "OtlpJsonFileExporter | None" = None  # what wrote file_path
+    file_exporter: "OtlpJsonFile | None" = None  # what wrote file_path
     exports: bool = True  # False when OTEL_TRACES_EXPORTER=none (or OTEL_SDK_DISABLED): spans go nowhere
+
+    def start_up_over(self) -> None:
+        """The start-up ended: spans that end from now on go out without anyone flushing
+        (an SDK provider's batch processor does that already)."""
+        export_in_background = getattr(self.provider, "export_in_background", None)
+        if self.owned and export_in_background is not None:
+            export_in_background()
+
+
+# The exporters OTEL_TRACES_EXPORTER may name that the plugin can make lazily, on the thread
+# that first exports: (module, class, the distribution's package, probed for presence without
+# importing the exporter). Any other name is an entry point, looked up at once.
+_KNOWN_EXPORTERS = {
+    "console": ("opentelemetry.sdk.trace.export", "ConsoleSpanExporter", None),  # the SDK: a dependency
+    _otel_env.OTLP_GRPC: ("opentelemetry.exporter.otlp.proto.grpc.trace_exporter", "OTLPSpanExporter",
+                          "opentelemetry.exporter.otlp.proto.grpc"),
+    _otel_env.OTLP_HTTP: ("opentelemetry.exporter.otlp.proto.http.trace_exporter", "OTLPSpanExporter",
+                          "opentelemetry.exporter.otlp.proto.http"),
+}
 
 
 def configure_tracing(tracer_provider: trace.TracerProvider | None, output_dir: str | None) -> ExportSetup:
+    """Where spans go (see the module's docstring). When the plugin owns the export, its
+    provider is :class:`own_tracing.OwnTracerProvider` (no SDK on the host's thread) unless
+    the environment sets something only the SDK can honour."""
     if tracer_provider is not None:
         return ExportSetup(tracer_provider, False, None, "the tracer provider passed to instrument()")
     global_provider = trace.get_tracer_provider()
@@ -164,54 +247,113 @@ def configure_tracing(tracer_provider: trace.TracerProvider | None, output_dir: 
     if _otel_env.sdk_disabled():
         return ExportSetup(trace.NoOpTracerProvider(), False, None, "nowhere (OTEL_SDK_DISABLED=true)",
                            exports=False)
-    provider = TracerProvider(resource=default_resource(), shutdown_on_exit=False)
     named = _otel_env.exporter_names("traces")
+    own = not own_tracing.sdk_settings_in_environment() and all(name in _KNOWN_EXPORTERS for name in named or ())
     if named is not None:  # the user chose: exactly those exporters, as the SDK would
+        if own:
+            makers = [(name, _exporter_maker(name)) for name in named if _installed(name)]
+            for name in named:
+                if not _installed(name):
+                    _exporter_left_out(name, ModuleNotFoundError(f"No module named {_KNOWN_EXPORTERS[name][2]!r}"))
+            provider = _own_provider_for_exporters(makers)
+            described = ", ".join(_KNOWN_EXPORTERS[name][1] for name, _ in makers) or "no exporter"
+            return ExportSetup(provider, True, None, f"{described} (OTEL_TRACES_EXPORTER)", exports=bool(makers))
+        provider = _sdk_provider()
         exporters = [e for e in (_named_span_exporter(name) for name in named) if e is not None]
         for exporter in exporters:
-            provider.add_span_processor(BatchSpanProcessor(exporter))
+            _add_batch_processor(provider, exporter)
         described = ", ".join(type(e).__name__ for e in exporters) or "no exporter"
         return ExportSetup(provider, True, None, f"{described} (OTEL_TRACES_EXPORTER)", exports=bool(exporters))
     if otlp_endpoint_configured():
-        exporter = _otlp_exporter()
-        provider.add_span_processor(BatchSpanProcessor(exporter))
-        return ExportSetup(provider, True, None, f"OTLP ({type(exporter).__module__.split('.')[-2]})")
+        name = _otel_env.OTLP_GRPC if _otlp_protocol() == "grpc" else _otel_env.OTLP_HTTP
+        kind = "grpc" if name == _otel_env.OTLP_GRPC else "http"
+        if own and _installed(name):
+            return ExportSetup(_own_provider_for_exporters([(name, _exporter_maker(name))]), True, None,
+                               f"OTLP ({kind})")
+        provider = _sdk_provider()
+        _add_batch_processor(provider, _otlp_exporter())
+        return ExportSetup(provider, True, None, f"OTLP ({kind})")
     path = default_trace_path(output_dir)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    file_exporter = OtlpJsonFileExporter(path)
-    provider.add_span_processor(BatchSpanProcessor(file_exporter))
-    return ExportSetup(provider, True, path, f"OTLP JSON file {path}", file_exporter)
+    file = OtlpJsonFile(path)
+    if own:
+        provider = own_tracing.OwnTracerProvider(default_resource(), file)
+    else:
+        provider = _sdk_provider()
+        exporter = _sdk_file_exporter_class()(path)
+        file = exporter.file
+        _add_batch_processor(provider, exporter)
+    return ExportSetup(provider, True, path, f"OTLP JSON file {path}", file)
 
 
-def _named_span_exporter(name: str) -> SpanExporter | None:
+def _own_provider_for_exporters(makers) -> "own_tracing.OwnTracerProvider":
+    return own_tracing.OwnTracerProvider(default_resource(), own_tracing.SdkExporters(makers, _exporter_left_out))
+
+
+def _sdk_provider():
+    from opentelemetry.sdk.trace import TracerProvider
+
+    return TracerProvider(resource=sdk_resource(default_resource()), shutdown_on_exit=False)
+
+
+def _add_batch_processor(provider, exporter) -> None:
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+
+
+def _installed(name: str) -> bool:
+    """Whether the exporter ``name`` is installed, without importing it (find_spec imports
+    only the namespace packages above the probed one)."""
+    package = _KNOWN_EXPORTERS[name][2]
+    if package is None:
+        return True
+    from importlib.util import find_spec
+
+    try:
+        return find_spec(package) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _exporter_maker(name: str):
+    module_name, class_name, _ = _KNOWN_EXPORTERS[name]
+
+    def make():
+        import importlib
+
+        return getattr(importlib.import_module(module_name), class_name)()
+
+    return make
+
+
+def _exporter_left_out(name: str, exc: Exception) -> None:
+    _otel_env.logger.warning("otel-coldstart: OTEL_TRACES_EXPORTER: cannot make exporter %r (%s: %s): "
+                             "it is left out", name, type(exc).__name__, exc)
+
+
+def _named_span_exporter(name: str):
     """One exporter named in ``OTEL_TRACES_EXPORTER`` (after ``otlp`` was resolved), made
     with no arguments as the SDK makes it (it reads its own ``OTEL_EXPORTER_*`` variables)."""
     try:
-        if name == "console":
-            from opentelemetry.sdk.trace.export import ConsoleSpanExporter as exporter_class
-        elif name == _otel_env.OTLP_GRPC:
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as exporter_class
-        elif name == _otel_env.OTLP_HTTP:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as exporter_class
-        else:
-            exporter_class = _otel_env.load_exporter_class("traces", name)
-            if exporter_class is None:
-                return None
+        if name in _KNOWN_EXPORTERS:
+            return _exporter_maker(name)()
+        exporter_class = _otel_env.load_exporter_class("traces", name)
+        if exporter_class is None:
+            return None
         return exporter_class()
     except Exception as exc:  # not installed, or refuses its configuration: leave it out
-        _otel_env.logger.warning("otel-coldstart: OTEL_TRACES_EXPORTER: cannot make exporter %r (%s: %s): "
-                                 "it is left out", name, type(exc).__name__, exc)
+        _exporter_left_out(name, exc)
         return None
 
 
-def _otlp_exporter() -> SpanExporter:
-    protocol = (os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-                or "http/protobuf").strip().lower()
-    if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-    else:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    return OTLPSpanExporter()
+def _otlp_protocol() -> str:
+    return (os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+            or "http/protobuf").strip().lower()
+
+
+def _otlp_exporter():
+    return _exporter_maker(_otel_env.OTLP_GRPC if _otlp_protocol() == "grpc" else _otel_env.OTLP_HTTP)()
 
 
 def flush(setup: ExportSetup, timeout_s: float, *, wait: bool = True) -> None:

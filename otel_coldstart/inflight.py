@@ -147,6 +147,7 @@ class ProgressBoard:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.stopped = False
+        self.prepare = None  # run once at the first tick (see start_for)
         # Monitor-thread state.
         self._seq = 0
         self._fingerprint: tuple | None = None
@@ -277,6 +278,12 @@ class ProgressBoard:
     def _run(self) -> None:
         tick = self.tick_s
         while not self._stop.wait(tick):
+            prepare, self.prepare = self.prepare, None
+            if prepare is not None:
+                try:
+                    prepare()
+                except Exception:
+                    report_internal_error("inflight prepare")
             try:
                 self.tick()
             except Exception:
@@ -535,11 +542,13 @@ def register_gauges(meter_provider, board: ProgressBoard, labels: dict) -> None:
 
 
 def start_for(session, *, progress_interval_s: float, stall_after_s: float, flush=None, meter_provider=None,
-              labels: dict | None = None) -> ProgressBoard:
+              labels: dict | None = None, prepare=None) -> ProgressBoard:
     """Attach a board to ``session``, register the gauges where metrics go, start the thread;
-    the start-up's end stops it."""
+    the start-up's end stops it. ``prepare`` runs once on the monitor thread at its first
+    tick (a start-up still running then gets its metrics made, off the host's thread)."""
     board = ProgressBoard(session, progress_interval_s=progress_interval_s, stall_after_s=stall_after_s,
                           flush=flush)
+    board.prepare = prepare
     session.progress = board
     session.on_end(board.stop)
     if meter_provider is not None:

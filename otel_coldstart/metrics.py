@@ -373,9 +373,9 @@ def metrics_resource():
     by it, and without one every restart of a service would overwrite the last one's."""
     from opentelemetry.sdk.resources import Resource
 
-    from .export import default_resource
+    from .export import default_resource, sdk_resource
 
-    return Resource({"service.instance.id": str(uuid.uuid4())}).merge(default_resource())
+    return Resource({"service.instance.id": str(uuid.uuid4())}).merge(sdk_resource(default_resource()))
 
 
 def _is_pull_reader(reader) -> bool:

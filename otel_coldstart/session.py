@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any, Callable, Hashable, Mapping, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Mapping, NamedTuple, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -27,8 +27,10 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCod
 
 from . import probes, semconv
 from ._errors import report_internal_error
-from .analyze.model import Span as SpanRecord
 from .recorder import Recorder
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .analyze.model import Span as SpanRecord
 
 # The session the patches report to; None when not instrumented. Read without a lock on
 # every intercepted call: a plain module global is the cheapest check there is.
@@ -195,7 +197,7 @@ class StartupSession:
         self.tracer = tracer
         self.resource = dict(resource)
         self.recorder = Recorder(self)
-        self.ledger: list[SpanRecord] = []
+        self.ledger: list[_Kept] = []
         self.ended = False
         self.end_ns: int | None = None  # when the start-up ended (set by end())
         self._lock = threading.Lock()
@@ -327,21 +329,12 @@ class StartupSession:
 
     def _keep(self, span_context: SpanContext, parent_span_id: int | None, name: str, start_ns: int,
               end_ns: int, attributes: Mapping[str, Any], status: str) -> None:
-        record = SpanRecord(
-            trace_id=format(span_context.trace_id, "032x"),
-            span_id=format(span_context.span_id, "016x"),
-            parent_id=format(parent_span_id, "016x") if parent_span_id else None,
-            name=name,
-            start_ns=start_ns,
-            end_ns=end_ns,
-            attributes=dict(attributes),
-            resource=self.resource,
-            status=status,
-        )
+        kept = _Kept(span_context.trace_id, span_context.span_id, parent_span_id, name, start_ns, end_ns,
+                     dict(attributes), status)
         with self._lock:
-            self.ledger.append(record)
+            self.ledger.append(kept)
         if self.progress is not None:
-            self.progress.span_done(span_context.span_id, name, record.attributes)
+            self.progress.span_done(span_context.span_id, name, kept.attributes)
 
     # --- open work and per-patch state ---------------------------------------------------------
 
@@ -485,9 +478,31 @@ class StartupSession:
             except Exception:
                 report_internal_error("interrupt open work")
 
-    def records(self) -> list[SpanRecord]:
+    def records(self) -> "list[SpanRecord]":
+        """Every span ended so far, as the analyzer's records (the same pure functions the
+        ``analyze`` command runs compute the summary and the metrics from them)."""
+        from .analyze.model import Span as SpanRecord  # the analyzer's model: only when asked
+
         with self._lock:
-            return list(self.ledger)
+            kept = list(self.ledger)
+        return [SpanRecord(trace_id=format(k.trace_id, "032x"), span_id=format(k.span_id, "016x"),
+                           parent_id=format(k.parent_id, "016x") if k.parent_id else None, name=k.name,
+                           start_ns=k.start_ns, end_ns=k.end_ns, attributes=k.attributes, resource=self.resource,
+                           status=k.status)
+                for k in kept]
+
+
+class _Kept(NamedTuple):
+    """A span as the ledger keeps it; :meth:`StartupSession.records` makes analyzer records."""
+
+    trace_id: int
+    span_id: int
+    parent_id: int | None
+    name: str
+    start_ns: int
+    end_ns: int
+    attributes: dict
+    status: str
 
 
 _FORKED_COPY = SpanContext(0, 0, False)  # an invalid context: what a forked copy "emits"

@@ -84,8 +84,8 @@ def _provider_like_vllms():
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    from .export import default_resource
+    from .export import default_resource, sdk_resource
 
-    provider = TracerProvider(resource=default_resource())
+    provider = TracerProvider(resource=sdk_resource(default_resource()))
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, insecure=True)))
     return provider

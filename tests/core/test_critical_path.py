@@ -44,8 +44,8 @@ def _fresh(code: str, tmp_path, **env) -> subprocess.CompletedProcess:
 
 def test_default_file_start_up_keeps_protobuf_asyncio_and_exporters_off_the_host(tmp_path):
     """import + instrument() + ready() with the embedded file exporter: the file is written
-    (OTLP JSON) and none of protobuf, the OTLP exporters, asyncio, the propagator or
-    packaging was imported to do it."""
+    (OTLP JSON) and none of the OpenTelemetry SDK, psutil, protobuf, the OTLP exporters,
+    asyncio, the propagator or packaging was imported to do it."""
     result = _fresh("""
         import json, sys
         import otel_coldstart
@@ -54,8 +54,10 @@ def test_default_file_start_up_keeps_protobuf_asyncio_and_exporters_off_the_host
             pass
         otel_coldstart.ready()
         heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("google", "asyncio", "packaging", "grpc")
-                       or m.startswith(("opentelemetry.exporter", "opentelemetry.proto",
-                                        "opentelemetry.trace.propagation.tracecontext", "ctypes.util")))
+                       or m.startswith(("opentelemetry.exporter", "opentelemetry.proto", "opentelemetry.sdk",
+                                        "opentelemetry.trace.propagation.tracecontext", "ctypes.util",
+                                        "psutil", "importlib.metadata", "socket"))
+                       and m not in ("opentelemetry.sdk", "opentelemetry.sdk.version"))  # the version's one line
         print(json.dumps({"heavy": heavy, "file": otel_coldstart.trace_file()}))
     """, tmp_path)
     assert result.returncode == 0, result.stderr
@@ -133,3 +135,217 @@ def test_user_tracer_before_any_provider_carries_the_phase_context(tmp_path):
     assert report["span_id"] == spans["coldstart.build"]["spanId"]
     assert report["trace_id"] == spans["model.startup"]["traceId"]
     assert spans["coldstart.build"]["parentSpanId"] == spans["model.startup"]["spanId"]
+
+
+_SAME_START_UP = """
+    import json, sys
+    import torch
+    from safetensors import safe_open
+    from opentelemetry import trace
+    import otel_coldstart
+    otel_coldstart.instrument(summary=False)
+    user = trace.get_tracer("user.code")
+    state = {}
+    with otel_coldstart.phase("build"):
+        with user.start_as_current_span("user.step"):
+            pass
+    for path in sys.argv[1:]:
+        with safe_open(path, framework="pt") as shard:
+            for key in shard.keys():
+                state[key] = shard.get_tensor(key)
+    for tensor in state.values():
+        tensor.to(torch.float16)
+    try:
+        with otel_coldstart.phase("compile"):
+            raise RuntimeError("no kernel for this shape")
+    except RuntimeError:
+        pass
+    otel_coldstart.ready()
+    print(json.dumps({"file": otel_coldstart.trace_file(),
+                      "sdk": "opentelemetry.sdk.trace" in sys.modules}))
+"""
+
+
+def _trace_shape(path: str) -> dict:
+    """What a trace says, without what differs between two runs of the same start-up (ids,
+    times, pids, thread ids, durations): spans by name with their parent's name, kind,
+    status, attribute keys, stable attribute values and events; the resource's keys."""
+    spans, resources, scopes = [], [], []
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            for rs in json.loads(line)["resourceSpans"]:
+                resources.append({a["key"]: a["value"] for a in rs["resource"]["attributes"]})
+                for ss in rs["scopeSpans"]:
+                    scopes.append(ss["scope"])
+                    spans += ss["spans"]
+    names = {s["spanId"]: s["name"] for s in spans}
+    varying = ("_s", "_ns", ".id", ".pid", "duration", "elapsed", "throughput", "idle", "stacktrace", "seq")
+
+    def stable(attribute) -> bool:
+        key = attribute["key"]
+        return not (key.endswith(varying) or "read_bytes" in key or "resident" in key)
+
+    shape = []
+    for span in spans:
+        shape.append({
+            "name": span["name"], "parent": names.get(span.get("parentSpanId"), span.get("parentSpanId") and "remote"),
+            "kind": span.get("kind"), "status": span.get("status"), "flags": span.get("flags"),
+            "keys": sorted(a["key"] for a in span.get("attributes", [])),
+            "values": sorted(json.dumps(a) for a in span.get("attributes", []) if stable(a)),
+            "events": [(e["name"], sorted(json.dumps(a) for a in e.get("attributes", []) if stable(a)))
+                       for e in span.get("events", [])],
+        })
+    resource_keys = sorted({k for r in resources for k in r})
+    resource_values = sorted({json.dumps([k, v]) for r in resources for k, v in r.items()
+                              if k not in ("service.instance.id", "process.pid")})
+    return {"spans": sorted(shape, key=json.dumps), "resource_keys": resource_keys,
+            "resource_values": resource_values, "scopes": scopes[:1] and sorted({json.dumps(s) for s in scopes})}
+
+
+def test_the_trace_is_the_same_with_and_without_the_sdk(tmp_path, small_checkpoint):
+    """The same start-up, in fresh processes: recorded without the SDK (the embedded default)
+    and by the SDK itself (OTEL_TRACES_SAMPLER set to the SDK's own default brings it back):
+    the same spans, tree, attributes, events, resource and scope."""
+    for path in small_checkpoint:  # warm: both runs read from the page cache
+        with open(path, "rb") as handle:
+            handle.read()
+    shapes = {}
+    for label, env in (("own", {}), ("sdk", {"OTEL_TRACES_SAMPLER": "parentbased_always_on"})):
+        out = tmp_path / label
+        out.mkdir()
+        code = textwrap.dedent(_SAME_START_UP)
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEPARENT"))}
+        full_env.update(PYTHONPATH=REPO, OTEL_COLDSTART_OUTPUT_DIR=str(out), **env)
+        result = subprocess.run([sys.executable, "-c", code, *small_checkpoint], env=full_env, capture_output=True,
+                                text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        report = json.loads(result.stdout.strip().splitlines()[-1])
+        assert report["sdk"] == (label == "sdk")
+        shapes[label] = _trace_shape(report["file"])
+    own, sdk = shapes["own"], shapes["sdk"]
+    assert {s["name"] for s in own["spans"]} >= {"model.startup", "coldstart.build", "coldstart.compile",
+                                                 "coldstart.deserialize"}
+    assert any(e[0] == "exception" for s in own["spans"] for e in s["events"])
+    assert own == sdk
+
+
+def test_users_provider_set_after_instrument_still_nests_under_our_spans(tmp_path):
+    """vLLM sets its own global SDK provider after the plugin started (init_tracer): the
+    user's spans go to the user's exporter, ours to our file, and the user's span inside a
+    phase is the child of that phase, which is the child of model.startup."""
+    result = _fresh("""
+        import json, os, sys
+        import otel_coldstart
+        otel_coldstart.instrument(summary=False)
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        trace.set_tracer_provider(provider)
+        with otel_coldstart.phase("build"):
+            with trace.get_tracer("vllm").start_as_current_span("vllm.init"):
+                pass
+        otel_coldstart.ready()
+        (users,) = exporter.get_finished_spans()
+        print(json.dumps({"file": otel_coldstart.trace_file(), "parent": format(users.parent.span_id, "016x"),
+                          "trace": format(users.context.trace_id, "032x")}))
+    """, tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    spans = {}
+    with open(report["file"], encoding="utf-8") as handle:
+        for line in handle:
+            for rs in json.loads(line)["resourceSpans"]:
+                for ss in rs["scopeSpans"]:
+                    for span in ss["spans"]:
+                        spans[span["name"]] = span
+    assert "vllm.init" not in spans  # the user's provider has it, not our file
+    assert report["parent"] == spans["coldstart.build"]["spanId"]
+    assert report["trace"] == spans["model.startup"]["traceId"]
+    assert spans["coldstart.build"]["parentSpanId"] == spans["model.startup"]["spanId"]
+
+
+_WATCH_IMPORTS = """
+import sys, threading
+IMPORTED_ON = {}
+
+
+class _Watch:
+    def find_spec(self, name, path=None, target=None):
+        if name in ("opentelemetry.sdk.trace", "opentelemetry.exporter.otlp.proto.http.trace_exporter"):
+            IMPORTED_ON.setdefault(name, threading.current_thread().name)
+        return None
+
+
+sys.meta_path.insert(0, _Watch())
+"""
+
+
+def test_otlp_from_the_environment_exports_the_same_trace_with_the_sdk_off_the_host(tmp_path, small_checkpoint):
+    """OTEL_EXPORTER_OTLP_ENDPOINT set: the SDK and the OTLP exporter are imported by a thread
+    of ours (the flush at ready()), never the host's; the collector receives the trace the
+    local file holds."""
+    from _otlp_collector import TraceCollector
+
+    for path in small_checkpoint:
+        with open(path, "rb") as handle:
+            handle.read()
+    received = tmp_path / "collector.jsonl"
+    collector = TraceCollector(received)
+    script = textwrap.dedent(_SAME_START_UP).replace(
+        "otel_coldstart.ready()\n",
+        "otel_coldstart.ready()\nimport time\n_until = time.monotonic() + 20\n"
+        "while len(IMPORTED_ON) < 2 and time.monotonic() < _until:\n    time.sleep(0.01)\n"
+        "print(json.dumps(IMPORTED_ON))\n")
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEPARENT"))}
+    try:
+        for label, env in (("file", {}), ("otlp", {"OTEL_EXPORTER_OTLP_ENDPOINT":
+                                                   f"http://127.0.0.1:{collector.server_address[1]}"})):
+            out = tmp_path / label
+            out.mkdir()
+            run_env = dict(full_env, PYTHONPATH=REPO, OTEL_COLDSTART_OUTPUT_DIR=str(out), **env)
+            result = subprocess.run([sys.executable, "-c", _WATCH_IMPORTS + script, *small_checkpoint],
+                                    env=run_env, capture_output=True, text=True, timeout=120)
+            assert result.returncode == 0, result.stderr
+            lines = result.stdout.strip().splitlines()
+            if label == "file":
+                file_shape = _trace_shape(json.loads(lines[-1])["file"])
+            else:
+                imported_on = json.loads(lines[-2])
+    finally:
+        collector.shutdown()
+        collector.server_close()
+    assert set(imported_on) == {"opentelemetry.sdk.trace", "opentelemetry.exporter.otlp.proto.http.trace_exporter"}
+    assert "MainThread" not in imported_on.values(), imported_on
+    assert _trace_shape(str(received)) == file_shape
+
+
+@pytest.mark.parametrize("ending", ["ready() then exit", "exit without ready()"])
+def test_a_process_that_exits_at_once_still_exports_over_otlp(tmp_path, ending):
+    """The exporters are made by a thread of ours when first needed; a process that exits
+    right after ready() (or without it) has not needed them yet, and the SDK cannot be
+    imported once the exit shuts thread pools down: they are made before that, and the
+    collector gets the start-up."""
+    from _otlp_collector import TraceCollector
+
+    received = tmp_path / "collector.jsonl"
+    collector = TraceCollector(received)
+    try:
+        result = _fresh(f"""
+            import otel_coldstart
+            otel_coldstart.instrument(summary=False)
+            with otel_coldstart.phase("build"):
+                pass
+            {"otel_coldstart.ready()" if ending.startswith("ready") else "pass"}
+        """, tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{collector.server_address[1]}")
+    finally:
+        collector.shutdown()
+        collector.server_close()
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr and "left out" not in result.stderr, result.stderr
+    names = [span["name"] for line in received.read_text().splitlines()
+             for rs in json.loads(line)["resourceSpans"] for ss in rs["scopeSpans"] for span in ss["spans"]]
+    assert {"model.startup", "coldstart.build"} <= set(names)

@@ -53,17 +53,24 @@ print(json.dumps({"parent_trace": otel_coldstart.trace_file(), "child_status": s
 """
 
 
-def _env(tmp_path):
-    env = dict(os.environ, OTEL_COLDSTART_OUTPUT_DIR=str(tmp_path / "traces"), OTEL_COLDSTART_SUMMARY="0",
-               OTEL_BSP_SCHEDULE_DELAY="50")
+def _env(tmp_path, sdk: bool = True):
+    """``sdk``: with OTEL_BSP_SCHEDULE_DELAY set the SDK records the spans (own_tracing.py
+    steps aside for any SDK setting), its batch processor exporting every 50 ms; without, the
+    plugin's own provider does, which exports only when flushed."""
+    env = dict(os.environ, OTEL_COLDSTART_OUTPUT_DIR=str(tmp_path / "traces"), OTEL_COLDSTART_SUMMARY="0")
+    env.pop("OTEL_BSP_SCHEDULE_DELAY", None)
+    if sdk:
+        env["OTEL_BSP_SCHEDULE_DELAY"] = "50"
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
     env.pop("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", None)
     return env
 
 
+@pytest.mark.parametrize("sdk", [True, False], ids=["sdk-spans", "own-spans"])
 def test_forked_child_exports_none_of_the_parents_spans_and_the_parent_exports_each_once(tmp_path,
-                                                                                        small_checkpoint):
-    result = subprocess.run([sys.executable, "-c", FORK_WITH_OPEN_WORK, small_checkpoint[0]], env=_env(tmp_path),
+                                                                                        small_checkpoint, sdk):
+    result = subprocess.run([sys.executable, "-c", FORK_WITH_OPEN_WORK, small_checkpoint[0]],
+                            env=_env(tmp_path, sdk),
                             cwd=str(tmp_path), capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stderr
     assert "internal error" not in result.stderr

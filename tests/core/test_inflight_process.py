@@ -7,8 +7,6 @@ killed, name the phase (and the shard) and the time in it, exit 11 and warn abou
 
 from __future__ import annotations
 
-import base64
-import http.server
 import json
 import os
 import re
@@ -16,12 +14,10 @@ import select
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
-from google.protobuf.json_format import MessageToDict
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from _otlp_collector import TraceCollector
 
 from otel_coldstart import semconv
 
@@ -233,47 +229,9 @@ def test_the_watchdog_is_off_with_stall_after_s_0(tmp_path):
     assert _stall_events(path) == []
 
 
-class _TraceCollector(http.server.ThreadingHTTPServer):
-    """An OTLP/HTTP receiver on loopback that writes every trace request it gets as a line of
-    OTLP JSON (hex ids), as a Collector's file exporter would."""
-
-    daemon_threads = True
-
-    def __init__(self, path) -> None:
-        self.lock = threading.Lock()
-        out_path = path
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                if self.path.endswith("/v1/traces"):
-                    request = ExportTraceServiceRequest()
-                    request.ParseFromString(body)
-                    document = MessageToDict(request, use_integers_for_enums=True)
-                    for resource_spans in document.get("resourceSpans", []):
-                        for scope_spans in resource_spans.get("scopeSpans", []):
-                            for span in scope_spans.get("spans", []):
-                                for field in ("traceId", "spanId", "parentSpanId"):
-                                    if span.get(field):
-                                        span[field] = base64.b64decode(span[field]).hex()
-                    with server.lock, open(out_path, "a", encoding="utf-8") as handle:
-                        handle.write(json.dumps(document) + "\n")
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        server = self
-        super().__init__(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-
 def test_sigkill_over_otlp_leaves_the_same_facts_at_the_collector(tmp_path, small_checkpoint):
     received = tmp_path / "collector.jsonl"
-    collector = _TraceCollector(received)
+    collector = TraceCollector(received)
     try:
         env = _env(tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{collector.server_address[1]}",
                    OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf", OTEL_METRICS_EXPORTER="none")

@@ -215,9 +215,8 @@ def test_named_otlp_without_protocol_makes_the_grpc_exporter(monkeypatch, tmp_pa
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", raising=False)
     setup = export.configure_tracing(None, str(tmp_path))
     try:
-        processors = setup.provider._active_span_processor._span_processors
-        (processor,) = processors
-        assert ".grpc." in type(processor.span_exporter).__module__
+        (exporter,) = setup.provider.sink.exporters()
+        assert ".grpc." in type(exporter).__module__
         assert setup.file_path is None and setup.exports
     finally:
         setup.provider.shutdown()

@@ -1,0 +1,646 @@
+"""Spans without the OpenTelemetry SDK, for when the plugin owns the export.
+
+Importing the SDK (``opentelemetry.sdk.trace``, ``opentelemetry.sdk.resources`` with psutil
+and the semantic conventions) costs about 20 ms, on the host's thread, before its first line
+of work: a fifth of what a serverless start-up budget allows an observer. When the plugin
+made the export itself (the embedded default file, OTLP from the environment, the exporters
+``OTEL_TRACES_EXPORTER`` names), nobody but us ever sees our tracer provider, so it can be
+this one: spans built on the OpenTelemetry *API* alone (``opentelemetry.trace`` is needed
+anyway, for the context that users' and vLLM's spans nest through), with the SDK's
+semantics for everything a span does, checked against the SDK by tests/core/test_own_tracing.py:
+
+- trace flags as the SDK's default sampler (``ParentBased(ALWAYS_ON)``) sets them: a span
+  under an unsampled parent is not recorded; random ids as the SDK's ``RandomIdGenerator``
+  makes them, but from ``os.urandom`` (see :func:`_random_id`);
+- attributes, events and links bounded and cleaned by the API's ``BoundedAttributes`` with
+  the SDK's default limits (128 of each; values unbounded), exceptions recorded as the SDK
+  records them, status rules, warnings on use after ``end()``;
+- the resource as ``Resource.create`` builds it with the default detectors (service
+  instance id, then ``OTEL_RESOURCE_ATTRIBUTES``/``OTEL_SERVICE_NAME``), sharing the SDK's
+  per-process ``service.instance.id`` if the SDK is imported later;
+- ended spans batched as the ``BatchSpanProcessor`` batches them (512 per export), exported
+  when flushed (the in-flight monitor and ``ready()`` flush) and, after the start-up, within
+  5 s of ending, by a thread of ours started only then.
+
+Where the export needs the SDK (OTLP, console), the SDK and the exporter are imported on the
+thread that flushes (never the host's: every flush runs on a thread of ours) and our spans
+are handed over as SDK ``ReadableSpan`` objects. The local file needs no SDK at all: it is
+written from these spans directly (:mod:`otel_coldstart.otlp_json`).
+
+Whenever the environment asks the SDK for anything else (:func:`sdk_settings_in_environment`:
+a sampler, an id generator, span limits, batch settings), or a resource detector is
+configured, the SDK itself is used, as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+from opentelemetry import trace
+from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+logger = logging.getLogger(__name__)
+
+# The SDK's defaults (opentelemetry.sdk.trace: _DEFAULT_OTEL_*_LIMIT; BatchSpanProcessor).
+_MAX_ATTRIBUTES = 128  # per span, per event, per link
+_MAX_EVENTS = 128
+_MAX_LINKS = 128
+MAX_EXPORT_BATCH = 512
+SCHEDULE_DELAY_S = 5.0
+MAX_QUEUE = 2048
+
+# Variables that change what the SDK's tracer provider or batch processor does. With any of
+# them set, the SDK is used: its reading of them is the definition, not ours.
+_SDK_TRACE_SETTINGS = (
+    "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG", "OTEL_PYTHON_ID_GENERATOR",
+    "OTEL_ATTRIBUTE_COUNT_LIMIT", "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT",
+    "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT",
+    "OTEL_SPAN_EVENT_COUNT_LIMIT", "OTEL_SPAN_LINK_COUNT_LIMIT",
+    "OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT", "OTEL_LINK_ATTRIBUTE_COUNT_LIMIT",
+    "OTEL_BSP_SCHEDULE_DELAY", "OTEL_BSP_MAX_QUEUE_SIZE", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+    "OTEL_BSP_EXPORT_TIMEOUT", "OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED",
+)
+_RESOURCE_DETECTORS = "OTEL_EXPERIMENTAL_RESOURCE_DETECTORS"
+
+# Held by our threads while they import the SDK and exporters (span exporters at the first
+# flush, metrics after ready()): two threads importing the OTLP exporter package from
+# different ends at once meet in its circular imports, and Python's deadlock avoidance then
+# hands one of them a half-initialised module ("cannot import name 'OTLPExporterMixin'").
+SDK_IMPORTS = threading.RLock()
+
+
+_before_exit: list[Callable[[], None]] = []
+
+
+def before_thread_pools_shut_down(callback: Callable[[], None]) -> None:
+    """Run ``callback`` at the interpreter's exit while thread pools still work.
+
+    The SDK and its exporters cannot be imported once the exit has begun: the gRPC exporter's
+    import calls ``Resource.create``, which runs a ThreadPoolExecutor, and
+    ``concurrent.futures`` refuses new work (or, not imported yet, refuses to be imported)
+    from its own threading at-exit hook on. Exporters we make later (off the host's thread)
+    must therefore be made before that hook runs, should the process exit first (it may end
+    right after ``ready()``). Threading at-exit hooks run in reverse order of registration,
+    and ``atexit``'s (where the exit's export happens) only after all of them: ours is
+    registered after importing ``concurrent.futures.thread`` (1 ms), so it runs first."""
+    if not _before_exit:
+        import concurrent.futures.thread  # noqa: F401  (registers its hook: before ours)
+
+        register = getattr(threading, "_register_atexit", None)
+        if register is None:  # not CPython 3.9+: the exit's export makes them, if it can
+            return
+        register(_run_before_exit)
+    _before_exit.append(callback)
+
+
+def _run_before_exit() -> None:
+    for callback in _before_exit:
+        try:
+            callback()
+        except Exception:
+            logger.debug("otel-coldstart: preparing the exit's export failed", exc_info=True)
+
+
+def sdk_settings_in_environment() -> list[str]:
+    """The SDK trace settings set in the environment (then the SDK is used), else []."""
+    return [name for name in _SDK_TRACE_SETTINGS if os.environ.get(name, "").strip()]
+
+
+# --- resource ---------------------------------------------------------------------------------
+
+
+class OwnResource:
+    """A resource as the exporters read it: ``attributes`` and ``schema_url``."""
+
+    __slots__ = ("attributes", "schema_url")
+
+    def __init__(self, attributes: Mapping[str, Any], schema_url: str = "") -> None:
+        self.attributes = BoundedAttributes(attributes=attributes, immutable=True)
+        self.schema_url = schema_url
+
+
+_instance_lock = threading.Lock()
+_instance: tuple[int, str] | None = None  # (pid, service.instance.id), as the SDK keeps it
+
+
+def service_instance_id() -> str:
+    """This process's ``service.instance.id``: the SDK's, if its resources module is loaded
+    (so that our spans and the SDK's resources agree), else ours, which the SDK adopts if
+    it is imported later (:func:`share_instance_id_with_sdk`). New after a fork, as the
+    SDK's."""
+    global _instance
+    sdk_resources = _sdk_resources_module()
+    if sdk_resources is not None:
+        detected = sdk_resources.ServiceInstanceIdResourceDetector().detect()
+        return str(detected.attributes[sdk_resources.SERVICE_INSTANCE_ID])
+    import uuid
+
+    with _instance_lock:
+        pid = os.getpid()
+        if _instance is None or _instance[0] != pid:
+            _instance = (pid, str(uuid.uuid4()))
+        return _instance[1]
+
+
+def _sdk_resources_module():
+    import sys
+
+    return sys.modules.get("opentelemetry.sdk.resources")
+
+
+def share_instance_id_with_sdk(sdk_resources) -> None:
+    """Post-import hook for ``opentelemetry.sdk.resources``: give it our instance id, if we
+    made one in this process and it has none yet."""
+    try:
+        with _instance_lock:
+            mine = _instance
+        if mine is None or mine[0] != os.getpid():
+            return
+        with sdk_resources._service_instance_id_lock:
+            if sdk_resources._service_instance_id is None:
+                sdk_resources._service_instance_id = mine[1]
+                sdk_resources._service_instance_id_pid = mine[0]
+    except Exception:  # the SDK's private names moved: each keeps its own id
+        pass
+
+
+def sdk_default_resource_attributes() -> dict[str, Any] | None:
+    """``Resource.create({})``'s attributes, before the caller's own are merged in, computed
+    without importing the SDK's resources module; None when a resource detector is
+    configured (then only the SDK knows what it detects)."""
+    if os.environ.get(_RESOURCE_DETECTORS, "").strip():
+        return None
+    from urllib import parse
+
+    attributes: dict[str, Any] = {
+        "telemetry.sdk.language": "python",
+        "telemetry.sdk.name": "opentelemetry",
+        "telemetry.sdk.version": sdk_version(),
+        "service.instance.id": service_instance_id(),  # ServiceInstanceIdResourceDetector
+    }
+    # OTELResourceDetector, verbatim in its parsing and its warning.
+    items = os.environ.get("OTEL_RESOURCE_ATTRIBUTES")
+    if items:
+        for item in items.split(","):
+            try:
+                key, value = item.split("=", maxsplit=1)
+            except ValueError as exc:
+                logging.getLogger("opentelemetry.sdk.resources").warning(
+                    "Invalid key value resource attribute pair %s: %s", item, exc)
+                continue
+            attributes[key.strip()] = parse.unquote(value.strip())
+    service_name = os.environ.get("OTEL_SERVICE_NAME")
+    if service_name:
+        attributes["service.name"] = service_name
+    return dict(BoundedAttributes(attributes=attributes))  # cleaned as Resource() cleans (an empty key goes)
+
+
+def sdk_version() -> str:
+    """The installed SDK's version, from its one-line version module (not the SDK itself)."""
+    try:
+        from opentelemetry.sdk.version import __version__
+    except ImportError:  # an SDK without it: its distribution metadata
+        from importlib import metadata
+
+        return metadata.version("opentelemetry-sdk")
+    return __version__
+
+
+# --- spans ------------------------------------------------------------------------------------
+
+
+class _BoundedList(list):
+    """The SDK's BoundedList: keeps the newest ``maxlen`` items and counts the dropped."""
+
+    def __init__(self, maxlen: int) -> None:
+        super().__init__()
+        self.maxlen = maxlen
+        self.dropped = 0
+
+    def add(self, item) -> None:
+        if len(self) >= self.maxlen:
+            del self[0]
+            self.dropped += 1
+        self.append(item)
+
+
+class OwnEvent:
+    __slots__ = ("name", "timestamp", "attributes")
+
+    def __init__(self, name: str, attributes, timestamp: int | None) -> None:
+        self.name = name
+        self.timestamp = time.time_ns() if timestamp is None else timestamp
+        self.attributes = attributes
+
+    @property
+    def dropped_attributes(self) -> int:
+        return self.attributes.dropped if isinstance(self.attributes, BoundedAttributes) else 0
+
+
+class OwnScope:
+    """An instrumentation scope: what a tracer was asked for by name and version."""
+
+    __slots__ = ("name", "version", "schema_url", "attributes")
+
+    def __init__(self, name: str, version: str | None, schema_url: str | None, attributes) -> None:
+        self.name = name
+        self.version = version
+        self.schema_url = schema_url
+        self.attributes = BoundedAttributes(attributes=attributes, immutable=True)
+
+
+def _ended_check(method):
+    def guarded(self, *args, **kwargs):
+        with self._lock:
+            if self._end_time is None:
+                method(self, *args, **kwargs)
+                return
+        logger.warning("Tried calling %s on an ended span.", method.__name__)
+
+    guarded.__name__ = method.__name__
+    return guarded
+
+
+class OwnSpan(trace.Span):
+    """An OpenTelemetry API span that behaves as the SDK's ``Span`` with default limits, and
+    reads as the SDK's ``ReadableSpan`` once ended (what the exporters and
+    :func:`~otel_coldstart.otlp_json.spans_to_otlp_json` read)."""
+
+    def __init__(self, provider: "OwnTracerProvider", scope: OwnScope, name: str, context: SpanContext,
+                 parent: SpanContext | None, kind: SpanKind, attributes, links: Sequence[Link],
+                 start_time: int | None, record_exception: bool, set_status_on_exception: bool) -> None:
+        self._provider = provider
+        self._lock = threading.Lock()
+        self.instrumentation_scope = scope
+        self._name = name
+        self._context = context
+        self.parent = parent
+        self.kind = kind
+        self._attributes = BoundedAttributes(_MAX_ATTRIBUTES, attributes, immutable=False, max_value_len=None)
+        self._events = _BoundedList(_MAX_EVENTS)
+        self._links = _BoundedList(_MAX_LINKS)
+        for link in links or ():
+            if link and _is_valid_link(link.context, link.attributes):
+                link._attributes = BoundedAttributes(_MAX_ATTRIBUTES, link.attributes, immutable=True)
+                self._links.add(link)
+        self._status = Status(StatusCode.UNSET)
+        self._record_exception = record_exception
+        self._set_status_on_exception = set_status_on_exception
+        self._start_time = start_time if start_time is not None else time.time_ns()
+        self._end_time: int | None = None
+
+    # ReadableSpan, for the exporters
+    name = property(lambda self: self._name)
+    context = property(lambda self: self._context)
+    resource = property(lambda self: self._provider.resource)
+    attributes = property(lambda self: self._attributes)
+    events = property(lambda self: tuple(self._events))
+    links = property(lambda self: tuple(self._links))
+    status = property(lambda self: self._status)
+    start_time = property(lambda self: self._start_time)
+    end_time = property(lambda self: self._end_time)
+    dropped_attributes = property(lambda self: self._attributes.dropped)
+    dropped_events = property(lambda self: self._events.dropped)
+    dropped_links = property(lambda self: self._links.dropped)
+
+    def get_span_context(self) -> SpanContext:
+        return self._context
+
+    def is_recording(self) -> bool:
+        return self._end_time is None
+
+    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+        with self._lock:
+            if self._end_time is not None:
+                logger.warning("Setting attribute on ended span.")
+                return
+            self._attributes._set_items(attributes)
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        with self._lock:
+            if self._end_time is not None:
+                logger.warning("Setting attribute on ended span.")
+                return
+            self._attributes[key] = value
+
+    @_ended_check
+    def _add_event(self, event: OwnEvent) -> None:
+        self._events.add(event)
+
+    def add_event(self, name: str, attributes=None, timestamp: int | None = None) -> None:
+        self._add_event(OwnEvent(name, BoundedAttributes(_MAX_ATTRIBUTES, attributes, immutable=True), timestamp))
+
+    @_ended_check
+    def _add_link(self, link: Link) -> None:
+        self._links.add(link)
+
+    def add_link(self, context: SpanContext, attributes=None) -> None:
+        if not _is_valid_link(context, attributes):
+            return
+        self._add_link(Link(context, BoundedAttributes(_MAX_ATTRIBUTES, attributes, immutable=True)))
+
+    @_ended_check
+    def update_name(self, name: str) -> None:
+        self._name = name
+
+    @_ended_check
+    def set_status(self, status, description: str | None = None) -> None:
+        # The SDK's rules: OK is final, UNSET is never set, a Status carries its own description.
+        if isinstance(status, Status):
+            if self._status and self._status.status_code is StatusCode.OK or status.status_code is StatusCode.UNSET:
+                return
+            if description is not None:
+                logger.warning("Description %s ignored. Use either `Status` or `(StatusCode, Description)`",
+                               description)
+            self._status = status
+        elif isinstance(status, StatusCode):
+            if self._status and self._status.status_code is StatusCode.OK or status is StatusCode.UNSET:
+                return
+            self._status = Status(status, description)
+
+    def record_exception(self, exception: BaseException, attributes=None, timestamp: int | None = None,
+                         escaped: bool = False) -> None:
+        import traceback
+
+        module = type(exception).__module__
+        qualname = type(exception).__qualname__
+        attrs: dict[str, Any] = {
+            "exception.type": f"{module}.{qualname}" if module and module != "builtins" else qualname,
+            "exception.message": str(exception),
+            "exception.stacktrace": "".join(traceback.format_exception(exception)),
+            "exception.escaped": str(escaped),
+        }
+        if attributes:
+            attrs.update(attributes)
+        self.add_event("exception", attrs, timestamp)
+
+    def end(self, end_time: int | None = None) -> None:
+        with self._lock:
+            if self._end_time is not None:
+                logger.warning("Calling end() on an ended span.")
+                return
+            self._end_time = end_time if end_time is not None else time.time_ns()
+            self._attributes._immutable = True
+        self._provider._on_end(self)
+
+    def __exit__(self, exc_type, exc_val, exc_tb) -> None:
+        if exc_val is not None and self.is_recording():
+            if self._record_exception:
+                self.record_exception(exception=exc_val, escaped=True)
+            if self._set_status_on_exception:
+                self.set_status(Status(StatusCode.ERROR, f"{type(exc_val).__name__}: {exc_val}"))
+        super().__exit__(exc_type, exc_val, exc_tb)
+
+    def __repr__(self) -> str:
+        return f'{type(self).__name__}(name="{self._name}", context={self._context})'
+
+
+def _is_valid_link(context: SpanContext, attributes) -> bool:
+    return bool(context and (context.is_valid or (attributes or context.trace_state)))
+
+
+def _random_id(bits: int) -> int:
+    """A random id, never the invalid 0, from the OS's random source. The SDK's
+    RandomIdGenerator draws from the ``random`` module, whose state the host owns: vLLM and
+    training code seed it with the same value on every rank, after which the ranks of one
+    trace would draw the same span ids."""
+    nbytes = bits // 8
+    value = int.from_bytes(os.urandom(nbytes), "big")
+    while value == 0:
+        value = int.from_bytes(os.urandom(nbytes), "big")
+    return value
+
+
+class OwnTracer(trace.Tracer):
+    def __init__(self, provider: "OwnTracerProvider", scope: OwnScope) -> None:
+        self._provider = provider
+        self._scope = scope
+
+    def start_span(self, name: str, context=None, kind: SpanKind = SpanKind.INTERNAL, attributes=None,
+                   links: Sequence[Link] | None = (), start_time: int | None = None, record_exception: bool = True,
+                   set_status_on_exception: bool = True) -> trace.Span:
+        parent = trace.get_current_span(context).get_span_context()
+        if parent is not None and not isinstance(parent, SpanContext):
+            raise TypeError("parent_span_context must be a SpanContext or None.")
+        # ParentBased(ALWAYS_ON): a root is sampled; a child follows its parent's decision,
+        # and carries its trace state.
+        if parent is None or not parent.is_valid:
+            parent = None
+            trace_id, sampled, trace_state, random_trace_id = _random_id(128), True, None, True
+        else:
+            trace_id, sampled, trace_state = parent.trace_id, parent.trace_flags.sampled, parent.trace_state
+            random_trace_id = parent.trace_flags.random_trace_id
+        flags = TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT
+        if random_trace_id:
+            flags |= TraceFlags.RANDOM_TRACE_ID
+        span_context = SpanContext(trace_id, _random_id(64), is_remote=False, trace_flags=TraceFlags(flags),
+                                   trace_state=trace_state)
+        if not sampled:
+            return NonRecordingSpan(span_context)
+        return OwnSpan(self._provider, self._scope, name, span_context, parent, kind, attributes, links or (),
+                       start_time, record_exception, set_status_on_exception)
+
+    @contextmanager
+    def start_as_current_span(self, name: str, context=None, kind: SpanKind = SpanKind.INTERNAL, attributes=None,
+                              links: Sequence[Link] | None = (), start_time: int | None = None,
+                              record_exception: bool = True, set_status_on_exception: bool = True,
+                              end_on_exit: bool = True) -> Iterator[trace.Span]:
+        span = self.start_span(name, context, kind, attributes, links, start_time, record_exception,
+                               set_status_on_exception)
+        with trace.use_span(span, end_on_exit=end_on_exit, record_exception=record_exception,
+                            set_status_on_exception=set_status_on_exception) as current:
+            yield current
+
+
+# --- the provider: batching and export -------------------------------------------------------
+
+
+class OwnTracerProvider(trace.TracerProvider):
+    """Hands ended spans to ``sink.export(batch) -> bool`` in batches of 512, from whichever
+    thread calls :meth:`force_flush` (ours: the in-flight monitor, the bounded flushes of
+    ``ready()`` and exit), and, once :meth:`export_in_background` was called (after the
+    start-up), from a thread of its own within 5 s of a span's end, as the SDK's batch
+    processor would. At most 2048 spans wait (more are dropped, counted, as the SDK drops
+    them); 512 waiting wake the thread at any time."""
+
+    def __init__(self, resource: OwnResource, sink) -> None:
+        self.resource = resource
+        self.sink = sink  # export(spans) -> bool, shutdown(): the local file, or SdkExporters
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()  # one export at a time: batches go out in end order
+        self._pending: list[OwnSpan] = []
+        self.dropped_spans = 0
+        self._background = False
+        self._closed = False
+        self._wake = threading.Event()
+        self._worker: threading.Thread | None = None
+        self._worker_pid = 0
+
+    def get_tracer(self, instrumenting_module_name: str, instrumenting_library_version: str | None = None,
+                   schema_url: str | None = None, attributes=None) -> trace.Tracer:
+        if not instrumenting_module_name:
+            logger.error("get_tracer called with missing module name.")
+            instrumenting_module_name = ""
+        return OwnTracer(self, OwnScope(instrumenting_module_name, instrumenting_library_version, schema_url,
+                                        attributes))
+
+    def _on_end(self, span: OwnSpan) -> None:
+        if self._closed:
+            return
+        with self._lock:
+            if len(self._pending) >= MAX_QUEUE:
+                self.dropped_spans += 1
+                return
+            self._pending.append(span)
+            waiting = len(self._pending)
+        if self._background or waiting >= MAX_EXPORT_BATCH:
+            self._wake_worker()
+
+    def export_in_background(self) -> None:
+        """From now on spans are exported within 5 s of their end without anyone flushing."""
+        self._background = True
+        with self._lock:
+            waiting = bool(self._pending)
+        if waiting:
+            self._wake_worker()
+
+    def _wake_worker(self) -> None:
+        if self._worker is None or self._worker_pid != os.getpid():  # none yet, or forked
+            with self._lock:
+                if self._worker is None or self._worker_pid != os.getpid():
+                    self._wake = threading.Event()
+                    self._worker = threading.Thread(target=self._work, name="otel-coldstart-span-export", daemon=True)
+                    self._worker_pid = os.getpid()
+                    self._worker.start()
+        self._wake.set()
+
+    def _work(self) -> None:
+        while not self._closed:
+            self._wake.wait()
+            self._wake.clear()
+            if self._closed:
+                return
+            with self._lock:
+                full = len(self._pending) >= MAX_EXPORT_BATCH
+            if not full:  # gather what ends in the next few seconds into the same batch
+                time.sleep(SCHEDULE_DELAY_S)
+            try:
+                self.force_flush()
+            except Exception:  # an exporter's failure is the exporter's to log
+                pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        if not self._flush_lock.acquire(timeout=max(timeout_millis, 0) / 1000):
+            return False
+        try:
+            while True:
+                with self._lock:
+                    batch, self._pending[:MAX_EXPORT_BATCH] = self._pending[:MAX_EXPORT_BATCH], []
+                if not batch:
+                    return True
+                if not self.sink.export(batch):
+                    return False
+        finally:
+            self._flush_lock.release()
+
+    def shutdown(self) -> None:
+        if self._closed:
+            return
+        self.force_flush()
+        self._closed = True
+        self._wake.set()
+        self.sink.shutdown()
+
+
+# --- handing spans to SDK exporters ----------------------------------------------------------
+
+
+class SdkExporters:
+    """SDK exporters made on first use, on the exporting thread (ours), fed our spans as
+    SDK ``ReadableSpan`` objects. ``factories``: (name, make) pairs; one that fails to be
+    made is left out with the warning the controller gives for it (``on_failure``)."""
+
+    def __init__(self, factories: Sequence[tuple[str, Callable[[], Any]]],
+                 on_failure: Callable[[str, Exception], None]) -> None:
+        self._factories = list(factories)
+        self._on_failure = on_failure
+        self._exporters: list | None = None
+        self._sdk_resource = None
+        self._lock = threading.Lock()
+
+    def exporters(self) -> list:
+        """The exporters, made now if they were not yet (on the calling thread)."""
+        with self._lock, SDK_IMPORTS:
+            if self._exporters is None:
+                # What readable() needs too, imported here under the same lock.
+                import opentelemetry.sdk.resources  # noqa: F401
+                import opentelemetry.sdk.trace  # noqa: F401
+                import opentelemetry.sdk.util.instrumentation  # noqa: F401
+
+                exporters = []
+                for name, make in self._factories:
+                    try:
+                        exporters.append(make())
+                    except Exception as exc:
+                        self._on_failure(name, exc)
+                self._exporters = exporters
+            return self._exporters
+
+    def export(self, spans: Sequence[OwnSpan]) -> bool:
+        exporters = self.exporters()
+        if not exporters:
+            return True
+        readable = [self.readable(span) for span in spans]
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        ok = True
+        for exporter in exporters:
+            try:
+                ok = exporter.export(readable) is SpanExportResult.SUCCESS and ok
+            except Exception:
+                logger.exception("Exception while exporting Span batch.")
+                ok = False
+        return ok
+
+    def shutdown(self) -> None:
+        with self._lock:
+            exporters = self._exporters or []
+        for exporter in exporters:
+            try:
+                exporter.shutdown()
+            except Exception:
+                logger.exception("Exception while shutting down exporter.")
+
+    def readable(self, span: OwnSpan):
+        """The SDK ``ReadableSpan`` an SDK span with the same history would have produced."""
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import Event, ReadableSpan
+        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+        if self._sdk_resource is None:
+            self._sdk_resource = Resource(span.resource.attributes, span.resource.schema_url)
+        scope = span.instrumentation_scope
+        return ReadableSpan(
+            name=span.name, context=span.context, parent=span.parent, resource=self._sdk_resource,
+            attributes=span.attributes,
+            events=_bounded([Event(e.name, e.attributes, e.timestamp) for e in span._events], span._events),
+            links=_bounded(list(span._links), span._links),
+            kind=span.kind, status=span.status, start_time=span.start_time, end_time=span.end_time,
+            instrumentation_scope=InstrumentationScope(scope.name, scope.version, scope.schema_url,
+                                                       dict(scope.attributes)),
+        )
+
+
+def _bounded(items: list, like: _BoundedList):
+    """An SDK BoundedList holding ``items``, with ``like``'s dropped count."""
+    from opentelemetry.sdk.util import BoundedList
+
+    bounded = BoundedList.from_seq(like.maxlen, items)
+    bounded.dropped = like.dropped
+    return bounded

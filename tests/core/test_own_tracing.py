@@ -1,0 +1,398 @@
+"""The spans the plugin records without the OpenTelemetry SDK (own_tracing.py) against the
+SDK itself: the same operations on an SDK tracer and on ours must export the same OTLP JSON
+(ids aside), the same trace flags and trace state, and the same resource."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags, TraceState
+
+from otel_coldstart import export, own_tracing
+from otel_coldstart.otlp_json import spans_to_otlp_json
+
+T0 = 1_700_000_000_000_000_000
+
+# --- two tracers side by side -----------------------------------------------------------------
+
+
+class Pair:
+    """An SDK tracer and ours, over the same resource, each collecting what it exports."""
+
+    def __init__(self) -> None:
+        attributes = {"service.name": "t", "process.pid": 1}
+        self.sdk_exporter = InMemorySpanExporter()
+        self.sdk_provider = TracerProvider(resource=Resource(attributes), shutdown_on_exit=False)
+        self.sdk_provider.add_span_processor(SimpleSpanProcessor(self.sdk_exporter))
+        self.ours_exported: list = []
+        self.own_provider = own_tracing.OwnTracerProvider(own_tracing.OwnResource(attributes),
+                                                          Collecting(self.ours_exported))
+
+    def tracers(self, name="scope", version="1.0"):
+        return self.sdk_provider.get_tracer(name, version), self.own_provider.get_tracer(name, version)
+
+    def documents(self) -> tuple[dict, dict]:
+        self.own_provider.force_flush()
+        return (_without_ids(spans_to_otlp_json(self.sdk_exporter.get_finished_spans())),
+                _without_ids(spans_to_otlp_json(self.ours_exported)))
+
+
+class Collecting:
+    """A sink that keeps what it is given (``fail``: and says the export failed)."""
+
+    def __init__(self, into: list | None = None) -> None:
+        self.into = [] if into is None else into
+        self.batches: list[list] = []
+
+    def export(self, spans) -> bool:
+        self.batches.append(list(spans))
+        self.into.extend(spans)
+        return True
+
+    def shutdown(self) -> None:
+        pass
+
+
+def _without_ids(document: dict) -> dict:
+    """Ids replaced by their order of first appearance (each side draws its own)."""
+    seen: dict[str, str] = {}
+
+    def walk(node):
+        if isinstance(node, dict):
+            return {k: (seen.setdefault(v, f"id{len(seen)}") if k in ("traceId", "spanId", "parentSpanId")
+                        else walk(v)) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    return walk(document)
+
+
+# --- the operations hypothesis draws ----------------------------------------------------------
+
+_keys = st.sampled_from(["a", "b", "c", "coldstart.phase", "k" * 40, ""])
+_scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2 ** 70), 2 ** 70), st.floats(allow_nan=True),
+                     st.text(max_size=8), st.binary(max_size=4))
+_values = st.one_of(_scalars, st.lists(_scalars, max_size=3), st.tuples(st.integers(), st.text(max_size=3)),
+                    st.dictionaries(st.text(max_size=2), st.integers(), max_size=2))
+_attributes = st.one_of(st.none(), st.dictionaries(_keys, _values, max_size=5))
+_ops = st.lists(st.one_of(
+    st.tuples(st.just("set_attribute"), _keys, _values),
+    st.tuples(st.just("set_attributes"), st.dictionaries(_keys, _values, max_size=4)),
+    st.tuples(st.just("add_event"), st.text(max_size=5), _attributes, st.integers(0, 10 ** 6)),
+    st.tuples(st.just("record_exception"), st.booleans(), _attributes),
+    st.tuples(st.just("status"), st.sampled_from(["ok", "error", "unset", "error-code", "ok-code-desc"]),
+              st.one_of(st.none(), st.text(max_size=5))),
+    st.tuples(st.just("update_name"), st.text(max_size=6)),
+    st.tuples(st.just("many_attributes"), st.integers(120, 140)),
+    st.tuples(st.just("many_events"), st.integers(125, 135)),
+), max_size=8)
+
+
+def _raise_and_catch() -> BaseException:
+    try:
+        raise ValueError("boom")
+    except ValueError as error:
+        return error
+
+
+_ERROR = _raise_and_catch()
+
+
+def _apply(span, op) -> None:
+    kind = op[0]
+    if kind == "set_attribute":
+        span.set_attribute(op[1], op[2])
+    elif kind == "set_attributes":
+        span.set_attributes(op[1])
+    elif kind == "add_event":
+        span.add_event(op[1], op[2], timestamp=T0 + op[3])
+    elif kind == "record_exception":
+        span.record_exception(_ERROR, attributes=op[2], timestamp=T0 + 5, escaped=op[1])
+    elif kind == "status":
+        which, description = op[1], op[2]
+        if which == "ok":
+            span.set_status(Status(StatusCode.OK))
+        elif which == "error":
+            span.set_status(Status(StatusCode.ERROR, description))
+        elif which == "unset":
+            span.set_status(Status(StatusCode.UNSET))
+        elif which == "error-code":
+            span.set_status(StatusCode.ERROR, description)
+        else:
+            span.set_status(Status(StatusCode.OK), description)
+    elif kind == "update_name":
+        span.update_name(op[1])
+    elif kind == "many_attributes":
+        span.set_attributes({f"n{i}": i for i in range(op[1])})
+    elif kind == "many_events":
+        for i in range(op[1]):
+            span.add_event(f"e{i}", {"i": i}, timestamp=T0 + i)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(start_attributes=_attributes, ops=_ops, after_end=_ops, child_ops=_ops, kind=st.sampled_from(list(trace.SpanKind)))
+def test_the_same_operations_export_the_same_span(start_attributes, ops, after_end, child_ops, kind):
+    logging.disable(logging.CRITICAL)  # the SDK's (and our) warnings for invalid values
+    try:
+        pair = Pair()
+        for tracer in pair.tracers():
+            parent = tracer.start_span("parent", kind=kind, attributes=start_attributes, start_time=T0)
+            for op in ops:
+                _apply(parent, op)
+            child = tracer.start_span("child", context=trace.set_span_in_context(parent), start_time=T0 + 1)
+            for op in child_ops:
+                _apply(child, op)
+            child.end(end_time=T0 + 2)
+            parent.end(end_time=T0 + 3)
+            for op in after_end:  # after end(): ignored, as the SDK ignores them
+                _apply(parent, op)
+            parent.end(end_time=T0 + 4)
+        sdk, ours = pair.documents()
+    finally:
+        logging.disable(logging.NOTSET)
+    assert ours == sdk
+
+
+@pytest.mark.parametrize("flags,state", [
+    (TraceFlags.SAMPLED, None),
+    (TraceFlags.SAMPLED | TraceFlags.RANDOM_TRACE_ID, TraceState([("vendor", "x")])),
+    (TraceFlags.DEFAULT, TraceState([("vendor", "y")])),
+    (TraceFlags.RANDOM_TRACE_ID, None),
+])
+@pytest.mark.parametrize("remote", [True, False])
+def test_parent_decides_sampling_flags_and_state_as_the_default_sampler(flags, state, remote):
+    parent = SpanContext(0x1234, 0x5678, is_remote=remote, trace_flags=TraceFlags(flags), trace_state=state)
+    context = trace.set_span_in_context(NonRecordingSpan(parent))
+    pair = Pair()
+    made = [tracer.start_span("s", context=context, start_time=T0) for tracer in pair.tracers()]
+    for span in made:
+        span.end(end_time=T0 + 1)
+    sdk_span, own_span = made
+    assert type(sdk_span).__name__ != "NonRecordingSpan" or isinstance(own_span, NonRecordingSpan)
+    assert sdk_span.is_recording() == own_span.is_recording()
+    sdk_context, own_context = sdk_span.get_span_context(), own_span.get_span_context()
+    assert own_context.trace_id == sdk_context.trace_id == 0x1234
+    assert own_context.trace_flags == sdk_context.trace_flags
+    assert own_context.trace_state == sdk_context.trace_state
+    assert own_context.is_remote is sdk_context.is_remote is False
+    sdk, ours = pair.documents()
+    assert ours == sdk  # an unsampled parent: nothing exported on either side
+
+
+def test_a_root_span_is_sampled_with_a_random_trace_id_flag():
+    pair = Pair()
+    spans = [tracer.start_span("root", start_time=T0) for tracer in pair.tracers()]
+    assert spans[0].get_span_context().trace_flags == spans[1].get_span_context().trace_flags
+    assert spans[1].get_span_context().trace_flags.random_trace_id
+
+
+def test_start_as_current_span_records_the_escaping_exception_as_the_sdk_does():
+    pair = Pair()
+    for tracer in pair.tracers():
+        with pytest.raises(KeyError):
+            with tracer.start_as_current_span("outer", start_time=T0) as outer:
+                assert trace.get_current_span() is outer
+                raise KeyError("k")
+    sdk, ours = pair.documents()
+    for document in (sdk, ours):  # the exception event's and the end's times are the clock's
+        span = document["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+        span.pop("endTimeUnixNano")
+        for event in span["events"]:
+            event.pop("timeUnixNano")
+            for attribute in event["attributes"]:
+                if attribute["key"] == "exception.stacktrace":  # different frames: ours, the SDK's
+                    attribute["value"] = "<stack>"
+    assert ours == sdk
+    assert ours["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["status"]["code"] == 2
+
+
+def test_span_ids_do_not_repeat_when_the_host_seeds_random():
+    """vLLM seeds Python's random with the same value on every rank; the SDK's generator
+    would then give every rank the same span ids in one trace. Ours do not follow it."""
+    tracer = own_tracing.OwnTracerProvider(own_tracing.OwnResource({}), Collecting()).get_tracer("t")
+    ids = set()
+    for _ in range(3):
+        random.seed(0)
+        ids.add(tracer.start_span("s").get_span_context().span_id)
+    assert len(ids) == 3
+
+
+# --- batching and export ----------------------------------------------------------------------
+
+
+def test_spans_wait_for_a_flush_and_go_out_in_batches_of_512_in_end_order():
+    sink = Collecting()
+    batches = sink.batches
+    provider = own_tracing.OwnTracerProvider(own_tracing.OwnResource({}), sink)
+    tracer = provider.get_tracer("t")
+    provider._wake_worker = lambda: None  # no thread: this test flushes by hand
+    for i in range(1100):
+        tracer.start_span(f"s{i}", start_time=T0).end(end_time=T0 + 1)
+    assert batches == []
+    assert provider.force_flush()
+    assert [len(b) for b in batches] == [512, 512, 76]
+    assert [s.name for b in batches for s in b] == [f"s{i}" for i in range(1100)]
+
+
+def test_a_full_queue_drops_and_counts_as_the_batch_processor_does():
+    provider = own_tracing.OwnTracerProvider(own_tracing.OwnResource({}), Collecting())
+    provider._wake_worker = lambda: None
+    tracer = provider.get_tracer("t")
+    for _ in range(own_tracing.MAX_QUEUE + 10):
+        tracer.start_span("s").end()
+    assert provider.dropped_spans == 10
+
+
+def test_after_the_start_up_spans_go_out_by_themselves(monkeypatch):
+    monkeypatch.setattr(own_tracing, "SCHEDULE_DELAY_S", 0.05)
+    exported = []
+    provider = own_tracing.OwnTracerProvider(own_tracing.OwnResource({}), Collecting(exported))
+    tracer = provider.get_tracer("t")
+    tracer.start_span("before").end()
+    time.sleep(0.2)
+    assert exported == []  # during the start-up, only flushes export
+    provider.export_in_background()
+    tracer.start_span("after").end()
+    deadline = time.monotonic() + 5
+    while len(exported) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert [s.name for s in exported] == ["before", "after"]
+    provider.shutdown()
+
+
+def test_spans_handed_to_sdk_exporters_read_as_the_sdks_own():
+    """OTLP and console exporters get SDK ReadableSpans: the protobuf encoding of ours equals
+    the SDK's, ids aside."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from google.protobuf.json_format import MessageToDict
+
+    pair = Pair()
+    handed = []
+    exporters = own_tracing.SdkExporters([("memory", lambda: _Recording(handed))], lambda name, exc: None)
+    pair.own_provider.sink = exporters
+    for tracer in pair.tracers():
+        span = tracer.start_span("s", attributes={"a": 1, "l": ["x"]}, start_time=T0)
+        span.add_event("e", {"b": True}, timestamp=T0 + 1)
+        span.record_exception(_ERROR, timestamp=T0 + 2)
+        span.set_status(Status(StatusCode.ERROR, "bad"))
+        span.end(end_time=T0 + 3)
+    pair.own_provider.force_flush()
+    assert len(handed) == 1
+    sdk = _without_ids(MessageToDict(encode_spans(pair.sdk_exporter.get_finished_spans())))
+    ours = _without_ids(MessageToDict(encode_spans(handed)))
+    assert ours == sdk
+
+
+class _Recording:
+    def __init__(self, into: list) -> None:
+        self.into = into
+
+    def export(self, spans):
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        self.into.extend(spans)
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self):
+        pass
+
+
+def test_an_exporter_that_cannot_be_made_is_left_out_once():
+    failures = []
+
+    def refuse():
+        raise ValueError("bad endpoint")
+
+    exporters = own_tracing.SdkExporters([("otlp_proto_http", refuse)], lambda name, exc: failures.append(name))
+    provider = own_tracing.OwnTracerProvider(own_tracing.OwnResource({}), exporters)
+    provider.get_tracer("t").start_span("s").end()
+    assert provider.force_flush() and provider.force_flush()
+    assert failures == ["otlp_proto_http"]
+
+
+# --- resource ---------------------------------------------------------------------------------
+
+_RESOURCE_VARIABLES = ("OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_EXPERIMENTAL_RESOURCE_DETECTORS")
+
+
+@pytest.mark.parametrize("env", [
+    {},
+    {"OTEL_SERVICE_NAME": "vllm-serve", "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=prod,model=llama"},
+    {"OTEL_RESOURCE_ATTRIBUTES": "service.name=from-attributes,k=v"},
+    {"OTEL_RESOURCE_ATTRIBUTES": "telemetry.sdk.language=x, spaced = v%20w ,broken,=empty,host.name=mine"},
+    {"OTEL_RESOURCE_ATTRIBUTES": "service.instance.id=set-by-user,process.pid=7"},
+    {"OTEL_SERVICE_NAME": ""},
+])
+def test_default_resource_without_the_sdk_equals_resource_create(monkeypatch, env):
+    for name in _RESOURCE_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    ours = export.default_resource()
+    assert isinstance(ours, own_tracing.OwnResource)
+    theirs = Resource.create({"process.pid": os.getpid(), "host.name": __import__("socket").gethostname()})
+    assert list(ours.attributes.items()) == list(theirs.attributes.items())  # order too: it is the file's
+    assert ours.schema_url == theirs.schema_url
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(alphabet=st.sampled_from("ab=,% 2F.\u00e9"), max_size=30))
+def test_resource_attributes_variable_is_parsed_as_the_sdk_parses_it(value):
+    saved = os.environ.get("OTEL_RESOURCE_ATTRIBUTES")
+    os.environ["OTEL_RESOURCE_ATTRIBUTES"] = value
+    logging.disable(logging.CRITICAL)
+    try:
+        ours = own_tracing.sdk_default_resource_attributes()
+        theirs = Resource.create({})
+    finally:
+        logging.disable(logging.NOTSET)
+        if saved is None:
+            os.environ.pop("OTEL_RESOURCE_ATTRIBUTES")
+        else:
+            os.environ["OTEL_RESOURCE_ATTRIBUTES"] = saved
+    expected = dict(theirs.attributes)
+    if ours.get("service.name") is None:  # Resource.create's default, added by default_resource()
+        expected.pop("service.name", None)
+    assert ours == expected
+
+
+def test_a_configured_detector_leaves_the_resource_to_the_sdk(monkeypatch):
+    monkeypatch.setenv("OTEL_EXPERIMENTAL_RESOURCE_DETECTORS", "process")
+    assert isinstance(export.default_resource(), Resource)
+
+
+@pytest.mark.parametrize("variable", ["OTEL_TRACES_SAMPLER", "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "OTEL_BSP_SCHEDULE_DELAY",
+                                      "OTEL_PYTHON_ID_GENERATOR"])
+def test_sdk_settings_in_the_environment_bring_the_sdk_back(monkeypatch, tmp_path, variable):
+    monkeypatch.setenv(variable, "1")
+    setup = export.configure_tracing(None, str(tmp_path))
+    assert isinstance(setup.provider, TracerProvider)
+    monkeypatch.delenv(variable)
+    setup = export.configure_tracing(None, str(tmp_path))
+    assert isinstance(setup.provider, own_tracing.OwnTracerProvider)
+
+
+def test_context_nests_users_spans_under_ours():
+    """What a user's (or vLLM's) tracer starts inside our span is its child."""
+    pair = Pair()
+    ours = pair.own_provider.get_tracer("otel_coldstart").start_span("coldstart.build", start_time=T0)
+    token = otel_context.attach(trace.set_span_in_context(ours))
+    try:
+        users = pair.sdk_provider.get_tracer("user").start_span("user.step")
+    finally:
+        otel_context.detach(token)
+    assert users.parent.span_id == ours.get_span_context().span_id
+    assert users.get_span_context().trace_id == ours.get_span_context().trace_id
