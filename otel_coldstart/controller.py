@@ -167,7 +167,8 @@ class Controller:
         metrics_later = _metrics_can_wait(kwargs.get("meter_provider"), options.prometheus_port)
         metrics_setup = None if metrics_later else _configure_metrics(kwargs.get("meter_provider"),
                                                                       options.prometheus_port)
-        if metrics_later or isinstance(getattr(setup.provider, "sink", None), own_tracing.SdkExporters):
+        if metrics_later or (setup.exports and isinstance(getattr(setup.provider, "sink", None),
+                                                         own_tracing.SdkExporters)):
             _make_exporters_before_exit_once()
         if not setup.exports and not summary and metrics_setup is None and not metrics_later:
             return  # OTEL_TRACES_EXPORTER=none and nothing else would read the start-up: stay out

@@ -37,7 +37,6 @@ thread notices within one tick and ends; nothing waits for it.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
@@ -335,6 +334,8 @@ class ProgressBoard:
         return attrs
 
     def _write_record(self, snap: Snapshot, idle_ns: int, stall: dict | None) -> None:
+        import json  # on the monitor thread, at the first record (never the host's)
+
         from opentelemetry import trace
         from opentelemetry.trace import NonRecordingSpan
 
@@ -395,6 +396,8 @@ def index_total_size(directory: str) -> int | None:
         names = sorted(n for n in os.listdir(directory) if n.endswith(".index.json"))
     except OSError:
         return None
+    import json  # on the monitor thread (or at a scrape), never the host's
+
     total = None
     for name in names:
         try:

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import base64
 import logging
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 _logger = logging.getLogger(__name__)
 
+_INFINITY = float("inf")
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
 # SpanFlags: SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK, SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK.
@@ -39,9 +39,9 @@ class _Unencodable(Exception):
 
 
 def _double(value: float) -> Any:
-    if math.isnan(value):
+    if value != value:  # NaN (math.isnan without importing math: this module is on the start-up's path)
         return "NaN"
-    if math.isinf(value):
+    if value in (_INFINITY, -_INFINITY):
         return "Infinity" if value > 0 else "-Infinity"
     return value
 

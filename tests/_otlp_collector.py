@@ -13,17 +13,28 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 class TraceCollector(http.server.ThreadingHTTPServer):
     """An OTLP/HTTP receiver on loopback that writes every trace request it gets as a line of
-    OTLP JSON (hex ids), as a Collector's file exporter would."""
+    OTLP JSON (hex ids), as a Collector's file exporter would, and keeps the names of the
+    metrics it receives."""
 
     daemon_threads = True
 
     def __init__(self, path) -> None:
         self.lock = threading.Lock()
+        self.metric_names: list[str] = []
         out_path = path
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if self.path.endswith("/v1/metrics"):
+                    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+                        ExportMetricsServiceRequest)
+
+                    metrics_request = ExportMetricsServiceRequest()
+                    metrics_request.ParseFromString(body)
+                    with server.lock:
+                        server.metric_names += [m.name for rm in metrics_request.resource_metrics
+                                                for sm in rm.scope_metrics for m in sm.metrics]
                 if self.path.endswith("/v1/traces"):
                     request = ExportTraceServiceRequest()
                     request.ParseFromString(body)

@@ -4,14 +4,30 @@ from __future__ import annotations
 
 from typing import TextIO
 
+from .. import semconv
 from .breakdown import Breakdown
 from .escape import terminal_text as _t  # names, files and stack frames come from the trace
-from .interrupted import Killed, Stall, killed, stalls
 from .units import format_bytes, format_seconds
+
+# interrupted.py (three dataclasses, 2 ms to import) is imported only for a start-up that was
+# killed or stalled: the summary printed after every ready() has neither.
+
+
+def _was_killed(breakdown: Breakdown) -> bool:
+    return breakdown.root.attributes.get(semconv.END_REASON) == semconv.END_KILLED
+
+
+def _has_stalls(breakdown: Breakdown) -> bool:
+    return any(event.name == semconv.EVENT_STALL for span in (breakdown.root, *breakdown.spans)
+               for event in span.events)
 
 
 def state_text(breakdown: Breakdown) -> str | None:
     """The header's state for a killed start-up, None for one that ended."""
+    if not _was_killed(breakdown):
+        return None
+    from .interrupted import killed
+
     item = killed(breakdown)
     if item is None:
         return None
@@ -19,12 +35,16 @@ def state_text(breakdown: Breakdown) -> str | None:
 
 
 def render_killed_text(breakdown: Breakdown, out: TextIO) -> None:
+    if not _was_killed(breakdown):
+        return
+    from .interrupted import killed
+
     item = killed(breakdown)
     if item is not None:
         _killed(item, out)
 
 
-def _killed(item: Killed, out: TextIO) -> None:
+def _killed(item, out: TextIO) -> None:
     where = f" during {_t(item.phase)}" if item.phase else ""
     running = ""
     if item.running is not None:
@@ -49,11 +69,15 @@ def _describe(item) -> str:
 
 
 def render_stalls_text(breakdown: Breakdown, out: TextIO) -> None:
+    if not _has_stalls(breakdown):
+        return
+    from .interrupted import stalls
+
     for stall in stalls(breakdown):
         _stall(stall, out)
 
 
-def _stall(stall: Stall, out: TextIO) -> None:
+def _stall(stall, out: TextIO) -> None:
     idle = f"no progress for {format_seconds(int(stall.idle_s * 1e9))}" if stall.idle_s is not None else "no progress"
     phase = f" in {_t(stall.phase)}" if stall.phase else ""
     out.write(f"  stalled at +{format_seconds(stall.at_ns)}{phase} ({_t(stall.span_name)}): {idle}; "

@@ -215,7 +215,9 @@ def test_the_trace_is_the_same_with_and_without_the_sdk(tmp_path, small_checkpoi
         out.mkdir()
         code = textwrap.dedent(_SAME_START_UP)
         full_env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEPARENT"))}
-        full_env.update(PYTHONPATH=REPO, OTEL_COLDSTART_OUTPUT_DIR=str(out), **env)
+        # No progress records: a run slowed past 5 s by a loaded machine would write one more span.
+        full_env.update(PYTHONPATH=REPO, OTEL_COLDSTART_OUTPUT_DIR=str(out), OTEL_COLDSTART_PROGRESS_INTERVAL_S="0",
+                        **env)
         result = subprocess.run([sys.executable, "-c", code, *small_checkpoint], env=full_env, capture_output=True,
                                 text=True, timeout=120)
         assert result.returncode == 0, result.stderr
@@ -275,7 +277,8 @@ IMPORTED_ON = {}
 
 class _Watch:
     def find_spec(self, name, path=None, target=None):
-        if name in ("opentelemetry.sdk.trace", "opentelemetry.exporter.otlp.proto.http.trace_exporter"):
+        if name in ("opentelemetry.sdk.trace", "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+                    "opentelemetry.sdk.metrics"):
             IMPORTED_ON.setdefault(name, threading.current_thread().name)
         return None
 
@@ -285,9 +288,10 @@ sys.meta_path.insert(0, _Watch())
 
 
 def test_otlp_from_the_environment_exports_the_same_trace_with_the_sdk_off_the_host(tmp_path, small_checkpoint):
-    """OTEL_EXPORTER_OTLP_ENDPOINT set: the SDK and the OTLP exporter are imported by a thread
-    of ours (the flush at ready()), never the host's; the collector receives the trace the
-    local file holds."""
+    """OTEL_EXPORTER_OTLP_ENDPOINT set: the SDK, the OTLP exporter and the metrics SDK are
+    imported by threads of ours (the flush at ready(), the metrics after it), never the
+    host's; the collector receives the trace the local file holds, and the start-up's
+    metrics."""
     from _otlp_collector import TraceCollector
 
     for path in small_checkpoint:
@@ -297,8 +301,9 @@ def test_otlp_from_the_environment_exports_the_same_trace_with_the_sdk_off_the_h
     collector = TraceCollector(received)
     script = textwrap.dedent(_SAME_START_UP).replace(
         "otel_coldstart.ready()\n",
-        "otel_coldstart.ready()\nimport time\n_until = time.monotonic() + 20\n"
-        "while len(IMPORTED_ON) < 2 and time.monotonic() < _until:\n    time.sleep(0.01)\n"
+        "otel_coldstart.ready()\nimport os, time\n_until = time.monotonic() + 20\n"
+        "while os.environ.get('OTEL_EXPORTER_OTLP_ENDPOINT') and len(IMPORTED_ON) < 3 and time.monotonic() < _until:\n"
+        "    time.sleep(0.01)\n"
         "print(json.dumps(IMPORTED_ON))\n")
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEPARENT"))}
     try:
@@ -306,7 +311,8 @@ def test_otlp_from_the_environment_exports_the_same_trace_with_the_sdk_off_the_h
                                                    f"http://127.0.0.1:{collector.server_address[1]}"})):
             out = tmp_path / label
             out.mkdir()
-            run_env = dict(full_env, PYTHONPATH=REPO, OTEL_COLDSTART_OUTPUT_DIR=str(out), **env)
+            run_env = dict(full_env, PYTHONPATH=REPO, OTEL_COLDSTART_OUTPUT_DIR=str(out),
+                           OTEL_COLDSTART_PROGRESS_INTERVAL_S="0", **env)
             result = subprocess.run([sys.executable, "-c", _WATCH_IMPORTS + script, *small_checkpoint],
                                     env=run_env, capture_output=True, text=True, timeout=120)
             assert result.returncode == 0, result.stderr
@@ -318,9 +324,11 @@ def test_otlp_from_the_environment_exports_the_same_trace_with_the_sdk_off_the_h
     finally:
         collector.shutdown()
         collector.server_close()
-    assert set(imported_on) == {"opentelemetry.sdk.trace", "opentelemetry.exporter.otlp.proto.http.trace_exporter"}
+    assert set(imported_on) == {"opentelemetry.sdk.trace", "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+                                "opentelemetry.sdk.metrics"}
     assert "MainThread" not in imported_on.values(), imported_on
     assert _trace_shape(str(received)) == file_shape
+    assert {"model.startup.duration", "model.startup.phase.duration"} <= set(collector.metric_names)
 
 
 @pytest.mark.parametrize("ending", ["ready() then exit", "exit without ready()"])

@@ -6,7 +6,6 @@ Estimate: the straggler's time beyond the median of the other ranks.
 
 from __future__ import annotations
 
-import statistics
 from typing import Sequence
 
 from ..breakdown import Breakdown
@@ -23,6 +22,8 @@ def check(group: Sequence[Breakdown]) -> list[Finding]:
         return []
     slowest = max(ranked, key=lambda b: b.duration_ns)
     others = [b for b in ranked if b is not slowest]
+    import statistics  # 2 ms of imports: only with several ranks (the summary of one start-up has one)
+
     median = statistics.median(b.duration_ns for b in others)
     if median <= 0 or slowest.duration_ns < median * (1 + MIN_EXCESS):
         return []
