@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import http.server
 import json
+import pathlib
 import threading
 
 from google.protobuf.json_format import MessageToDict
@@ -20,6 +21,7 @@ class TraceCollector(http.server.ThreadingHTTPServer):
 
     def __init__(self, path) -> None:
         self.lock = threading.Lock()
+        self.path = pathlib.Path(path)
         self.metric_names: list[str] = []
         out_path = path
 
@@ -58,3 +60,12 @@ class TraceCollector(http.server.ThreadingHTTPServer):
         server = self
         super().__init__(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    def span_names(self) -> list[str]:
+        """The names of every span received so far, in order."""
+        with self.lock:
+            if not self.path.exists():
+                return []
+            lines = self.path.read_text(encoding="utf-8").splitlines()
+        return [span["name"] for line in lines for rs in json.loads(line).get("resourceSpans", [])
+                for ss in rs.get("scopeSpans", []) for span in ss.get("spans", [])]

@@ -42,6 +42,18 @@ def _fresh(code: str, tmp_path, **env) -> subprocess.CompletedProcess:
                           text=True, timeout=120)
 
 
+def _spans_by_name(path: str) -> dict:
+    """The spans of an OTLP JSON file, by name (the last one of a name wins)."""
+    spans = {}
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            for rs in json.loads(line)["resourceSpans"]:
+                for ss in rs["scopeSpans"]:
+                    for span in ss["spans"]:
+                        spans[span["name"]] = span
+    return spans
+
+
 def test_default_file_start_up_keeps_protobuf_asyncio_and_exporters_off_the_host(tmp_path):
     """import + instrument() + ready() with the embedded file exporter: the file is written
     (OTLP JSON) and none of the OpenTelemetry SDK, psutil, protobuf, the OTLP exporters,
@@ -63,10 +75,7 @@ def test_default_file_start_up_keeps_protobuf_asyncio_and_exporters_off_the_host
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["heavy"] == []
-    with open(report["file"], encoding="utf-8") as handle:
-        names = [span["name"] for line in handle for rs in json.loads(line)["resourceSpans"]
-                 for ss in rs["scopeSpans"] for span in ss["spans"]]
-    assert {"model.startup", "coldstart.build"} <= set(names)
+    assert {"model.startup", "coldstart.build"} <= set(_spans_by_name(report["file"]))
 
 
 def test_user_tracer_span_inside_phase_nests_under_model_startup(tmp_path):
@@ -93,13 +102,7 @@ def test_user_tracer_span_inside_phase_nests_under_model_startup(tmp_path):
     """, tmp_path)
     assert result.returncode == 0, result.stderr
     path = json.loads(result.stdout.strip().splitlines()[-1])["file"]
-    spans = {}
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            for rs in json.loads(line)["resourceSpans"]:
-                for ss in rs["scopeSpans"]:
-                    for span in ss["spans"]:
-                        spans[span["name"]] = span
+    spans = _spans_by_name(path)
     root, build, step = spans["model.startup"], spans["coldstart.build"], spans["user.step"]
     assert step["parentSpanId"] == build["spanId"]
     assert build["parentSpanId"] == root["spanId"]
@@ -125,13 +128,7 @@ def test_user_tracer_before_any_provider_carries_the_phase_context(tmp_path):
     """, tmp_path)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
-    spans = {}
-    with open(report["file"], encoding="utf-8") as handle:
-        for line in handle:
-            for rs in json.loads(line)["resourceSpans"]:
-                for ss in rs["scopeSpans"]:
-                    for span in ss["spans"]:
-                        spans[span["name"]] = span
+    spans = _spans_by_name(report["file"])
     assert report["span_id"] == spans["coldstart.build"]["spanId"]
     assert report["trace_id"] == spans["model.startup"]["traceId"]
     assert spans["coldstart.build"]["parentSpanId"] == spans["model.startup"]["spanId"]
@@ -257,13 +254,7 @@ def test_users_provider_set_after_instrument_still_nests_under_our_spans(tmp_pat
     """, tmp_path)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
-    spans = {}
-    with open(report["file"], encoding="utf-8") as handle:
-        for line in handle:
-            for rs in json.loads(line)["resourceSpans"]:
-                for ss in rs["scopeSpans"]:
-                    for span in ss["spans"]:
-                        spans[span["name"]] = span
+    spans = _spans_by_name(report["file"])
     assert "vllm.init" not in spans  # the user's provider has it, not our file
     assert report["parent"] == spans["coldstart.build"]["spanId"]
     assert report["trace"] == spans["model.startup"]["traceId"]
@@ -354,6 +345,4 @@ def test_a_process_that_exits_at_once_still_exports_over_otlp(tmp_path, ending):
         collector.server_close()
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr and "left out" not in result.stderr, result.stderr
-    names = [span["name"] for line in received.read_text().splitlines()
-             for rs in json.loads(line)["resourceSpans"] for ss in rs["scopeSpans"] for span in ss["spans"]]
-    assert {"model.startup", "coldstart.build"} <= set(names)
+    assert {"model.startup", "coldstart.build"} <= set(collector.span_names())

@@ -5,15 +5,14 @@ no summary is printed; ``console`` prints spans; ``otlp`` sends them; disabled m
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import subprocess
 import sys
 import textwrap
-import threading
 
 import pytest
+from _otlp_collector import TraceCollector
 
 from otel_coldstart import _otel_env, export
 
@@ -103,38 +102,8 @@ def test_an_unknown_exporter_name_is_a_warning_not_a_failure(tmp_path):
     assert not (tmp_path / "otel-coldstart-traces").exists()
 
 
-class _TraceReceiver(http.server.ThreadingHTTPServer):
-    """OTLP/HTTP on loopback: keeps the span names it receives."""
-
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
-        self.span_names: list[str] = []
-        receiver = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                if self.path.endswith("/v1/traces"):
-                    request = ExportTraceServiceRequest()
-                    request.ParseFromString(body)
-                    receiver.span_names += [s.name for rs in request.resource_spans
-                                            for ss in rs.scope_spans for s in ss.spans]
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-
 def test_traces_exporter_list_sends_otlp_and_prints_console(tmp_path):
-    receiver = _TraceReceiver()
+    receiver = TraceCollector(tmp_path / "collector.jsonl")
     try:
         endpoint = f"http://127.0.0.1:{receiver.server_address[1]}/v1/traces"
         completed = _run_app(tmp_path, _clean_env(OTEL_TRACES_EXPORTER="otlp,console",
@@ -143,7 +112,7 @@ def test_traces_exporter_list_sends_otlp_and_prints_console(tmp_path):
     finally:
         receiver.shutdown()
         receiver.server_close()
-    assert "model.startup" in receiver.span_names and "coldstart.build_model" in receiver.span_names
+    assert {"model.startup", "coldstart.build_model"} <= set(receiver.span_names())
     assert '"name": "model.startup"' in completed.stdout
     assert not (tmp_path / "otel-coldstart-traces").exists()
 
