@@ -244,7 +244,7 @@ class Controller:
         # Metrics someone may read in-process right after ready() (a provider the user passed,
         # a Prometheus endpoint) are recorded here; metrics only we push, and the summary,
         # need no answer on the host's thread: after ready() a thread of ours computes the
-        # breakdown (the analysis imports alone are ~25 ms), prints the summary and records
+        # breakdown (the analysis imports alone are ~8 ms), prints the summary and records
         # and pushes the metrics. At exit everything happens here, under at_exit's deadline.
         metrics_here = state.metrics is not None and (at_exit or not state.metrics_later)
         metrics_after = state.metrics_later and not at_exit

@@ -22,7 +22,7 @@ def _anchor(heading: str) -> str:
 
 def test_readme_import_figure_points_to_the_results_section_and_matches_it():
     readme, results = _read("README.md"), _read("benchmarks", "RESULTS.md")
-    (bullet,) = [b for b in readme.split("\n- ") if b.startswith("**Import + `instrument()`")]
+    (bullet,) = [b for b in readme.split("\n- ") if b.startswith("**On the caller's thread")]
     (link,) = re.findall(r"\(benchmarks/RESULTS\.md#([^)]+)\)", bullet)
     headings = [line[3:] for line in results.splitlines() if line.startswith("## ")]
     (section_heading,) = [h for h in headings if _anchor(h) == link]
