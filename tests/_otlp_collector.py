@@ -7,6 +7,7 @@ import http.server
 import json
 import pathlib
 import threading
+import time
 
 from google.protobuf.json_format import MessageToDict
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -23,10 +24,23 @@ class TraceCollector(http.server.ThreadingHTTPServer):
         self.lock = threading.Lock()
         self.path = pathlib.Path(path)
         self.metric_names: list[str] = []
+        self.busy = 0  # requests being handled now
+        self.last_request = time.monotonic()
         out_path = path
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self):
+                with server.lock:
+                    server.busy += 1
+                    server.last_request = time.monotonic()
+                try:
+                    self._handle()
+                finally:
+                    with server.lock:
+                        server.busy -= 1
+                        server.last_request = time.monotonic()
+
+            def _handle(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 if self.path.endswith("/v1/metrics"):
                     from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
@@ -60,6 +74,19 @@ class TraceCollector(http.server.ThreadingHTTPServer):
         server = self
         super().__init__(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    def shutdown(self, quiet_s: float = 0.3, limit_s: float = 10.0) -> None:
+        """Stop, once no request is being handled and none came for ``quiet_s``: a request a
+        killed process sent just before dying may still sit in the socket or in a handler
+        thread, and the test reads the file right after (bounded by ``limit_s``)."""
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            with self.lock:
+                idle = self.busy == 0 and time.monotonic() - self.last_request >= quiet_s
+            if idle:
+                break
+            time.sleep(0.02)
+        super().shutdown()
 
     def span_names(self) -> list[str]:
         """The names of every span received so far, in order."""
