@@ -169,7 +169,7 @@ class Controller:
                                                                       options.prometheus_port)
         if metrics_later or (setup.exports and isinstance(getattr(setup.provider, "sink", None),
                                                          own_tracing.SdkExporters)):
-            _make_exporters_before_exit_once()
+            own_tracing.before_thread_pools_shut_down(_make_exporters_before_exit)
         if not setup.exports and not summary and metrics_setup is None and not metrics_later:
             return  # OTEL_TRACES_EXPORTER=none and nothing else would read the start-up: stay out
         session = _session.StartupSession(
@@ -321,16 +321,6 @@ def _after_ready(state: "_State", summary: bool, metrics: bool) -> None:
             flush_metrics(state.metrics, state.options.export_timeout_s)
         except Exception:
             report_internal_error("metrics flush")
-
-
-_exit_hook_registered = False
-
-
-def _make_exporters_before_exit_once() -> None:
-    global _exit_hook_registered
-    if not _exit_hook_registered:
-        _exit_hook_registered = True
-        own_tracing.before_thread_pools_shut_down(_make_exporters_before_exit)
 
 
 def _make_exporters_before_exit() -> None:

@@ -256,9 +256,11 @@ def configure_tracing(tracer_provider: trace.TracerProvider | None, output_dir: 
     own = not own_tracing.sdk_settings_in_environment() and all(name in _KNOWN_EXPORTERS for name in named or ())
     if named is not None:  # the user chose: exactly those exporters, as the SDK would
         if own:
-            makers = [(name, _exporter_maker(name)) for name in named if _installed(name)]
+            makers = []
             for name in named:
-                if not _installed(name):
+                if _installed(name):
+                    makers.append((name, _exporter_maker(name)))
+                else:
                     _exporter_left_out(name, ModuleNotFoundError(f"No module named {_KNOWN_EXPORTERS[name][2]!r}"))
             provider = _own_provider_for_exporters(makers)
             described = ", ".join(_KNOWN_EXPORTERS[name][1] for name, _ in makers) or "no exporter"
@@ -270,18 +272,20 @@ def configure_tracing(tracer_provider: trace.TracerProvider | None, output_dir: 
         described = ", ".join(type(e).__name__ for e in exporters) or "no exporter"
         return ExportSetup(provider, True, None, f"{described} (OTEL_TRACES_EXPORTER)", exports=bool(exporters))
     if otlp_endpoint_configured():
-        name = _otel_env.OTLP_GRPC if _otlp_protocol() == "grpc" else _otel_env.OTLP_HTTP
-        kind = "grpc" if name == _otel_env.OTLP_GRPC else "http"
+        # The embedded default's protocol is the spec's, http/protobuf (OTEL_TRACES_EXPORTER=otlp
+        # is the SDK's, grpc: _otel_env).
+        grpc = (_otel_env.otlp_protocol("traces") or "http/protobuf").lower() == "grpc"
+        name, kind = (_otel_env.OTLP_GRPC, "grpc") if grpc else (_otel_env.OTLP_HTTP, "http")
         if own and _installed(name):
             return ExportSetup(_own_provider_for_exporters([(name, _exporter_maker(name))]), True, None,
                                f"OTLP ({kind})")
         provider = _sdk_provider()
-        _add_batch_processor(provider, _otlp_exporter())
+        _add_batch_processor(provider, _exporter_maker(name)())
         return ExportSetup(provider, True, None, f"OTLP ({kind})")
     path = default_trace_path(output_dir)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    file = OtlpJsonFile(path)
     if own:
+        file = OtlpJsonFile(path)
         provider = own_tracing.OwnTracerProvider(default_resource(), file)
     else:
         provider = _sdk_provider()
@@ -350,15 +354,6 @@ def _named_span_exporter(name: str):
     except Exception as exc:  # not installed, or refuses its configuration: leave it out
         _exporter_left_out(name, exc)
         return None
-
-
-def _otlp_protocol() -> str:
-    return (os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-            or "http/protobuf").strip().lower()
-
-
-def _otlp_exporter():
-    return _exporter_maker(_otel_env.OTLP_GRPC if _otlp_protocol() == "grpc" else _otel_env.OTLP_HTTP)()
 
 
 def flush(setup: ExportSetup, timeout_s: float, *, wait: bool = True) -> None:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -88,7 +89,10 @@ def before_thread_pools_shut_down(callback: Callable[[], None]) -> None:
     must therefore be made before that hook runs, should the process exit first (it may end
     right after ``ready()``). Threading at-exit hooks run in reverse order of registration,
     and ``atexit``'s (where the exit's export happens) only after all of them: ours is
-    registered after importing ``concurrent.futures.thread`` (1 ms), so it runs first."""
+    registered after importing ``concurrent.futures.thread`` (1 ms), so it runs first. A
+    callback given again is kept once."""
+    if callback in _before_exit:
+        return
     if not _before_exit:
         import concurrent.futures.thread  # noqa: F401  (registers its hook: before ours)
 
@@ -149,8 +153,6 @@ def service_instance_id() -> str:
 
 
 def _sdk_resources_module():
-    import sys
-
     return sys.modules.get("opentelemetry.sdk.resources")
 
 

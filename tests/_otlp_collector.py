@@ -1,4 +1,5 @@
-"""An OTLP/HTTP trace receiver on loopback, for tests that export over OTLP as users do."""
+"""An OTLP/HTTP receiver on loopback, for tests that export traces and metrics over OTLP as
+users do."""
 
 from __future__ import annotations
 
@@ -15,15 +16,16 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 class TraceCollector(http.server.ThreadingHTTPServer):
     """An OTLP/HTTP receiver on loopback that writes every trace request it gets as a line of
-    OTLP JSON (hex ids), as a Collector's file exporter would, and keeps the names of the
-    metrics it receives."""
+    OTLP JSON (hex ids), as a Collector's file exporter would, and keeps the metric requests
+    it receives (``got_metrics`` is set at the first)."""
 
     daemon_threads = True
 
     def __init__(self, path) -> None:
         self.lock = threading.Lock()
         self.path = pathlib.Path(path)
-        self.metric_names: list[str] = []
+        self.metric_requests: list = []  # ExportMetricsServiceRequest, as received
+        self.got_metrics = threading.Event()
         self.busy = 0  # requests being handled now
         self.last_request = time.monotonic()
         out_path = path
@@ -49,8 +51,8 @@ class TraceCollector(http.server.ThreadingHTTPServer):
                     metrics_request = ExportMetricsServiceRequest()
                     metrics_request.ParseFromString(body)
                     with server.lock:
-                        server.metric_names += [m.name for rm in metrics_request.resource_metrics
-                                                for sm in rm.scope_metrics for m in sm.metrics]
+                        server.metric_requests.append(metrics_request)
+                    server.got_metrics.set()
                 if self.path.endswith("/v1/traces"):
                     request = ExportTraceServiceRequest()
                     request.ParseFromString(body)
@@ -74,6 +76,24 @@ class TraceCollector(http.server.ThreadingHTTPServer):
         server = self
         super().__init__(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    @property
+    def metric_names(self) -> list[str]:
+        with self.lock:
+            requests = list(self.metric_requests)
+        return [m.name for request in requests for rm in request.resource_metrics for sm in rm.scope_metrics
+                for m in sm.metrics]
+
+    def __enter__(self) -> "TraceCollector":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+        self.server_close()
 
     def shutdown(self, quiet_s: float = 0.3, limit_s: float = 10.0) -> None:
         """Stop, once no request is being handled and none came for ``quiet_s``: a request a

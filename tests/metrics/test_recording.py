@@ -3,16 +3,13 @@ reader, the pure facts on hand-built spans, and the OTLP push at ready() and at 
 
 from __future__ import annotations
 
-import http.server
 import os
 import socket
 import subprocess
 import sys
-import threading
 
 import pytest
 import torch
-from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
@@ -27,6 +24,7 @@ from otel_coldstart import semconv
 from otel_coldstart.analyze.breakdown import compute_breakdown
 from otel_coldstart.analyze.model import Span
 
+from _otlp_collector import TraceCollector
 from metrics_testlib import HERE, STARTUP_TIMEOUT_S
 
 SHARDS = 3
@@ -258,57 +256,18 @@ def test_identifying_attributes_keep_deploy_facts_only():
 
 # --- OTLP push at ready() and at exit ----------------------------------------------------------
 
-class _Collector(http.server.ThreadingHTTPServer):
-    """An OTLP/HTTP receiver on loopback that keeps the metric requests it gets."""
-
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        self.metric_requests: list[ExportMetricsServiceRequest] = []
-        self.got_metrics = threading.Event()
-        collector = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                if self.path.endswith("/v1/metrics"):
-                    request = ExportMetricsServiceRequest()
-                    request.ParseFromString(body)
-                    collector.metric_requests.append(request)
-                    collector.got_metrics.set()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-
-    def __enter__(self):
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc):
-        self.shutdown()
-        self.server_close()
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-    def startup_durations(self) -> list[tuple[float, dict]]:
-        out = []
-        for request in self.metric_requests:
-            for rm in request.resource_metrics:
-                for sm in rm.scope_metrics:
-                    for metric in sm.metrics:
-                        if metric.name == semconv.METRIC_STARTUP_DURATION:
-                            for point in metric.histogram.data_points:
-                                attrs = {a.key: a.value for a in point.attributes}
-                                out.append((point.sum, attrs))
-        return out
+def _startup_durations(collector: TraceCollector) -> list[tuple[float, dict]]:
+    """``model.startup.duration`` points the collector received: (sum, attributes)."""
+    out = []
+    for request in list(collector.metric_requests):
+        for rm in request.resource_metrics:
+            for sm in rm.scope_metrics:
+                for metric in sm.metrics:
+                    if metric.name == semconv.METRIC_STARTUP_DURATION:
+                        for point in metric.histogram.data_points:
+                            attrs = {a.key: a.value for a in point.attributes}
+                            out.append((point.sum, attrs))
+    return out
 
 
 def _otlp_env(endpoint: str, tmp_path) -> dict:
@@ -326,14 +285,14 @@ def _app(checkpoint, end: str, env: dict) -> subprocess.Popen:
 
 def test_metrics_are_pushed_at_ready_while_the_process_lives(checkpoint_dir, tmp_path):
     directory, _ = checkpoint_dir
-    with _Collector() as collector:
+    with TraceCollector(tmp_path / "collector.jsonl") as collector:
         process = _app(directory, "ready", _otlp_env(collector.endpoint, tmp_path))
         try:
             # The periodic reader's own interval is 60 s: a push now can only be ready()'s flush.
             got = collector.got_metrics.wait(STARTUP_TIMEOUT_S)
             assert got, process.stderr.read() if process.poll() is not None else "no push within the timeout"
             assert process.poll() is None, "the push must come before exit"
-            ((seconds, attrs),) = collector.startup_durations()
+            ((seconds, attrs),) = _startup_durations(collector)
             assert attrs[semconv.READY].bool_value is True
             assert attrs[semconv.MODEL_NAME].string_value == "otlp-model" and seconds > 0
         finally:
@@ -342,11 +301,11 @@ def test_metrics_are_pushed_at_ready_while_the_process_lives(checkpoint_dir, tmp
 
 def test_a_start_up_that_never_becomes_ready_is_pushed_at_exit(checkpoint_dir, tmp_path):
     directory, _ = checkpoint_dir
-    with _Collector() as collector:
+    with TraceCollector(tmp_path / "collector.jsonl") as collector:
         process = _app(directory, "exit", _otlp_env(collector.endpoint, tmp_path))
         _, err = process.communicate(timeout=STARTUP_TIMEOUT_S)
         assert process.returncode == 0, err
-        durations = collector.startup_durations()
+        durations = _startup_durations(collector)
         assert durations and all(attrs[semconv.READY].bool_value is False for _, attrs in durations)
 
 
