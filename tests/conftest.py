@@ -81,6 +81,9 @@ class _Traced:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "internal_errors_expected: the test injects an internal error on purpose")
+    # `make test-fast` leaves these out: tests that start fresh Python processes (a real exit,
+    # signal, fork or evicted cache seen from outside). New such tests carry the mark.
+    config.addinivalue_line("markers", "process: the test starts fresh Python processes (left out of test-fast)")
     os.environ.setdefault("OTEL_COLDSTART_SUMMARY", "0")
 
 
