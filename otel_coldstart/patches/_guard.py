@@ -10,6 +10,7 @@ inside a capture is recorded into the graph, not executed, so it is not a copy o
 
 from __future__ import annotations
 
+import os
 import threading
 
 from .. import session as _session
@@ -56,8 +57,21 @@ def leave() -> None:
 # capture_started() ahead of torch's capture_begin), and every event call is made under the
 # same lock by outside_captures(): an event call is either wholly before a capture begins or
 # not made at all, whichever thread does it.
+#
+# Re-entrant (an RLock): a call made under the lock may come back to it on the same thread
+# (a signal handler that ends the start-up and settles its aggregates runs between two
+# bytecodes of whatever the thread was doing, possibly inside outside_captures), and must not
+# deadlock on itself.
+#
+# Fork-safe by itself: a fork copies the lock in whatever state it is, and a thread that held
+# it (inside an event call) does not exist in the child, so the child's copy would stay held
+# for ever and its first event call, or reset_captures(), would hang. The child gets a new
+# lock (os.register_at_fork below) and a count of none: captures running in the parent are
+# not running in the child. reset_captures() also checks the process id, so it is safe even
+# when another at-fork handler (the controller's) runs before ours.
 _open_captures = 0
-_count_lock = threading.Lock()
+_count_lock = threading.RLock()
+_lock_pid = os.getpid()
 
 
 def outside_captures(call, *args):
@@ -89,6 +103,27 @@ def any_capture_open() -> bool:
 
 def reset_captures() -> None:
     global _open_captures
+    _own_lock_after_fork()
     _local.capturing = 0
     with _count_lock:
         _open_captures = 0
+
+
+def _own_lock_after_fork() -> None:
+    """In a forked child whose at-fork handler has not run yet: take a new lock first."""
+    if os.getpid() != _lock_pid:
+        _after_fork_in_child()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child: a new lock (the parent's copy may be held by a thread that is not
+    here), no capture open (the parent's are not running here), this thread not capturing."""
+    global _count_lock, _lock_pid, _open_captures
+    _count_lock = threading.RLock()
+    _lock_pid = os.getpid()
+    _open_captures = 0
+    _local.capturing = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
