@@ -22,6 +22,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from .session import PendingParent, StartupSession
 
 
+# Aggregate.extras key a patch sets when a call's device work was asynchronous (its call
+# time is launch time): no bandwidth from busy time (patches/tensor_ops.py).
+ASYNC_WORK = "async_work"
+
+
 class Aggregate:
     __slots__ = (
         "phase", "parent", "detail", "thread_id", "thread_name", "calls", "bytes", "busy_ns",
@@ -77,7 +82,10 @@ class Aggregate:
             semconv.THREAD_ID: self.thread_id,
             semconv.THREAD_NAME: self.thread_name,
         }
-        if self.busy_ns > 0 and self.bytes > 0:
+        # Bytes over busy time is a bandwidth only where the calls' time is their work's time:
+        # not for queued device work (non-blocking copies, GPU casts), whose call time is
+        # launch time. Its patch writes the figure from device time where it has one.
+        if self.busy_ns > 0 and self.bytes > 0 and not self.non_blocking_calls and ASYNC_WORK not in self.extras:
             attrs[semconv.THROUGHPUT] = self.bytes / (self.busy_ns / 1e9)
         if probes.io_accounting_available():
             attrs[semconv.IO_READ_BYTES] = self.read_bytes

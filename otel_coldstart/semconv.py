@@ -187,6 +187,23 @@ RUNTIME_STEP_LAZY_INIT = "lazy_init"
 COMPILE_ID = "coldstart.compile.id"  # dynamo's compile id, e.g. "0/0"
 COMPILE_TRIGGER = "coldstart.compile.trigger"  # dynamo | lazy_backward | cudagraph_recording | ...
 
+# --- device phases: runtime backends and the host link (issue 23) ---------------------------
+RUNTIME_BACKEND_CUDA = "cuda"
+RUNTIME_BACKEND_ROCM = "rocm"  # torch.version.hip: torch.cuda runs on HIP
+# On the lazy_init runtime_init span: the host<->device link the bandwidth figures of h2d and
+# d2h copies are bounded by, and that bound (bytes/s per direction, the visible devices'
+# links summed). "pcie gen5 x16" from sysfs; "unknown" (an architecture whose GPUs may be
+# attached otherwise, sysfs unreadable) with the documented upper bound; "integrated" (a GPU
+# sharing host memory) with no bound. docs/device-phases.md, "Bandwidth".
+RUNTIME_LINK = "coldstart.runtime.link"
+RUNTIME_LINK_BPS = "coldstart.runtime.link_bps"
+RUNTIME_LINK_UNKNOWN = "unknown"
+RUNTIME_LINK_INTEGRATED = "integrated"
+# The documented bound of an unknown link, per device and direction: NVLink-C2C's (GH200,
+# GB200: 900 GB/s both ways), the fastest host link a GPU has. Also the analyzer's bound for
+# a trace that recorded no link (CUDA was up before instrument()).
+LINK_BOUND_UNKNOWN_BPS = 450e9
+
 # --- start-ups in flight (inflight.py; analyze/interrupted.py reads them back) -------------
 # A progress record: a zero-length span under the (still open) root, written every
 # progress_interval_s while the start-up runs, so that a start-up killed with SIGKILL (the

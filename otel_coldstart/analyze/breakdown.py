@@ -22,22 +22,102 @@ from .. import semconv, verdicts
 from .model import Span
 
 
+# Phases whose calls may only queue device work (non-blocking copies, GPU casts, copies
+# between GPUs): a call's busy time is then its launch time, not its transfer time.
+DEVICE_WORK_PHASES = frozenset((semconv.PHASE_H2D, semconv.PHASE_D2H, semconv.PHASE_D2D, semconv.PHASE_CAST))
+# Phases whose bytes cross the host<->device link, so their bandwidth has the link's bound.
+LINK_PHASES = frozenset((semconv.PHASE_H2D, semconv.PHASE_D2H))
+
+
 @dataclass(frozen=True)
 class PhaseTime:
     phase: str
     busy_ns: int
     spans: int
     bytes: int
+    # Device-work phases: the bytes whose time is known and that time (bandwidth_sample).
+    timed_bytes: int = 0
+    timed_ns: int = 0
+    # h2d/d2h: the bound no real bandwidth passes (the host link's); None where there is none.
+    bound_bps: float | None = None
 
     def share_of(self, total_ns: int) -> float:
         return self.busy_ns / total_ns if total_ns > 0 else 0.0
 
     @property
     def throughput(self) -> float | None:
-        """Bytes per second over the phase's busy time, where bytes were recorded."""
+        """Bytes per second: for copies and casts, over the device time of queued work and
+        the host time of synchronous work (``bandwidth_sample``), None where no byte's time is
+        known; for other phases, over the phase's busy time."""
+        if self.phase in DEVICE_WORK_PHASES:
+            return self.timed_bytes / (self.timed_ns / 1e9) if self.timed_bytes > 0 and self.timed_ns > 0 else None
         if self.bytes <= 0 or self.busy_ns <= 0:
             return None
         return self.bytes / (self.busy_ns / 1e9)
+
+    @property
+    def untimed_bytes(self) -> int:
+        """Device-work bytes whose transfer time is unknown (not in the throughput)."""
+        return max(0, self.bytes - self.timed_bytes) if self.phase in DEVICE_WORK_PHASES else 0
+
+    @property
+    def above_bound(self) -> bool:
+        """The bandwidth is above what the host link carries: a timing error, never a fast copy."""
+        rate = self.throughput
+        return self.bound_bps is not None and rate is not None and rate > self.bound_bps
+
+
+def bandwidth_sample(span: Span) -> tuple[int, int] | None:
+    """``(bytes, ns)``: a span's bytes and the time they took, for a bandwidth; None when
+    that time is not known.
+
+    Copy and cast aggregates (h2d, d2h, d2d, cast): device time where the plugin resolved it
+    (``coldstart.copy.async_s``: its ``coldstart.throughput`` then covers host-timed blocking
+    calls plus the device time of the rest); host time only for synchronous work. Queued work
+    without device time (unresolved, untimed calls, non-blocking copies or device-to-device
+    copies with no events) has none: its busy time is launch time. Any other span with bytes:
+    its busy time."""
+    nbytes = _span_bytes(span)
+    if nbytes <= 0:
+        return None
+    attrs = span.attributes
+    if span.phase in DEVICE_WORK_PHASES and span.is_aggregate:
+        if attrs.get(semconv.COPY_ASYNC_UNRESOLVED) is True or _int_attr(span, semconv.COPY_UNTIMED_CALLS):
+            return None
+        if semconv.COPY_ASYNC_S in attrs:
+            rate = attrs.get(semconv.THROUGHPUT)
+            if isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0:
+                return nbytes, max(1, round(nbytes / rate * 1e9))
+            return None
+        if _int_attr(span, semconv.COPY_NON_BLOCKING_CALLS) or span.phase == semconv.PHASE_D2D:
+            return None
+    busy = span.busy_ns
+    return (nbytes, busy) if busy > 0 else None
+
+
+def bandwidth_warnings(breakdown: "Breakdown") -> list[str]:
+    """One line per phase whose bandwidth is above the host link's bound: a timing error
+    (launch time taken for transfer time, say), never a fast copy. Every renderer prints them."""
+    from .units import format_rate
+
+    link = breakdown.link or "no link recorded: the documented upper bound"
+    return [f"{p.phase} throughput {format_rate(p.throughput)} is above the host link's bound "
+            f"({link}: {format_rate(p.bound_bps)}): its timing is wrong, not the copy fast"
+            for p in breakdown.phases if p.above_bound]
+
+
+def link_of(spans: Iterable[Span]) -> tuple[str | None, float | None]:
+    """(the host link the trace recorded, its bound in bytes/s per direction). No link
+    recorded (CUDA was up before instrument(), or no GPU): None and the documented bound of
+    an unknown link; an integrated GPU: no bound."""
+    for span in spans:
+        link = span.attributes.get(semconv.RUNTIME_LINK)
+        if isinstance(link, str):
+            bound = span.attributes.get(semconv.RUNTIME_LINK_BPS)
+            if isinstance(bound, (int, float)) and not isinstance(bound, bool) and bound > 0:
+                return link, float(bound)
+            return link, None if link == semconv.RUNTIME_LINK_INTEGRATED else semconv.LINK_BOUND_UNKNOWN_BPS
+    return None, semconv.LINK_BOUND_UNKNOWN_BPS
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +194,7 @@ class Breakdown:
     spans: tuple[Span, ...] = ()  # the phased spans inside the root's window (for findings)
     gaps: tuple[Gap, ...] = ()  # unattributed stretches on the root thread, in time order
     context: tuple[ContextSpan, ...] = ()  # foreign spans, longest first
+    link: str | None = None  # the host<->device link the start-up recorded (runtime_init)
 
     @property
     def trace_id(self) -> str:
@@ -323,6 +404,8 @@ def compute_breakdown(root: Span, members: Sequence[Span], foreign: Sequence[Spa
     busy: dict[str, int] = defaultdict(int)
     count: dict[str, int] = defaultdict(int)
     nbytes: dict[str, int] = defaultdict(int)
+    timed_bytes: dict[str, int] = defaultdict(int)
+    timed_ns: dict[str, int] = defaultdict(int)
     for span in window:
         covered_by_children = sum(
             c.busy_ns for c in children.get(span.span_id, ()) if _same_thread(span, c)
@@ -332,12 +415,17 @@ def compute_breakdown(root: Span, members: Sequence[Span], foreign: Sequence[Spa
         busy[phase] += max(0, span.busy_ns - covered_by_children)
         count[phase] += 1
         nbytes[phase] += _span_bytes(span)
+        if phase in DEVICE_WORK_PHASES and (sample := bandwidth_sample(span)) is not None:
+            timed_bytes[phase] += sample[0]
+            timed_ns[phase] += sample[1]
 
     on_root_thread = sum(s.busy_ns for s in top_level if _same_thread(root, s))
     unattributed = max(0, root.duration_ns - on_root_thread)
+    link, bound = link_of(s for s in members if s.phase == semconv.PHASE_RUNTIME_INIT)
     phases = tuple(
         sorted(
-            (PhaseTime(p, busy[p], count[p], nbytes[p]) for p in busy),
+            (PhaseTime(p, busy[p], count[p], nbytes[p], timed_bytes[p], timed_ns[p],
+                       bound if p in LINK_PHASES else None) for p in busy),
             key=lambda p: (-p.busy_ns, p.phase),
         )
     )
@@ -357,6 +445,7 @@ def compute_breakdown(root: Span, members: Sequence[Span], foreign: Sequence[Spa
         spans=tuple(window),
         gaps=_gaps(root, [s for s in top_level if _same_thread(root, s)]),
         context=_context(root, members, foreign, by_id),
+        link=link,
     )
 
 

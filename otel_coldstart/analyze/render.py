@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Sequence, TextIO
 
 from ..verdicts import DOMINANT_MIN_SHARE
-from .breakdown import Breakdown
+from .breakdown import Breakdown, bandwidth_warnings
 from .escape import terminal_text as _t  # every string from a trace: no control characters
 from .render_interrupted import render_killed_text, render_stalls_text, state_text
 from .units import format_bytes, format_rate, format_seconds  # noqa: F401 - re-exported
@@ -28,13 +28,15 @@ def render_text(breakdown: Breakdown, out: TextIO) -> None:
         out.write(
             f"  {fit(_t(item.phase), width):<{width}}{format_seconds(item.busy_ns):>10}"
             f"{item.share_of(total) * 100:>7.1f}%{format_bytes(item.bytes or None):>12}"
-            f"{format_rate(item.throughput):>14}{item.spans:>7}{flag}\n"
+            f"{format_rate(item.throughput) + ('!' if item.above_bound else ''):>14}{item.spans:>7}{flag}\n"
         )
     unattributed_share = breakdown.unattributed_ns / total * 100 if total else 0.0
     out.write(
         f"  {'unattributed':<{width}}{format_seconds(breakdown.unattributed_ns):>10}"
         f"{unattributed_share:>7.1f}%\n"
     )
+    for warning in bandwidth_warnings(breakdown):
+        out.write(f"  ! {_t(warning)}\n")
     if breakdown.parallelism > 1.05:
         out.write(f"  parallelism {breakdown.parallelism:.2f}x (busy time across threads / wall time)\n")
     if breakdown.shards:

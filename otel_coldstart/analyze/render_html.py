@@ -18,7 +18,7 @@ from collections import defaultdict
 from typing import Sequence, TextIO
 from urllib.parse import quote
 
-from .breakdown import Breakdown, by_trace
+from .breakdown import Breakdown, bandwidth_warnings, by_trace
 from .capacity import summarize_group
 from .render import dominant_line, saving_text
 from .render_interrupted import render_killed_text, render_stalls_text, state_text
@@ -134,11 +134,14 @@ def _startup(b: Breakdown, w, link) -> None:
           f"<td class=\"num\">{_e(format_seconds(p.busy_ns))}</td><td class=\"num\">{share * 100:.1f}%</td>"
           f"<td class=\"barcell\"><div style=\"width:{min(100.0, share * 100):.2f}%;background:"
           f"{phase_colour(p.phase)}\"></div></td><td class=\"num\">{_e(format_bytes(p.bytes or None))}</td>"
-          f"<td class=\"num\">{_e(format_rate(p.throughput))}</td><td class=\"num\">{p.spans}</td></tr>\n")
+          f"<td class=\"num\">{_e(format_rate(p.throughput))}{' !' if p.above_bound else ''}</td>"
+          f"<td class=\"num\">{p.spans}</td></tr>\n")
     ushare = b.unattributed_ns / total if total else 0.0
     w(f"<tr><td><i>unattributed</i></td><td class=\"num\">{_e(format_seconds(b.unattributed_ns))}</td>"
       f"<td class=\"num\">{ushare * 100:.1f}%</td><td class=\"barcell\"><div style=\"width:{ushare * 100:.2f}%;"
       "background:#c0392b\"></div></td><td></td><td></td><td></td></tr>\n</tbody></table>\n")
+    for warning in bandwidth_warnings(b):
+        w(f"<p class=\"warning\">! {_e(warning)}</p>\n")
     w("<h3>Waterfall</h3>\n<div class=\"waterfall-box\">")
     w(svg_waterfall(b, standalone=False))
     w("</div>\n")

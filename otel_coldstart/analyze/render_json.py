@@ -73,7 +73,8 @@ def startup_to_dict(b: Breakdown) -> dict:
         "resource": {k: _plain(v) for k, v in sorted(b.root.resource.items())},
         "phases": [
             {"phase": p.phase, "busy_s": _s(p.busy_ns), "share": p.share_of(total), "bytes": p.bytes,
-             "throughput_bytes_per_s": p.throughput, "spans": p.spans}
+             "throughput_bytes_per_s": p.throughput, "throughput_above_link_bound": p.above_bound,
+             "spans": p.spans}
             for p in b.phases
         ],
         "shards": [_shard(r, b.root.start_ns) for r in b.shards] if len(b.shards) <= PRETTY_LIMIT else ShardRows(b),

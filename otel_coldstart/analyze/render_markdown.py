@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from typing import Sequence, TextIO
 
-from .breakdown import Breakdown, by_trace
+from .breakdown import Breakdown, bandwidth_warnings, by_trace
 from .escape import markdown_code, markdown_fence, markdown_text
 from .findings import Finding
 from .render_interrupted import render_killed_text, render_stalls_text, state_text
@@ -60,10 +60,13 @@ def _startup(b: Breakdown, out: TextIO) -> None:
     out.write("| phase | time | share | bytes | throughput | spans |\n|---|---:|---:|---:|---:|---:|\n")
     for p in b.phases:
         out.write(f"| {_cell(p.phase)} | {format_seconds(p.busy_ns)} | {p.share_of(total) * 100:.1f}% | "
-                  f"{format_bytes(p.bytes or None)} | {format_rate(p.throughput)} | {p.spans} |\n")
+                  f"{format_bytes(p.bytes or None)} | {format_rate(p.throughput)}{' !' if p.above_bound else ''} | "
+                  f"{p.spans} |\n")
     share = b.unattributed_ns / total * 100 if total else 0.0
     out.write(f"| *unattributed* | {format_seconds(b.unattributed_ns)} | {share:.1f}% | | | |\n\n")
     out.write(_cell(dominant_line(b)[0].upper() + dominant_line(b)[1:]) + ".\n\n")
+    for warning in bandwidth_warnings(b):
+        out.write(f"**!** {_cell(warning)}.\n\n")
     if b.parallelism > 1.05:
         out.write(f"Parallelism {b.parallelism:.2f}x (busy time across threads / wall time).\n\n")
     if b.shards:

@@ -29,16 +29,24 @@ starts (patches/tensor_ops.py), so the copy's time and bandwidth do not contain 
 
 Not included: the primary CUDA context of a device is created on its first allocation, so
 that cost lands in whatever span makes it (usually the first host-to-device copy).
+
+ROCm builds (``torch.version.hip``) run the same ``torch.cuda`` API on HIP: the spans say
+``coldstart.runtime.backend=rocm``, and the driver may already be up when the kernel
+driver's ``/dev/kfd`` is open (the HIP runtime is linked into torch, so its being mapped says
+nothing). The ``lazy_init`` span also names the host link and its bandwidth bound
+(``_host_link.py``), which the analyzer holds copy bandwidths against.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 from .. import semconv
 from .. import session as _session
 from .._errors import report_internal_error
+from . import _host_link
 from ._wrapping import PatchSet, installed_version
 
 TARGETS = ("torch",)
@@ -82,14 +90,38 @@ def unpatch() -> None:
     _driver_patches.restore()
 
 
+def _backend() -> str:
+    """``rocm`` on a ROCm build of torch (``torch.version.hip``: the torch.cuda API runs on
+    HIP there), else ``cuda``."""
+    import torch
+
+    return semconv.RUNTIME_BACKEND_ROCM if getattr(torch.version, "hip", None) else semconv.RUNTIME_BACKEND_CUDA
+
+
 def _driver_loaded() -> bool:
-    """The CUDA driver library is mapped into this process already (its start may have
-    happened before instrument()). Linux only; elsewhere False."""
+    """The driver may have started before instrument(). Linux only; elsewhere False.
+
+    CUDA: the driver library (``libcuda.so``) is mapped, which torch's CUDA runtime does on
+    its first call, not at import. ROCm: the HIP runtime and its HSA runtime are linked into
+    torch, so they are mapped from ``import torch`` on and say nothing; the HSA runtime opens
+    the kernel driver's ``/dev/kfd`` when it starts, so an open ``/dev/kfd`` is the sign."""
     try:
+        if _backend() == semconv.RUNTIME_BACKEND_ROCM:
+            return _kfd_open()
         with open("/proc/self/maps", "rb") as maps:
             return b"libcuda.so" in maps.read()
-    except OSError:
+    except Exception:
         return False
+
+
+def _kfd_open(fd_dir: str = "/proc/self/fd") -> bool:
+    for name in os.listdir(fd_dir):
+        try:
+            if os.readlink(os.path.join(fd_dir, name)) == "/dev/kfd":
+                return True
+        except OSError:  # closed meanwhile
+            continue
+    return False
 
 
 def _driver_start(wrapped, instance, args, kwargs):
@@ -113,7 +145,7 @@ def _driver_start(wrapped, instance, args, kwargs):
         if end - start < _driver_min_ns:  # the driver was up already: nothing started here
             _restore_driver_patch()
             return result
-        attrs = {semconv.RUNTIME_BACKEND: "cuda", semconv.RUNTIME_STEP: semconv.RUNTIME_STEP_DRIVER}
+        attrs = {semconv.RUNTIME_BACKEND: _backend(), semconv.RUNTIME_STEP: semconv.RUNTIME_STEP_DRIVER}
         if isinstance(result, int):
             attrs[semconv.RUNTIME_DEVICE_COUNT] = result
         container = session.start_container(semconv.PHASE_RUNTIME_INIT, attrs, start_ns=start, make_current=False)
@@ -173,9 +205,11 @@ def _finish(session, start: int, error: BaseException | None) -> None:
                 if _failure_recorded_for is session:
                     return
                 _failure_recorded_for = session
-        attrs = {semconv.RUNTIME_BACKEND: "cuda", semconv.RUNTIME_STEP: semconv.RUNTIME_STEP_LAZY_INIT}
+        attrs = {semconv.RUNTIME_BACKEND: _backend(), semconv.RUNTIME_STEP: semconv.RUNTIME_STEP_LAZY_INIT}
         if error is None:
             attrs[semconv.RUNTIME_DEVICE_COUNT] = torch.cuda.device_count()
+            # The bound of every h2d/d2h bandwidth figure of this start-up (_host_link.py).
+            attrs.update(_host_link.link_attributes(torch))
         container = session.start_container(semconv.PHASE_RUNTIME_INIT, attrs, start_ns=start, make_current=False)
         container.finish(error=error, end_ns=end)
         if error is None:

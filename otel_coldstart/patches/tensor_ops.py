@@ -36,6 +36,7 @@ import time
 
 from .. import probes, semconv
 from .._errors import report_internal_error
+from ..recorder import ASYNC_WORK
 from . import _cuda_copy, _device_windows, _guard
 from ._tensor_bytes import tensor_nbytes
 from ._wrapping import PatchSet, installed_version
@@ -162,6 +163,22 @@ def _untimed(queued: bool) -> _Plan:
     return _HOST_TIMED_QUEUED if queued else _HOST_TIMED
 
 
+# Asynchronous device work no event times: on a device we have no events for (MPS, XPU).
+_UNTIMED_ASYNC = _Plan(False)
+_UNTIMED_ASYNC_QUEUED = _Plan(True)
+_UNTIMED_ASYNC.timed = _UNTIMED_ASYNC_QUEUED.timed = True
+
+
+def _other_device_plan(to_host: bool, queued: bool) -> _Plan:
+    """Work on a device that is neither the host nor CUDA (MPS, XPU; meta records nothing).
+    A blocking copy to the host waits for it: host time is its time. Anything else (a cast,
+    a copy between devices, a queued copy) returns before the device did it: counted as
+    untimed asynchronous work, so no bandwidth is made of its launch time."""
+    if to_host and not queued:
+        return _HOST_TIMED
+    return _UNTIMED_ASYNC_QUEUED if queued else _UNTIMED_ASYNC
+
+
 def _plan(work_device, direction: str | None, queued: bool) -> _Plan:
     """``direction``: "h2d", "d2h" or None (the work stays on GPUs: a cast or a d2d copy).
     GPU casts and device-to-device copies are asynchronous whatever ``non_blocking`` says;
@@ -204,6 +221,8 @@ def _tensor_move(method: str):
 
 def _plan_move(method: str, instance, args, kwargs, from_host: bool) -> _Plan:
     queued = _move_is_non_blocking(method, args, kwargs)
+    if not from_host and not (_cuda_possible and instance.is_cuda):
+        return _other_device_plan(_move_goes_to_host(method, args, kwargs), queued)
     if not _cuda_possible:
         return _untimed(queued)
     if from_host:
@@ -215,8 +234,6 @@ def _plan_move(method: str, instance, args, kwargs, from_host: bool) -> _Plan:
         if target is not None and not _cuda_up:
             _initialise_cuda_first()
         return _plan(target, "h2d", queued)
-    if not instance.is_cuda:
-        return _untimed(queued)  # meta, or another accelerator: host timing
     direction = "d2h" if _move_goes_to_host(method, args, kwargs) else None
     return _plan(instance.device, direction, queued)
 
@@ -231,16 +248,14 @@ def _tensor_copy(wrapped, instance, args, kwargs):
     try:
         from_host = source.is_cpu
         queued = bool(args[1]) if len(args) > 1 else bool(kwargs.get("non_blocking", False))
-        if not _cuda_possible:
-            plan = _untimed(queued)
-        elif from_host:
+        if from_host:
             # Copy.cu: an H2D copy runs on the destination device's current stream.
-            plan = _plan(instance.device if instance.is_cuda else None, "h2d", queued)
-        elif source.is_cuda:
+            plan = _plan(instance.device if _cuda_possible and instance.is_cuda else None, "h2d", queued)
+        elif _cuda_possible and source.is_cuda:
             # D2H and device-to-device (also across GPUs): the source device's stream.
             plan = _plan(source.device, "d2h" if instance.is_cpu else None, queued)
         else:
-            plan = _untimed(queued)
+            plan = _other_device_plan(instance.is_cpu, queued)
     except Exception:
         report_internal_error("Tensor.copy_")
     result, start, end, io_before, io_after = _timed_call(wrapped, args, kwargs, from_host)
@@ -278,7 +293,8 @@ def _storage_to(wrapped, instance, args, kwargs):
         try:
             phase = _phase_for(instance.device.type, result.device.type, False)
             if phase is not None:
-                pinned = instance.is_pinned() if phase == semconv.PHASE_H2D else None
+                # Pinned or pageable is Copy.cu's distinction: CUDA's (MPS shares memory).
+                pinned = instance.is_pinned() if phase == semconv.PHASE_H2D and result.device.type == "cuda" else None
                 _add(session, phase, None, None, instance.nbytes(), start, end, io_before, io_after,
                      pinned, plan)
         except Exception:
@@ -297,6 +313,8 @@ def _record_tensors(session, source, destination, start, end, io_before, io_afte
     phase = _phase_for(_device_type(source), _device_type(destination), cast)
     if phase is None:
         return
+    if phase == semconv.PHASE_CAST and not source.is_cpu and source.device != destination.device:
+        phase = semconv.PHASE_D2D  # .to("cuda:1", dtype): a copy between GPUs, with its cast
     if cast:
         detail = (src_dtype, dst_dtype)
         detail_attrs = _cast_attributes.get(detail)
@@ -306,8 +324,8 @@ def _record_tensors(session, source, destination, start, end, io_before, io_afte
     else:
         detail, detail_attrs = None, None
     pinned = None
-    if (phase == semconv.PHASE_H2D or phase == semconv.PHASE_D2H) and source.layout is _strided \
-            and destination.layout is _strided:
+    if (phase == semconv.PHASE_H2D and destination.is_cuda or phase == semconv.PHASE_D2H and source.is_cuda) \
+            and source.layout is _strided and destination.layout is _strided:
         numel = destination.numel()  # a copy_ that broadcasts reads what the destination holds
         # What crosses the bus, as Copy.cu does it (a blocking H2D with a dtype change converts
         # on the host into a pageable temporary and moves the destination dtype's bytes).
@@ -322,7 +340,8 @@ def _record_tensors(session, source, destination, start, end, io_before, io_afte
         pinned = moved.pinned if phase == semconv.PHASE_H2D else None
     elif broadcast_possible:  # copy_: what the destination holds, read from the source
         nbytes = destination.numel() * source.element_size()
-    else:  # a sparse tensor's bytes are its constituents' (Copy.cu's rules are for strided ones)
+    else:  # a sparse tensor's bytes are its constituents' (Copy.cu's rules are for strided
+        # ones); another accelerator's (MPS: shared memory, no pinned/pageable) are the source's
         nbytes = tensor_nbytes(source)
     _add(session, phase, detail, detail_attrs, nbytes, start, end, io_before, io_after, pinned, plan)
 
@@ -539,6 +558,7 @@ def _join_device_work(aggregate, mark, busy_ns: int) -> None:
     work = aggregate.extras.get("device_work")
     if work is None:
         work = aggregate.extras["device_work"] = _DeviceWork()
+        aggregate.extras[ASYNC_WORK] = True  # its busy time is launch time: no bandwidth from it
         aggregate.settle = _settle
     if mark is None:
         work.untimed_calls += 1
@@ -560,31 +580,39 @@ def _join_device_work(aggregate, mark, busy_ns: int) -> None:
 
 def _settle(aggregate, final_deadline: float | None) -> bool:
     """The aggregate ended: read its device time if the work finished (query, no wait), else
-    ask to be held; at the end of the start-up, poll a bounded time, then give up and mark."""
+    ask to be held; at the end of the start-up, poll a bounded time, then give up and mark.
+
+    Its bandwidth (``coldstart.throughput``) is written only when every byte's time is
+    known: host time of its blocking calls plus device time of the rest. A call without
+    events (a capture was open, a device without events) or work unresolved at the end
+    leaves the aggregate without one: a launch time is no transfer time."""
     work = aggregate.extras.get("device_work")
     if work is None:
         return True
-    if final_deadline is not None:
-        resolution = _device_windows.resolve_bounded(work.windows, _gate, final_deadline)
-    else:
-        resolution = _device_windows.try_resolve(work.windows, _gate)
-        if resolution is None:
-            return False
+    resolution = None
+    unresolved = False
+    if work.windows:  # else every call was untimed: nothing to wait for
+        if final_deadline is not None:
+            resolution = _device_windows.resolve_bounded(work.windows, _gate, final_deadline)
+            unresolved = resolution is None  # still running at the end, or a capture stayed open
+        else:
+            resolution = _device_windows.try_resolve(work.windows, _gate)
+            if resolution is None:
+                return False
     aggregate.extras.pop("device_work", None)
     for key, window in work.windows.items():
         if _stream_tails.get(key) is window.end_event:
             _stream_tails.pop(key, None)  # another thread may have dropped it meanwhile
-    broken_calls = sum(w.calls for w in work.windows.values() if w.broken)
-    untimed = work.untimed_calls + broken_calls
-    if resolution is None:  # still running at the end of the bounded wait, or a capture stayed open
+    untimed = work.untimed_calls + sum(w.calls for w in work.windows.values() if w.broken)
+    if unresolved:
         untimed = work.untimed_calls + sum(w.calls for w in work.windows.values())  # blocking calls keep theirs
         aggregate.attributes[semconv.COPY_ASYNC_UNRESOLVED] = True
-    else:
+    elif resolution is not None and any(not w.broken for w in work.windows.values()):
         aggregate.attributes[semconv.COPY_ASYNC_S] = resolution.device_ns / 1e9
         aggregate.last_ns = max(aggregate.last_ns, resolution.last_end_ns)
         # Achieved bandwidth: the host-timed calls' own time plus the device time of the rest.
         effective_ns = max(0, aggregate.busy_ns - work.timed_host_ns) + resolution.device_ns
-        if effective_ns > 0 and aggregate.bytes > 0:
+        if not untimed and effective_ns > 0 and aggregate.bytes > 0:
             aggregate.attributes[semconv.THROUGHPUT] = aggregate.bytes / (effective_ns / 1e9)
     if untimed:
         aggregate.attributes[semconv.COPY_UNTIMED_CALLS] = untimed

@@ -16,55 +16,7 @@ from otel_coldstart import semconv
 from otel_coldstart.patches import _device_windows, _guard, tensor_ops
 from otel_coldstart.recorder import Aggregate
 
-MS = 1_000_000
-
-
-class HostWaited(AssertionError):
-    pass
-
-
-class Timeline:
-    """Device streams and a host clock; when each stream is done with what was queued."""
-
-    def __init__(self) -> None:
-        self.host_ns = 1_000 * MS
-        self.free_at_ns: dict = {}  # stream -> when its queued work ends
-
-    def queue(self, stream, duration_ns: int) -> None:
-        self.free_at_ns[stream] = max(self.free_at_ns.get(stream, 0), self.host_ns) + duration_ns
-
-    def time_ns(self) -> int:
-        return self.host_ns
-
-
-def make_event_class(line: Timeline):
-    class StandInEvent:
-        created = 0
-
-        def __init__(self, enable_timing: bool = False) -> None:
-            assert enable_timing, "elapsed_time needs timing events"
-            type(self).created += 1
-            self.done_at_ns = None
-
-        def record(self, stream=None) -> None:
-            self.done_at_ns = max(line.free_at_ns.get(stream, 0), line.host_ns)
-
-        def query(self) -> bool:
-            return line.host_ns >= self.done_at_ns
-
-        def synchronize(self) -> None:
-            raise HostWaited("a host wait was added")
-
-        def elapsed_time(self, end: "StandInEvent") -> float:
-            if not (self.query() and end.query()):
-                raise RuntimeError("elapsed_time on an event that has not completed")
-            return (end.done_at_ns - self.done_at_ns) / MS
-
-    return StandInEvent
-
-
-def open_gate(call, *args):
-    return True, call(*args)
+from _standins import MS, Described, Timeline, TimelineStream, make_event_class, open_gate
 
 
 # --- the pure scheduler --------------------------------------------------------------------------
@@ -187,22 +139,12 @@ def timeline(monkeypatch):
     line = Timeline()
     Event = make_event_class(line)
 
-    class StandInStream:
-        def __init__(self, device) -> None:
-            self.stream_id = getattr(device, "index", device) or 0
-
-        def __eq__(self, other):
-            return isinstance(other, StandInStream) and other.stream_id == self.stream_id
-
-        def __hash__(self):
-            return hash(self.stream_id)
-
     monkeypatch.setattr(torch.cuda, "Event", Event)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: StandInStream(device))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: TimelineStream(device))
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.setattr(tensor_ops, "time", line)
     line.Event = Event
-    line.Stream = StandInStream
+    line.Stream = TimelineStream
     yield line
     tensor_ops._local.__dict__.pop("spare_events", None)
     tensor_ops._stream_tails.clear()
@@ -448,31 +390,6 @@ def test_scheduler_makes_no_event_when_the_gate_refuses():
 
 # --- through the real wrapper and session: a span end never waits; the work is written later ---
 
-class _Described:
-    """A tensor as the wrappers read it, on the device it would be on (no GPU here)."""
-
-    def __init__(self, real, device: str, pinned: bool = False) -> None:
-        self._real, self._pinned = real, pinned
-        self.device = torch.device(device)
-        self.is_cpu, self.is_cuda = device == "cpu", device.startswith("cuda")
-        self.dtype, self.shape, self.nbytes, self.layout = real.dtype, real.shape, real.nbytes, real.layout
-
-    def numel(self):
-        return self._real.numel()
-
-    def element_size(self):
-        return self._real.element_size()
-
-    def is_contiguous(self):
-        return self._real.is_contiguous()
-
-    def stride(self):
-        return self._real.stride()
-
-    def is_pinned(self):
-        return self._pinned
-
-
 def test_queued_copies_through_the_wrapper_are_held_past_their_span_and_written_later(
         timeline, traced, monkeypatch):
     import otel_coldstart
@@ -480,8 +397,8 @@ def test_queued_copies_through_the_wrapper_are_held_past_their_span_and_written_
     monkeypatch.setattr(tensor_ops, "_cuda_possible", True)
     monkeypatch.setattr(tensor_ops, "_cuda_up", True)
     stream = timeline.Stream(torch.device("cuda", 0))
-    source = _Described(torch.ones(1024), "cpu", pinned=True)
-    result = _Described(torch.ones(1024), "cuda:0")
+    source = Described(torch.ones(1024), "cpu", pinned=True)
+    result = Described(torch.ones(1024), "cuda:0")
 
     def queued_to(*args, **kwargs):  # Tensor.to(..., non_blocking=True): queued, returns at once
         timeline.queue(stream, 10 * MS)
@@ -542,8 +459,8 @@ def test_copy_is_timed_on_the_stream_copy_cu_uses(timeline, traced, monkeypatch,
 
     monkeypatch.setattr(tensor_ops, "_cuda_possible", True)
     monkeypatch.setattr(tensor_ops, "_cuda_up", True)
-    source = _Described(torch.ones(256), source_device, pinned=True)
-    destination = _Described(torch.empty(256), destination_device, pinned=True)
+    source = Described(torch.ones(256), source_device, pinned=True)
+    destination = Described(torch.empty(256), destination_device, pinned=True)
     keys = []
     real_mark = tensor_ops._mark
 

@@ -10,6 +10,8 @@ import torch
 from otel_coldstart.patches import _cuda_copy, tensor_ops
 from otel_coldstart.patches._cuda_copy import CONVERTED_ON_DEVICE, CONVERTED_ON_HOST, D2H, H2D
 
+from _standins import Described
+
 N = 1000
 F32, BF16 = 4, 2
 
@@ -82,36 +84,6 @@ def test_layout_facts_from_real_tensors(make_source, make_destination, expected)
 
 # --- the wrappers' recording path feeds the model: tensors described as torch describes them ---
 
-class _Described:
-    """A tensor as the recording path reads it (device, dtype, layout, pinning): a real host
-    tensor's facts, with the device it would be on."""
-
-    def __init__(self, real: torch.Tensor, device: str, pinned: bool = False) -> None:
-        self._real = real
-        self.device = torch.device(device)
-        self.is_cpu = device == "cpu"
-        self.is_cuda = device.startswith("cuda")
-        self.dtype = real.dtype
-        self.shape = real.shape
-        self.layout = real.layout
-        self._pinned = pinned
-
-    def numel(self):
-        return self._real.numel()
-
-    def element_size(self):
-        return self._real.element_size()
-
-    def is_contiguous(self):
-        return self._real.is_contiguous()
-
-    def stride(self):
-        return self._real.stride()
-
-    def is_pinned(self):
-        return self._pinned
-
-
 class _Recorder:
     def __init__(self) -> None:
         self.calls = []
@@ -132,8 +104,8 @@ class _Session:
 ])
 def test_h2d_with_a_dtype_change_is_counted_as_copy_cu_moves_it(non_blocking, expected, monkeypatch):
     monkeypatch.setattr(tensor_ops, "_strided", torch.strided)
-    source = _Described(torch.ones(8, 8, dtype=torch.float32), "cpu", pinned=True)
-    destination = _Described(torch.empty(8, 8, dtype=torch.bfloat16), "cuda:0")
+    source = Described(torch.ones(8, 8, dtype=torch.float32), "cpu", pinned=True)
+    destination = Described(torch.empty(8, 8, dtype=torch.bfloat16), "cuda:0")
     session = _Session()
     tensor_ops._record_tensors(session, source, destination, 0, 10, None, None, tensor_ops._untimed(non_blocking))
     assert session.recorder.calls == [expected]
@@ -142,8 +114,8 @@ def test_h2d_with_a_dtype_change_is_counted_as_copy_cu_moves_it(non_blocking, ex
 def test_transposed_source_into_a_contiguous_parameter_is_pageable_even_if_pinned(monkeypatch):
     monkeypatch.setattr(tensor_ops, "_strided", torch.strided)
     """vLLM's ``param.data.copy_(w)`` with a transposed checkpoint tensor: .contiguous() first."""
-    source = _Described(torch.ones(8, 4).t(), "cpu", pinned=True)
-    destination = _Described(torch.empty(4, 8), "cuda:0")
+    source = Described(torch.ones(8, 4).t(), "cpu", pinned=True)
+    destination = Described(torch.empty(4, 8), "cuda:0")
     session = _Session()
     tensor_ops._record_tensors(session, source, destination, 0, 10, None, None, tensor_ops._untimed(False))
     assert session.recorder.calls == [("h2d", 32 * 4, False, False)]

@@ -3,6 +3,8 @@ needs a device is covered by scripts/gpu_check.py."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -272,3 +274,44 @@ def test_driver_already_loaded_and_answering_at_once_is_no_span(stand_in_cuda, m
     assert not isinstance(torch._C._cuda_getDeviceCount, ColdstartWrapper)
     otel_coldstart.ready()
     assert traced.by_phase(semconv.PHASE_RUNTIME_INIT) == []
+
+
+def test_the_init_span_names_the_host_link_and_its_bound(stand_in_cuda, monkeypatch):
+    """The bound every h2d/d2h bandwidth of the start-up is held against (patches/_host_link):
+    here no GPU is in sysfs, so the documented upper bound for an unknown link."""
+    from otel_coldstart.patches import _host_link
+
+    traced, _ = stand_in_cuda
+    monkeypatch.setattr(_host_link, "pcie_link", lambda sys_root="/sys": None)
+    torch.cuda._lazy_init()
+    otel_coldstart.ready()
+    (span,) = traced.by_phase(semconv.PHASE_RUNTIME_INIT)
+    assert span.attributes[semconv.RUNTIME_LINK] == "unknown"
+    assert span.attributes[semconv.RUNTIME_LINK_BPS] == _host_link.UNKNOWN_LINK_BPS
+    assert span.attributes[semconv.RUNTIME_BACKEND] == "cuda"
+
+
+def test_rocm_build_names_its_backend_and_finds_a_started_driver_by_dev_kfd(stand_in_cuda, monkeypatch, tmp_path):
+    """torch.version.hip: the torch.cuda API runs on HIP. The HIP runtime is linked into torch
+    (mapped from import on), so a started driver shows as an open /dev/kfd, not a library."""
+    traced, _ = stand_in_cuda
+    monkeypatch.setattr(torch.version, "hip", "7.0.0")
+    fds = tmp_path / "fd"
+    fds.mkdir()
+    os.symlink("/dev/null", fds / "3")
+    assert runtime._kfd_open(str(fds)) is False
+    os.symlink("/dev/kfd", fds / "4")
+    assert runtime._kfd_open(str(fds)) is True
+    assert torch.cuda.is_available()
+    torch.cuda._lazy_init()
+    otel_coldstart.ready()
+    spans = traced.by_phase(semconv.PHASE_RUNTIME_INIT)
+    assert {s.attributes[semconv.RUNTIME_BACKEND] for s in spans} == {"rocm"}
+
+
+def test_rocm_driver_detection_does_not_look_for_libcuda(monkeypatch):
+    monkeypatch.setattr(torch.version, "hip", "7.0.0")
+    monkeypatch.setattr(runtime, "_kfd_open", lambda fd_dir="/proc/self/fd": True)
+    assert runtime._driver_loaded() is True
+    monkeypatch.setattr(runtime, "_kfd_open", lambda fd_dir="/proc/self/fd": False)
+    assert runtime._driver_loaded() is False
