@@ -102,7 +102,7 @@ def bandwidth_warnings(breakdown: "Breakdown") -> list[str]:
 
     link = breakdown.link or "no link recorded: the documented upper bound"
     return [f"{p.phase} throughput {format_rate(p.throughput)} is above the host link's bound "
-            f"({link}: {format_rate(p.bound_bps)}): its timing is wrong, not the copy fast"
+            f"({link}: {format_rate(p.bound_bps)}): a timing error, not a real bandwidth"
             for p in breakdown.phases if p.above_bound]
 
 

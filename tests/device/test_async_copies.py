@@ -477,3 +477,66 @@ def test_copy_is_timed_on_the_stream_copy_cu_uses(timeline, traced, monkeypatch,
     otel_coldstart.ready()
     (span,) = [s for s in traced.spans() if s.attributes.get(semconv.AGGREGATE)]
     assert semconv.COPY_ASYNC_S in span.attributes
+
+
+# --- bandwidth: from device time, never from the launch time of queued work (finding 1) ---------
+
+def test_resolved_queued_copies_get_their_bandwidth_from_device_time_not_busy_time(timeline):
+    aggregate = _aggregate(timeline)
+    for _ in range(4):
+        _timed_call(timeline, aggregate, 250_000_000, 5 * MS, host_ns=20_000)  # 1 GB in 20 ms of device time
+    timeline.host_ns += 100 * MS
+    assert aggregate.settle(aggregate, None)
+    attrs = aggregate.span_attributes()
+    # Launch speed would be 1 GB / 80 us = 12.5 TB/s; the copies took 20 ms on the device.
+    assert attrs[semconv.THROUGHPUT] == pytest.approx(1e9 / 0.020, rel=1e-3)
+
+
+def test_work_unresolved_at_the_end_has_no_bandwidth(timeline):
+    """Still queued after the bounded wait: its busy time is launch time, so no figure."""
+    aggregate = _aggregate(timeline)
+    _timed_call(timeline, aggregate, 1_000_000_000, 60_000 * MS, host_ns=20_000)
+    import time as real_time
+
+    assert aggregate.settle(aggregate, real_time.monotonic() + 0.02)
+    attrs = aggregate.span_attributes()
+    assert attrs[semconv.COPY_ASYNC_UNRESOLVED] is True and semconv.THROUGHPUT not in attrs
+
+
+def test_calls_without_events_leave_no_device_time_and_no_bandwidth(timeline):
+    """Every call made while a capture was open: no window, so no device time of 0 s and no
+    bandwidth of bytes over launch time, only the count of untimed calls."""
+    aggregate = _aggregate(timeline)
+    _guard.capture_started()
+    try:
+        for _ in range(2):
+            _timed_call(timeline, aggregate, 1_000_000, 10 * MS)
+    finally:
+        _guard.capture_ended()
+    assert aggregate.settle(aggregate, None)
+    attrs = aggregate.span_attributes()
+    assert attrs[semconv.COPY_UNTIMED_CALLS] == 2
+    assert semconv.COPY_ASYNC_S not in attrs and semconv.THROUGHPUT not in attrs
+
+
+def test_some_calls_untimed_keep_the_device_time_of_the_others_but_no_bandwidth(timeline):
+    aggregate = _aggregate(timeline)
+    _timed_call(timeline, aggregate, 1_000_000, 10 * MS)
+    _guard.capture_started()
+    try:
+        _timed_call(timeline, aggregate, 1_000_000, 10 * MS)
+    finally:
+        _guard.capture_ended()
+    timeline.host_ns += 100 * MS
+    assert aggregate.settle(aggregate, None)
+    attrs = aggregate.span_attributes()
+    assert attrs[semconv.COPY_ASYNC_S] == pytest.approx(0.010) and attrs[semconv.COPY_UNTIMED_CALLS] == 1
+    assert semconv.THROUGHPUT not in attrs  # half its bytes have no known time
+
+
+def test_synchronous_aggregates_keep_bytes_over_busy_time():
+    aggregate = Aggregate(semconv.PHASE_H2D, None, None, {})
+    aggregate.bytes, aggregate.busy_ns = 1_000_000, 1 * MS
+    assert aggregate.span_attributes()[semconv.THROUGHPUT] == pytest.approx(1e9)
+    aggregate.non_blocking_calls = 1  # queued on a device without events: launch time
+    assert semconv.THROUGHPUT not in aggregate.span_attributes()
