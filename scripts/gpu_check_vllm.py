@@ -26,7 +26,8 @@ graph mode and capture sizes 1, 2, 4, 8, and the check also asserts, in the load
 graph-capture spans (``coldstart.graph_capture``) whose capture count covers the sizes, with
 batch sizes among them when known and no failed capture; at least one ``coldstart.compile``
 span; a ``runtime_init`` span. ``--json`` prints the figures as one JSON line at the end
-(scripts/gpu_check.py reads it).
+(scripts/gpu_check.py reads it), with ``control_failures``: what the same checks say of the
+spans with the captures taken out (a negative control: they must fail).
 
 Prints a compact report. Exit codes: 0 all checks passed; 1 a check failed; 2 bad arguments;
 3 no CUDA device; 4 a dependency (vllm, torch, otel_coldstart, the model package) is missing.
@@ -134,6 +135,16 @@ def check_decoder(spans: list, sizes=DECODER_CAPTURE_SIZES) -> tuple[list[str], 
     if not inits:
         failures.append("no runtime_init span in the loading process")
     return failures, figures
+
+
+def control_failures(spans: list) -> list[str]:
+    """The negative control of the decoder check: the same checks over the spans of a plugin
+    blind to graph captures (the capture spans taken out). They must fail, or the check could
+    not have seen a missing capture either (scripts/gpu_check.py then says INCONCLUSIVE)."""
+    from otel_coldstart import semconv
+
+    blind = [s for s in spans if s.phase != semconv.PHASE_GRAPH_CAPTURE]
+    return check_decoder(blind)[0]
 
 
 class SpanReceiver:
@@ -322,6 +333,7 @@ def run(args, model: str) -> int:
         decoder_failures, decoder_figures = check_decoder(spans)
         failures += decoder_failures
         figures.update(decoder_figures)
+        figures["control_failures"] = control_failures(spans)
     for root in (s for s in spans if s.is_root):
         print(f"  model.startup pid={root.resource.get('process.pid')} {root.duration_ns / 1e9:.2f} s "
               f"ready={root.attributes.get('coldstart.ready')} rank={root.attributes.get('coldstart.rank')}")

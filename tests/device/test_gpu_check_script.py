@@ -1,6 +1,8 @@
-"""The GPU check on a machine without CUDA: its exits, and its judges. The judges are pure
-functions over figures: each is shown healthy figures (PASS) and the figures each defect of
-issue 17 would produce (FAIL), so the check can fail on each of them when a GPU runs it."""
+"""The GPU check on a machine without CUDA: its exits, its help and estimate, and its judges.
+The judges are pure functions over figures: each is shown healthy figures (PASS) and the
+figures each defect would produce (FAIL), so the check can fail on each of them when a GPU
+runs it; a passing measurement whose negative control did not fail is INCONCLUSIVE. The
+controls themselves run on CPU stand-ins in test_gpu_check_controls.py."""
 
 from __future__ import annotations
 
@@ -58,24 +60,62 @@ def test_bad_arguments_exit_2(args, message):
 # --- the judges ----------------------------------------------------------------------------------
 
 def test_stall_passes_within_2_percent_and_fails_on_an_added_wait(gpu_check):
-    healthy = {"device_at_host_pace": {"plain_s": 1.00, "instrumented_s": 1.01, "defect_s": 1.60}}
+    healthy = {"device_at_host_pace": {"plain_s": 1.00, "instrumented_s": 1.01}}
     assert gpu_check.judge_stall(healthy).status == "PASS"
     # The defect: a host synchronize at each shard's end, as the old aggregate resolution did.
-    stalled = {"device_at_host_pace": {"plain_s": 1.00, "instrumented_s": 1.58, "defect_s": 1.60}}
+    stalled = {"device_at_host_pace": {"plain_s": 1.00, "instrumented_s": 1.58}}
     verdict = gpu_check.judge_stall(stalled)
     assert verdict.status == "FAIL" and "+58.0%" in verdict.reasons[0]
 
 
-def test_stall_is_inconclusive_when_no_variant_could_see_a_wait(gpu_check):
-    insensitive = {"device_as_is": {"plain_s": 1.0, "instrumented_s": 1.0, "defect_s": 1.005}}
-    assert gpu_check.judge_stall(insensitive).status == "INCONCLUSIVE"
-    one_sensitive = dict(insensitive, device_at_host_pace={"plain_s": 1.0, "instrumented_s": 1.0, "defect_s": 1.5})
-    assert gpu_check.judge_stall(one_sensitive).status == "PASS"
+def test_a_pass_whose_negative_control_also_passes_is_inconclusive(gpu_check):
+    """The planted wait cost nothing measurable in any variant: the check could not have seen
+    the real one either."""
+    measured = {"device_as_is": {"plain_s": 1.0, "instrumented_s": 1.0}}
+    insensitive = {"device_as_is": {"plain_s": 1.0, "instrumented_s": 1.005}}
+    verdict = gpu_check.judge("stall", {"measured": measured, "control": insensitive})
+    assert verdict.status == "INCONCLUSIVE" and "host_sync" in verdict.reasons[0]
+    sensitive = dict(insensitive, device_at_host_pace={"plain_s": 1.0, "instrumented_s": 1.5})
+    measured["device_at_host_pace"] = {"plain_s": 1.0, "instrumented_s": 1.0}
+    assert gpu_check.judge("stall", {"measured": measured, "control": sensitive}).status == "PASS"
+    # A failed measurement stays failed, whatever the control.
+    failed = {"device_as_is": {"plain_s": 1.0, "instrumented_s": 1.5}}
+    assert gpu_check.judge("stall", {"measured": failed, "control": insensitive}).status == "FAIL"
+
+
+def test_every_check_has_a_judge_a_runner_a_control_and_help(gpu_check):
+    assert set(gpu_check.JUDGES) == set(gpu_check.RUNNERS) == set(gpu_check.CONTROLS) == set(gpu_check.CHECKS)
+    assert set(gpu_check.CHECK_HELP) == set(gpu_check.CHECKS)
+    planted_in_plugin = {c for c, plant in gpu_check.CONTROLS.items() if plant in gpu_check.PLANTS}
+    assert planted_in_plugin == set(gpu_check.CHECKS) - {"capture_race", "vllm"}
+
+
+def test_help_documents_every_check_and_its_control():
+    result = _run(sys.executable, "scripts/gpu_check.py", "--help")
+    assert result.returncode == 0 and "Traceback" not in result.stderr
+    gpu_check = _module("gpu_check")
+    for check in gpu_check.CHECKS:
+        assert f"  {check}: " in result.stdout, check
+        assert gpu_check.CONTROLS[check] in result.stdout
+    assert "negative control" in result.stdout and "exit codes" in result.stdout
+    assert "estimated run time" in result.stdout
+
+
+def test_the_default_run_is_estimated_at_half_the_limit_or_less(gpu_check):
+    """scripts/gpu-check.sh stops at 600 s; the default sizes leave half of it spare, vLLM
+    included."""
+    estimate = gpu_check.estimate_s(gpu_check.CHECKS, vllm_installed=True)
+    assert set(estimate) == {"setup", *gpu_check.CHECKS}
+    assert sum(estimate.values()) <= gpu_check.HALF_OF_THE_LIMIT_S == 300
+    # More data costs more: the estimate follows the sizes asked for.
+    bigger = gpu_check.estimate_s(gpu_check.CHECKS, shards=8, shard_mib=512)
+    assert bigger["stall"] > estimate["stall"] and bigger["setup"] > estimate["setup"]
 
 
 def _throughput(**changes):
     figures = {"plugin_pinned_gbps": 48.0, "bulk_pinned_gbps": 52.0, "plugin_pageable_gbps": 14.0,
-               "reference_pageable_gbps": 13.0, "accounting_failures": []}
+               "reference_pageable_gbps": 13.0, "accounting_failures": [], "link": "pcie gen5 x16",
+               "link_gbps": 63.0}
     figures.update(changes)
     return figures
 
@@ -88,6 +128,10 @@ def _throughput(**changes):
     (dict(plugin_pinned_gbps=15.0, bulk_pinned_gbps=15.0), "1.5x pageable"),
     # Copy.cu's bytes: a blocking fp32->bf16 copy counted at the source's bytes.
     (dict(accounting_failures=["blocking bf16->fp32 H2D: 4 bytes"]), "blocking bf16->fp32"),
+    # The sysfs bound is wrong (a Gen4 bound on a link that did Gen5 speed).
+    (dict(link_gbps=31.5, plugin_pinned_gbps=30.0, plugin_pageable_gbps=14.0), "the bound is wrong"),
+    # A figure above the link: the analyzer would flag it as a timing error.
+    (dict(plugin_pinned_gbps=70.0, bulk_pinned_gbps=62.0), "above the host link bound"),
 ])
 def test_throughput_fails_on_each_defect(gpu_check, changes, fragment):
     assert gpu_check.judge_throughput(_throughput()).status == "PASS"
@@ -111,8 +155,8 @@ def _cast_copy(**changes):
     figures = {"failures": [],
                "gpu_cast": {"truth_s": 0.016, "plugin_device_s": 0.0155},
                "d2d_copy": {"truth_s": 0.008, "plugin_device_s": 0.0079},
-               "h2d_behind_cast": {"cast_truth_s": 0.032, "expected_wait_s": 0.024, "h2d_busy_s": 0.0001,
-                                   "h2d_waited_s": 0.023}}
+               "h2d_behind_cast": {"sleep_s": 0.2, "cast_truth_s": 0.004, "launched_s": 0.001,
+                                   "expected_wait_s": 0.203, "h2d_busy_s": 0.0001, "h2d_waited_s": 0.2}}
     for key, value in changes.items():
         figures[key] = {**figures[key], **value}
     return figures
@@ -122,13 +166,26 @@ def _cast_copy(**changes):
     # Host launch time instead of device time (the old timing of GPU casts).
     (dict(gpu_cast={"plugin_device_s": 0.0006}), "gpu_cast"),
     (dict(d2d_copy={"plugin_device_s": 0.0002}), "d2d_copy"),
-    # The casts' device time landing on the next synchronising copy.
-    (dict(h2d_behind_cast={"h2d_busy_s": 0.024, "h2d_waited_s": 0.0}), "charged"),
+    # The queued device work landing on the next synchronising copy.
+    (dict(h2d_behind_cast={"h2d_busy_s": 0.2031, "h2d_waited_s": 0.0}), "charged"),
 ])
 def test_cast_copy_fails_on_host_timing_and_inflation(gpu_check, changes, fragment):
     assert gpu_check.judge_cast_copy(_cast_copy()).status == "PASS"
     verdict = gpu_check.judge_cast_copy(_cast_copy(**changes))
     assert verdict.status == "FAIL" and any(fragment in r for r in verdict.reasons)
+
+
+def test_cast_copy_is_inconclusive_when_the_copy_had_nothing_to_wait_for(gpu_check):
+    """The first round's workload: the host queued the casts slower than the device ran them,
+    so the expected wait was about 0 and a charged wait could not be told from none."""
+    figures = _cast_copy(h2d_behind_cast={"expected_wait_s": 0.001, "h2d_busy_s": 0.0001, "h2d_waited_s": 0.0})
+    assert gpu_check.judge_cast_copy(figures).status == "INCONCLUSIVE"
+
+
+def test_bytes_verdicts(gpu_check):
+    assert gpu_check.judge_bytes({"failures": [], "cases": {"to_pinned": ("h2d", 1, 1, 0)}}).status == "PASS"
+    assert gpu_check.judge_bytes({"failures": ["copy_broadcast: ..."], "cases": {"x": ()}}).status == "FAIL"
+    assert gpu_check.judge_bytes({"failures": [], "cases": {}}).status == "FAIL"
 
 
 def test_runtime_init_fails_on_a_missing_driver_start_and_on_double_counting(gpu_check):
@@ -157,7 +214,7 @@ def test_report_files_are_never_overwritten(gpu_check, tmp_path):
     second = gpu_check.write_report(str(tmp_path), report)
     assert first != second and all(os.path.exists(p) for p in first + second)
     assert json.loads(open(first[0]).read())["started"] == report["started"]
-    assert "| check | verdict | reasons |" in open(first[1]).read()
+    assert "| check | verdict | wall s | estimated s | reasons |" in open(first[1]).read()
 
 
 def test_exit_code_is_5_when_nothing_failed_but_a_check_was_skipped(gpu_check, monkeypatch, tmp_path):
@@ -167,13 +224,19 @@ def test_exit_code_is_5_when_nothing_failed_but_a_check_was_skipped(gpu_check, m
                                                            "cuda": None, "loadavg": None})
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setitem(gpu_check.RUNNERS, "vllm", lambda *a: {"skipped": "no vLLM"})
+    control = {"v": {"plain_s": 1.0, "instrumented_s": 2.0}}
     monkeypatch.setitem(gpu_check.RUNNERS, "stall", lambda *a: {
-        "v": {"plain_s": 1.0, "instrumented_s": 1.0, "defect_s": 2.0}})
+        "measured": {"v": {"plain_s": 1.0, "instrumented_s": 1.0}}, "control": control})
     assert gpu_check.main(["--only", "stall", "--only", "vllm", "--out-dir", str(tmp_path)]) == 5
     monkeypatch.setitem(gpu_check.RUNNERS, "stall", lambda *a: {
-        "v": {"plain_s": 1.0, "instrumented_s": 1.5, "defect_s": 2.0}})
+        "measured": {"v": {"plain_s": 1.0, "instrumented_s": 1.5}}, "control": control})
     assert gpu_check.main(["--only", "stall", "--out-dir", str(tmp_path)]) == 1
-    assert len(list(tmp_path.iterdir())) == 4  # two runs, JSON and Markdown each
+    monkeypatch.setitem(gpu_check.RUNNERS, "stall", lambda *a: {
+        "measured": {"v": {"plain_s": 1.0, "instrumented_s": 1.0}}, "control": control})
+    assert gpu_check.main(["--only", "stall", "--out-dir", str(tmp_path)]) == 0
+    assert len(list(tmp_path.iterdir())) == 6  # three runs, JSON and Markdown each
+    reports = [json.loads(p.read_text()) for p in tmp_path.iterdir() if p.suffix == ".json"]
+    assert all(r["estimated_s"] > 0 and all(c["wall_s"] is not None for c in r["checks"]) for r in reports)
 
 
 # --- the vLLM check's decoder model and its span checks ---------------------------------------------
