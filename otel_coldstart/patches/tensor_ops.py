@@ -250,7 +250,7 @@ def _tensor_copy(wrapped, instance, args, kwargs):
         queued = bool(args[1]) if len(args) > 1 else bool(kwargs.get("non_blocking", False))
         if from_host:
             # Copy.cu: an H2D copy runs on the destination device's current stream.
-            plan = _plan(instance.device if _cuda_possible and instance.is_cuda else None, "h2d", queued)
+            plan = _plan(instance.device, "h2d", queued) if _cuda_possible and instance.is_cuda else _untimed(queued)
         elif _cuda_possible and source.is_cuda:
             # D2H and device-to-device (also across GPUs): the source device's stream.
             plan = _plan(source.device, "d2h" if instance.is_cpu else None, queued)

@@ -42,8 +42,9 @@ def check(breakdown: Breakdown, floor: StorageFloor | None = None) -> list[Findi
         return []
     evidence = [f"{top.phase}: {format_seconds(top.busy_ns)} of {format_seconds(total)} "
                 f"({top.share_of(total) * 100:.0f}%) over {top.spans} span(s)"]
-    if top.bytes:
-        evidence.append(f"{format_bytes(top.bytes)} at {format_rate(top.throughput)}")
+    if top.bytes:  # queued device work whose time is unknown has bytes but no bandwidth
+        rate = top.throughput
+        evidence.append(format_bytes(top.bytes) + (f" at {format_rate(rate)}" if rate is not None else ""))
     if top.phase == semconv.PHASE_CAST:
         pairs = sorted({(str(s.attributes.get(semconv.CAST_FROM)), str(s.attributes.get(semconv.CAST_TO)))
                         for s in breakdown.spans if s.phase == top.phase and semconv.CAST_FROM in s.attributes})
