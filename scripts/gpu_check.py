@@ -1080,9 +1080,10 @@ def child_throughput(args: dict) -> dict:
     return figures
 
 
-def run_byte_case(torch, case: ByteCase, workdir: str) -> None:
-    """One case of the table on the GPU (the CPU tests run the same table through the wrappers
-    with described tensors)."""
+def prepare_byte_case(torch, case: ByteCase, workdir: str):
+    """One case of the table on the GPU: its tensors made now (their own copies to the device
+    must not count), the copy itself returned, to be called inside the case's phase. The CPU
+    tests run the same table through the wrappers with described tensors."""
     def real(spec: TensorSpec):
         tensor = host_tensor(torch, spec)
         if spec.pinned:
@@ -1090,19 +1091,17 @@ def run_byte_case(torch, case: ByteCase, workdir: str) -> None:
         return tensor.to("cuda") if spec.device == "cuda" else tensor
 
     if case.op == "load":
-        path = os.path.join(workdir, "state.pt")
+        path = os.path.join(workdir, f"{case.name}.pt")
         torch.save({"w": host_tensor(torch, case.source), "b": torch.randn(COLS)}, path)
-        torch.load(path, map_location="cuda", weights_only=True)
-        return
+        return lambda: torch.load(path, map_location="cuda", weights_only=True)
     source = real(case.source)
     if case.op == "copy_":
         destination = real(case.destination)
-        destination.copy_(source, non_blocking=case.non_blocking)
-    elif case.op == "cpu":
-        source.cpu()
-    else:
-        to = [getattr(torch, a) if a in ("float32", "bfloat16") else a for a in case.to]
-        source.to(*to, non_blocking=case.non_blocking)
+        return lambda: destination.copy_(source, non_blocking=case.non_blocking)
+    if case.op == "cpu":
+        return source.cpu
+    to = [getattr(torch, a) if a in ("float32", "bfloat16") else a for a in case.to]
+    return lambda: source.to(*to, non_blocking=case.non_blocking)
 
 
 def child_bytes(args: dict) -> dict:
@@ -1114,11 +1113,12 @@ def child_bytes(args: dict) -> dict:
     torch.zeros(1, device="cuda")
     workdir = tempfile.mkdtemp(prefix="gpu-check-bytes-")
     for prefix, plant in (("bytes_", contextlib.nullcontext), ("planted_", plant_byte_miscount)):
-        with plant():
-            for case in BYTE_CASES:
-                with otel_coldstart.phase(prefix + case.name):
-                    run_byte_case(torch, case, workdir)
-                    torch.cuda.synchronize()
+        for case in BYTE_CASES:
+            copy = prepare_byte_case(torch, case, workdir)
+            torch.cuda.synchronize()
+            with plant(), otel_coldstart.phase(prefix + case.name):
+                copy()
+                torch.cuda.synchronize()
     trace = instrumented.finish()
     failures, measured = byte_failures(trace, prefix="bytes_")
     planted_failures, planted = byte_failures(trace, prefix="planted_")

@@ -123,3 +123,39 @@ class DescribedStorage:
 
     def is_pinned(self):
         return self._pinned
+
+
+def stand_in_cuda_runtime(patch) -> dict:
+    """torch's CUDA entry points with stand-ins that take real time, set with ``patch`` (a
+    monkeypatch): the device count (the driver's start, ``cudaGetDeviceCount``, 0.15 s) and
+    ``_lazy_init`` (0.1 s). The plugin is uninstrumented first: instrument() afterwards puts
+    the real wrappers on top. Returns the stand-ins' state."""
+    import time
+
+    import otel_coldstart
+    from otel_coldstart.patches import runtime
+
+    state = {"driver_started": False, "initialised": False, "count_calls": 0, "init_calls": 0}
+
+    def get_device_count():
+        state["count_calls"] += 1
+        if not state["driver_started"]:
+            time.sleep(0.15)  # cuInit
+            state["driver_started"] = True
+        return 1
+
+    def lazy_init():
+        state["init_calls"] += 1
+        if not state["initialised"]:
+            torch._C._cuda_getDeviceCount()  # torch's own init asks too: part of this span
+            time.sleep(0.1)
+            state["initialised"] = True
+
+    otel_coldstart.uninstrument()
+    patch.setattr(runtime, "_initialised_seen", False)
+    patch.setattr(runtime, "_driver_seen", False)
+    patch.setattr(runtime, "_driver_loaded", lambda: False)
+    patch.setattr(torch._C, "_cuda_getDeviceCount", get_device_count, raising=False)
+    patch.setattr(torch.cuda, "_lazy_init", lazy_init)
+    patch.setattr(torch.cuda, "is_initialized", lambda: state["initialised"])
+    return state

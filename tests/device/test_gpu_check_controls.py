@@ -21,9 +21,10 @@ import torch
 import otel_coldstart
 from otel_coldstart import semconv
 from otel_coldstart import session as _session
-from otel_coldstart.patches import runtime, tensor_ops
+from otel_coldstart.patches import tensor_ops
 
-from _standins import MS, Described, DescribedStorage, Timeline, TimelineStream, make_event_class
+from _standins import (MS, Described, DescribedStorage, Timeline, TimelineStream, make_event_class,
+                       stand_in_cuda_runtime)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -326,27 +327,8 @@ def _first_touch(gpu_check, monkeypatch, traced, planted: bool) -> dict:
     CUDA touch is a copy whose call initialises CUDA, as torch's first CUDA tensor does."""
     import time
 
-    state = {"driver": False, "initialised": False}
-
-    def get_device_count():
-        if not state["driver"]:
-            time.sleep(0.15)
-            state["driver"] = True
-        return 1
-
-    def lazy_init():
-        if not state["initialised"]:
-            time.sleep(0.1)
-            state["initialised"] = True
-
     with monkeypatch.context() as patch:
-        otel_coldstart.uninstrument()
-        patch.setattr(runtime, "_initialised_seen", False)
-        patch.setattr(runtime, "_driver_seen", False)
-        patch.setattr(runtime, "_driver_loaded", lambda: False)
-        patch.setattr(torch._C, "_cuda_getDeviceCount", get_device_count, raising=False)
-        patch.setattr(torch.cuda, "_lazy_init", lazy_init)
-        patch.setattr(torch.cuda, "is_initialized", lambda: state["initialised"])
+        stand_in_cuda_runtime(patch)
         patch.setattr(tensor_ops, "_cuda_possible", True)
         patch.setattr(tensor_ops, "_cuda_up", False)
         traced.reinstrument()

@@ -171,31 +171,9 @@ def test_pinning_is_one_aggregate_per_kind_with_bytes(traced):
 def stand_in_cuda(monkeypatch, request):
     """torch's CUDA entry points with stand-ins that take real time: the device count (the
     driver's start, ``cudaGetDeviceCount``) and ``_lazy_init``. Our real wrappers go on top."""
-    import time
+    from _standins import stand_in_cuda_runtime
 
-    state = {"driver_started": False, "initialised": False, "count_calls": 0, "init_calls": 0}
-
-    def get_device_count():
-        state["count_calls"] += 1
-        if not state["driver_started"]:
-            time.sleep(0.15)  # cuInit
-            state["driver_started"] = True
-        return 1
-
-    def lazy_init():
-        state["init_calls"] += 1
-        if not state["initialised"]:
-            torch._C._cuda_getDeviceCount()  # torch's own init asks too: part of this span
-            time.sleep(0.1)
-            state["initialised"] = True
-
-    otel_coldstart.uninstrument()
-    monkeypatch.setattr(runtime, "_initialised_seen", False)
-    monkeypatch.setattr(runtime, "_driver_seen", False)
-    monkeypatch.setattr(runtime, "_driver_loaded", lambda: False)
-    monkeypatch.setattr(torch._C, "_cuda_getDeviceCount", get_device_count, raising=False)
-    monkeypatch.setattr(torch.cuda, "_lazy_init", lazy_init)
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: state["initialised"])
+    state = stand_in_cuda_runtime(monkeypatch)
     traced = request.getfixturevalue("traced")
     yield traced, state
     otel_coldstart.uninstrument()
