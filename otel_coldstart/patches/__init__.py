@@ -14,5 +14,6 @@ what is per process: the ``PatchSet`` of originals, caches of file facts, consta
 from __future__ import annotations
 
 from . import compile, cuda_graphs, pinning, runtime, safetensors, tensor_ops, threads, torch_load, vllm
+from . import transformers
 
-ALL = (torch_load, safetensors, tensor_ops, threads, pinning, cuda_graphs, runtime, compile, vllm)
+ALL = (torch_load, safetensors, tensor_ops, threads, pinning, cuda_graphs, runtime, compile, vllm, transformers)

@@ -69,14 +69,17 @@ def test_from_pretrained_traced_without_changing_the_weights(uninstrumented, tra
     assert len(cast_threads) == len(set(cast_threads)) < len(float32)
 
     # transformers 5 materialises on a thread pool (4.x on the calling thread): that work
-    # nests under the span that submitted it (here the user's phase), as does the shard
-    # read; nothing is an orphan.
+    # nests under the span that submitted it (transformers' weight-loading step, inside its
+    # from_pretrained, inside the user's phase), as does the shard read; nothing is an orphan.
     phase_span = traced.named("coldstart.from_pretrained")[0]
-    assert {parent_id(c) for c in casts} == {span_id(phase_span)}
+    (call,) = by_phase(spans, semconv.PHASE_TF_FROM_PRETRAINED)
+    (loading,) = by_phase(spans, semconv.PHASE_TF_LOAD_WEIGHTS)
+    assert parent_id(call) == span_id(phase_span) and parent_id(loading) == span_id(call)
+    assert {parent_id(c) for c in casts} == {span_id(loading)}
     if int(transformers.__version__.split(".")[0]) >= 5:
         assert all(attrs(c)[semconv.THREAD_NAME].startswith("ThreadPoolExecutor") for c in casts), \
             "expected transformers' materialisation pool to do the casts"
-    assert parent_id(shards[0]) == span_id(phase_span)
+    assert parent_id(shards[0]) == span_id(loading)
     assert_no_orphans(spans)
 
     assert_same_weights(reference, {k: v for k, v in model.state_dict().items()})

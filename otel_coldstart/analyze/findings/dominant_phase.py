@@ -13,6 +13,7 @@ from ... import semconv
 from ..breakdown import Breakdown
 from ..storage_floor import StorageFloor
 from ..units import format_bytes, format_rate, format_seconds
+from . import _transformers
 from ._finding import Finding, claim
 
 LEVERS = {
@@ -51,6 +52,10 @@ def check(breakdown: Breakdown, floor: StorageFloor | None = None) -> list[Findi
         if pairs:
             evidence.append("casts: " + ", ".join(f"{a} -> {b}" for a, b in pairs[:4]))
     lever = LEVERS.get(top.phase, f"wrap the steps inside {top.phase!r} in finer phases to see which one to cut")
+    library_step = _transformers.explain(top.phase, breakdown.spans)  # a step inside code the user does not own
+    if library_step is not None:
+        evidence.extend(library_step[0])
+        lever = library_step[1]
     if top.phase == semconv.PHASE_IMPORT:
         own_ns = plugin_import_ns(breakdown)
         if own_ns:  # the plugin's own import is not the host's to trim: out of the lever and saving
