@@ -91,8 +91,8 @@ def patch() -> None:
     if auto_factory is not None:
         # Every Auto class's from_pretrained is a copy of the base's function sharing its
         # module globals (auto_class_update), so the resolution is wrapped once, here.
-        _patches.wrap(auto_factory, "_get_model_class", _resolve_model_class)
-        _patches.wrap(auto_factory, "get_class_from_dynamic_module", _resolve_model_class)
+        _patches.wrap(auto_factory, "_get_model_class", _RESOLVE_MODEL_CLASS)
+        _patches.wrap(auto_factory, "get_class_from_dynamic_module", _RESOLVE_MODEL_CLASS)
         base = getattr(auto_factory, "_BaseAutoModelClass", None)
         if isinstance(base, type):
             for auto_class in _with_subclasses(base):
@@ -115,8 +115,8 @@ def _with_subclasses(cls: type) -> list[type]:
 
 
 class _Here:
-    """This thread's from_pretrained in this start-up: the outermost call's span and the
-    steps open on the thread (so a step is recorded once, at its outermost call)."""
+    """This thread's from_pretrained in this start-up: the outermost call, and the steps
+    open on the thread (a step that calls itself is recorded at its outermost call)."""
 
     __slots__ = ("call", "open")
 
@@ -126,12 +126,13 @@ class _Here:
 
 
 class _Call:
-    __slots__ = ("container", "attributes", "resolved")
+    __slots__ = ("here", "container", "attributes", "seen")
 
-    def __init__(self, container) -> None:
+    def __init__(self, here: _Here, container) -> None:
+        self.here = here
         self.container = container
         self.attributes: dict = {}
-        self.resolved = False  # the model class was resolved once (5.x asks twice)
+        self.seen: set[str] = set()  # the steps recorded in this call so far
 
 
 def _here(session) -> _Here:
@@ -142,51 +143,48 @@ def _here(session) -> _Here:
     return here
 
 
-def _version() -> str | None:
-    version = getattr(sys.modules.get("transformers"), "__version__", None)
-    return version if isinstance(version, str) else None
-
-
 # --- from_pretrained ---------------------------------------------------------------------
 
 
 def _model_from_pretrained(wrapped, instance, args, kwargs):
-    return _from_pretrained(wrapped, instance, args, kwargs, model_class=instance)
+    return _from_pretrained(wrapped, args, kwargs, model_class=instance)
 
 
 def _auto_from_pretrained(wrapped, instance, args, kwargs):
-    return _from_pretrained(wrapped, instance, args, kwargs, model_class=None)
+    return _from_pretrained(wrapped, args, kwargs, model_class=None)
 
 
-def _from_pretrained(wrapped, instance, args, kwargs, model_class):
-    session = _session.ACTIVE
-    if session is None:
-        return wrapped(*args, **kwargs)
-    call = None
-    try:
-        here = _here(session)
-        if here.call is not None:  # nested (the Auto class calling the model class's)
-            _note_model_class(here.call, model_class)
-            here = None
-        else:
-            attrs = {}
-            version = _version()
-            if version is not None:
-                attrs[semconv.TF_VERSION] = version
-            call = here.call = _Call(session.start_container(semconv.PHASE_TF_FROM_PRETRAINED, attrs))
-            _note_model_class(call, model_class)
-    except Exception:
-        report_internal_error("transformers: from_pretrained start")
-        here = None
+def _from_pretrained(wrapped, args, kwargs, model_class):
+    call = _open_call(model_class)
     if call is None:
         return wrapped(*args, **kwargs)
     try:
         result = wrapped(*args, **kwargs)
     except BaseException as error:
-        _end_call(here, call, error)
+        _close_call(call, error)
         raise
-    _end_call(here, call, None)
+    _close_call(call, None)
     return result
+
+
+def _open_call(model_class) -> _Call | None:
+    """The outermost from_pretrained on this thread opens the call's span; a nested one
+    (the Auto class calling the model class's) only names the model class on it."""
+    session = _session.ACTIVE
+    if session is None:
+        return None
+    try:
+        here = _here(session)
+        if here.call is None:
+            version = getattr(sys.modules.get("transformers"), "__version__", None)
+            attrs = {semconv.TF_VERSION: version} if isinstance(version, str) else {}
+            here.call = _Call(here, session.start_container(semconv.PHASE_TF_FROM_PRETRAINED, attrs))
+            _note_model_class(here.call, model_class)
+            return here.call
+        _note_model_class(here.call, model_class)
+    except Exception:
+        report_internal_error("transformers: from_pretrained start")
+    return None
 
 
 def _note_model_class(call: _Call, model_class) -> None:
@@ -195,9 +193,9 @@ def _note_model_class(call: _Call, model_class) -> None:
         call.attributes[semconv.TF_MODEL_CLASS] = name
 
 
-def _end_call(here: _Here, call: _Call, error: BaseException | None) -> None:
-    here.call = None
-    here.open.clear()
+def _close_call(call: _Call, error: BaseException | None) -> None:
+    call.here.call = None
+    call.here.open.clear()
     try:
         call.container.finish(call.attributes, error=error)
     except Exception:
@@ -207,49 +205,79 @@ def _end_call(here: _Here, call: _Call, error: BaseException | None) -> None:
 # --- steps ------------------------------------------------------------------------------------
 
 
-def _open_step(phase: str, attributes: dict | None = None, name: str | None = None):
-    """The step's live span, or None when not inside from_pretrained on this thread, or
-    inside the same step already."""
+class _Step:
+    __slots__ = ("here", "container", "phase")
+
+    def __init__(self, here: _Here, container, phase: str) -> None:
+        self.here = here
+        self.container = container
+        self.phase = phase
+
+    def close(self, attributes: dict | None = None, error: BaseException | None = None) -> None:
+        try:
+            if self.phase in self.here.open:
+                self.here.open.remove(self.phase)
+            self.container.finish(attributes, error=error)
+        except Exception:
+            report_internal_error(f"transformers: {self.phase} end")
+
+
+def _open_step(phase: str, attributes: dict | None = None, name: str | None = None,
+               once_per_call: bool = False) -> _Step | None:
+    """The step's live span; None when not inside from_pretrained on this thread, inside
+    the same step already, or (``once_per_call``) recorded in this call already."""
     session = _session.ACTIVE
     if session is None:
         return None
     try:
         here = _here(session)
-        if here.call is None or phase in here.open:
+        call = here.call
+        if call is None or phase in here.open or (once_per_call and phase in call.seen):
             return None
-        container = session.start_container(phase, attributes, name=name)
+        step = _Step(here, session.start_container(phase, attributes, name=name), phase)
         here.open.append(phase)
-        return here, container
+        call.seen.add(phase)
+        return step
     except Exception:
         report_internal_error(f"transformers: {phase} start")
         return None
 
 
-def _close_step(step, phase: str, attributes: dict | None = None, error: BaseException | None = None) -> None:
-    here, container = step
-    try:
-        if phase in here.open:
-            here.open.remove(phase)
-        container.finish(attributes, error=error)
-    except Exception:
-        report_internal_error(f"transformers: {phase} end")
+def _step(phase: str, name: str | None = None, once_per_call: bool = False, describe=None):
+    """A wrapper recording each call as the step ``phase``; ``describe(result, modules
+    before)`` gives the attributes known once it returned."""
 
-
-def _step(phase: str, name: str | None = None):
     def step_wrapper(wrapped, instance, args, kwargs):
-        step = _open_step(phase, name=name)
+        step = _open_step(phase, name=name, once_per_call=once_per_call)
         if step is None:
             return wrapped(*args, **kwargs)
+        modules_before = len(sys.modules)
         try:
             result = wrapped(*args, **kwargs)
         except BaseException as error:
-            _close_step(step, phase, error=error)
+            step.close(error=error)
             raise
-        _close_step(step, phase)
+        attributes = None
+        if describe is not None:
+            try:
+                attributes = describe(result, modules_before)
+            except Exception:
+                report_internal_error(f"transformers: {phase} attributes")
+        step.close(attributes)
         return result
 
     step_wrapper.__name__ = f"_{phase.rsplit('.', 1)[-1]}"
     return step_wrapper
+
+
+def _model_class_attributes(model_class, modules_before: int) -> dict:
+    # Modules imported meanwhile by any thread count too: an upper bound, said so in semconv.
+    attrs = {semconv.TF_MODULES_IMPORTED: max(0, len(sys.modules) - modules_before)}
+    name, module = getattr(model_class, "__name__", None), getattr(model_class, "__module__", None)
+    if isinstance(model_class, type) and isinstance(name, str) and isinstance(module, str):
+        attrs[semconv.TF_MODEL_CLASS] = name
+        attrs[semconv.TF_MODEL_MODULE] = module
+    return attrs
 
 
 _LOAD_WEIGHTS = _step(semconv.PHASE_TF_LOAD_WEIGHTS)
@@ -258,39 +286,10 @@ _TIE_WEIGHTS = _step(semconv.PHASE_TF_TIE_WEIGHTS)
 _WEIGHT_CONVERSIONS = _step(semconv.PHASE_TF_WEIGHT_CONVERSIONS)
 _DISPATCH = _step(semconv.PHASE_TF_DISPATCH)
 _RESOLVE_CHECKPOINT = _step(semconv.PHASE_DOWNLOAD, name=semconv.SPAN_TF_RESOLVE_CHECKPOINT)
-
-
-def _resolve_model_class(wrapped, instance, args, kwargs):
-    """The Auto class finding the model class: the first call of a from_pretrained imports
-    its module (5.x asks twice; the second is a dictionary look-up and gets no span)."""
-    session = _session.ACTIVE
-    here = None
-    if session is not None:
-        try:
-            here = _here(session)
-            if here.call is None or here.call.resolved:
-                here = None
-            else:
-                here.call.resolved = True
-        except Exception:
-            report_internal_error("transformers: import_model_code start")
-            here = None
-    step = _open_step(semconv.PHASE_TF_IMPORT_MODEL_CODE) if here is not None else None
-    if step is None:
-        return wrapped(*args, **kwargs)
-    modules_before = len(sys.modules)
-    try:
-        result = wrapped(*args, **kwargs)
-    except BaseException as error:
-        _close_step(step, semconv.PHASE_TF_IMPORT_MODEL_CODE, error=error)
-        raise
-    attrs = {semconv.TF_MODULES_IMPORTED: max(0, len(sys.modules) - modules_before)}
-    name, module = getattr(result, "__name__", None), getattr(result, "__module__", None)
-    if isinstance(result, type) and isinstance(name, str) and isinstance(module, str):
-        attrs[semconv.TF_MODEL_CLASS] = name
-        attrs[semconv.TF_MODEL_MODULE] = module
-    _close_step(step, semconv.PHASE_TF_IMPORT_MODEL_CODE, attrs)
-    return result
+# The Auto class finding the model class: the first call of a from_pretrained imports its
+# module; 5.x asks again (a dictionary look-up), which gets no span.
+_RESOLVE_MODEL_CLASS = _step(semconv.PHASE_TF_IMPORT_MODEL_CODE, once_per_call=True,
+                             describe=_model_class_attributes)
 
 
 # --- building the model: a context of ours first in transformers' init contexts ---------------
@@ -331,7 +330,7 @@ class _BuildModel:
 
     def __init__(self, meta_init: bool) -> None:
         self.meta_init = meta_init
-        self.step = None
+        self.step: _Step | None = None
 
     def __enter__(self):
         self.step = _open_step(semconv.PHASE_TF_BUILD_MODEL, {semconv.TF_META_INIT: self.meta_init})
@@ -340,5 +339,5 @@ class _BuildModel:
     def __exit__(self, exc_type, exc, tb) -> bool:
         step, self.step = self.step, None
         if step is not None:
-            _close_step(step, semconv.PHASE_TF_BUILD_MODEL, error=exc)
+            step.close(error=exc)
         return False  # the host's exception (if any) goes on as it was

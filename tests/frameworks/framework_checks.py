@@ -93,6 +93,13 @@ def assert_hot_path_restored(originals: dict) -> None:
     assert not changed, f"still patched after ready(): {changed}"
 
 
+def dtype_keyword(transformers_version: str) -> str:
+    """from_pretrained's dtype argument: ``dtype=`` since transformers 4.56, ``torch_dtype=``
+    before (4.51 is checked by hand, docs/frameworks.md)."""
+    major_minor = tuple(int(part) for part in transformers_version.split(".")[:2])
+    return "dtype" if major_minor >= (4, 56) else "torch_dtype"
+
+
 def read_trace_dir(directory: str) -> list:
     spans = []
     for path in sorted(glob.glob(os.path.join(directory, "*.otlp.jsonl"))):

@@ -21,15 +21,18 @@ import otel_coldstart  # noqa: E402
 from otel_coldstart import semconv  # noqa: E402
 
 from framework_checks import (assert_hot_path_restored, assert_no_orphans, assert_same_weights,  # noqa: E402
-                              attrs, by_phase, hot_path_originals, parent_id, safetensors_header, span_id,
-                              tensor_bytes)
+                              attrs, by_phase, dtype_keyword, hot_path_originals, parent_id, safetensors_header,
+                              span_id, tensor_bytes)
 
 MODEL_DIR = str(minilm.get_model_path())
 WEIGHTS = os.path.join(MODEL_DIR, "model.safetensors")
 
 
+DTYPE = dtype_keyword(transformers.__version__)
+
+
 def _load():
-    return transformers.AutoModel.from_pretrained(MODEL_DIR, dtype=torch.float16)
+    return transformers.AutoModel.from_pretrained(MODEL_DIR, **{DTYPE: torch.float16})
 
 
 @pytest.fixture(scope="module")

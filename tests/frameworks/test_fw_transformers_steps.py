@@ -4,7 +4,6 @@ the steps and never asks the user to "wrap the steps inside" code they do not ow
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -29,12 +28,11 @@ from otel_coldstart.analyze.readers import read_trace_file  # noqa: E402
 from otel_coldstart.patches import transformers as tf_patch  # noqa: E402
 from otel_coldstart.patches._wrapping import ColdstartWrapper  # noqa: E402
 
-from framework_checks import assert_no_orphans, clean_env  # noqa: E402
+from framework_checks import assert_no_orphans, assert_same_weights, clean_env, dtype_keyword  # noqa: E402
 
 MODEL_DIR = str(minilm.get_model_path())
 MAJOR = int(transformers.__version__.split(".")[0])
-# `dtype=` since 4.56; `torch_dtype=` before (checked by hand on 4.51, docs/frameworks.md).
-DTYPE = "dtype" if tuple(int(p) for p in transformers.__version__.split(".")[:2]) >= (4, 56) else "torch_dtype"
+DTYPE = dtype_keyword(transformers.__version__)
 FINER = "in finer phases"  # the generic lever this work removes for transformers' steps
 
 # One span per step and per from_pretrained, whatever the tensor count (103 here).
@@ -50,8 +48,8 @@ STEPS = {
 }
 
 CHILD = textwrap.dedent("""
-    import hashlib, json, sys
-    order, user_phase, out = sys.argv[1], sys.argv[2], sys.argv[3]
+    import contextlib, json, sys
+    order, user_phase, out, model_dir, dtype_keyword = sys.argv[1:6]
     if order == "import_first":
         import torch, transformers
         auto_model = transformers.AutoModel
@@ -62,28 +60,21 @@ CHILD = textwrap.dedent("""
         otel_coldstart.instrument(start_at="instrument")
         import torch, transformers
         auto_model = transformers.AutoModel
-    import contextlib
     with otel_coldstart.phase(user_phase) if user_phase else contextlib.nullcontext():
-        model = auto_model.from_pretrained(sys.argv[4], **{sys.argv[5]: torch.float16})
+        model = auto_model.from_pretrained(model_dir, **{dtype_keyword: torch.float16})
     otel_coldstart.ready()
-    digests = {k: [str(v.dtype), list(v.shape), hashlib.sha256(v.contiguous().view(torch.uint8).numpy().tobytes()
-               if v.dim() else v.numpy().tobytes()).hexdigest()] for k, v in model.state_dict().items()}
+    torch.save(model.state_dict(), out + ".weights")
     with open(out, "w") as handle:
-        json.dump({"trace": otel_coldstart.trace_file(), "weights": digests}, handle)
+        json.dump({"trace": otel_coldstart.trace_file()}, handle)
 """)
-
-
-def _digests(model) -> dict:
-    return {k: [str(v.dtype), list(v.shape), hashlib.sha256(
-        v.contiguous().view(torch.uint8).numpy().tobytes() if v.dim() else v.numpy().tobytes()).hexdigest()]
-        for k, v in model.state_dict().items()}
 
 
 @pytest.fixture(scope="module")
 def reference_weights():
     """The same load with no plugin at all."""
     otel_coldstart.uninstrument()
-    return _digests(transformers.AutoModel.from_pretrained(MODEL_DIR, **{DTYPE: torch.float16}))
+    model = transformers.AutoModel.from_pretrained(MODEL_DIR, **{DTYPE: torch.float16})
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
 def _run_child(tmp_path, order: str, user_phase: str) -> tuple[dict, list]:
@@ -108,7 +99,7 @@ def _one(spans, phase):
 @pytest.mark.parametrize("order, user_phase", [("import_first", ""), ("instrument_first", "load")])
 def test_from_pretrained_is_broken_into_its_steps(tmp_path, reference_weights, order, user_phase):
     report, spans = _run_child(tmp_path, order, user_phase)
-    assert report["weights"] == reference_weights, "from_pretrained must return bit-identical weights"
+    assert_same_weights(reference_weights, torch.load(str(tmp_path / "result.json.weights")))
     assert_no_orphans(spans)
 
     call = _one(spans, semconv.PHASE_TF_FROM_PRETRAINED)
