@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import traceback
 
 import pytest
 
@@ -159,28 +160,32 @@ def test_from_pretrained_is_broken_into_its_steps(tmp_path, reference_weights, o
     assert FINER not in cli.stdout, cli.stdout
 
 
-def test_a_failing_build_passes_the_host_exception_untouched(traced):
-    config = transformers.AutoConfig.from_pretrained(MODEL_DIR)
-    config.hidden_size = 30  # not a multiple of its 12 heads: BertSelfAttention.__init__ raises
+def _raised_with_and_without_the_plugin(traced, load) -> BaseException:
+    """What ``load`` raises without the plugin, then instrumented: the same type and message
+    (the instrumented exception is returned, the trace holding only its start-up)."""
 
-    def load():
-        with pytest.raises(ValueError) as caught:
-            transformers.AutoModel.from_pretrained(MODEL_DIR, config=config)
+    def raised():
+        with pytest.raises(Exception) as caught:
+            load()
         return caught.value
 
     otel_coldstart.uninstrument()
-    plain = load()
+    plain = raised()
     traced.reinstrument()
     traced.exporter.clear()  # the root of the start-up uninstrument() ended
-    instrumented = load()
-    assert str(instrumented) == str(plain) and "not a multiple" in str(plain)
-    assert instrumented.__traceback__ is not None
-    frames = []
-    tb = instrumented.__traceback__
-    while tb is not None:
-        frames.append(tb.tb_frame.f_code.co_filename)
-        tb = tb.tb_next
-    assert frames[-1].endswith("modeling_bert.py")  # raised where transformers raised it
+    instrumented = raised()
+    assert type(instrumented) is type(plain) and str(instrumented) == str(plain)
+    return instrumented
+
+
+def test_a_failing_build_passes_the_host_exception_untouched(traced):
+    config = transformers.AutoConfig.from_pretrained(MODEL_DIR)
+    config.hidden_size = 30  # not a multiple of its 12 heads: BertSelfAttention.__init__ raises
+    error = _raised_with_and_without_the_plugin(
+        traced, lambda: transformers.AutoModel.from_pretrained(MODEL_DIR, config=config))
+    assert isinstance(error, ValueError) and "not a multiple" in str(error)
+    # Raised where transformers raised it: the innermost frame is the model's own code.
+    assert traceback.extract_tb(error.__traceback__)[-1].filename.endswith("modeling_bert.py")
 
     (build,) = traced.by_phase(semconv.PHASE_TF_BUILD_MODEL)
     (call,) = traced.by_phase(semconv.PHASE_TF_FROM_PRETRAINED)
@@ -197,19 +202,8 @@ def test_a_failing_build_passes_the_host_exception_untouched(traced):
 
 
 def test_a_missing_checkpoint_raises_as_without_the_plugin(traced, tmp_path):
-    missing = str(tmp_path / "no-such-model")
-
-    def load():
-        with pytest.raises(Exception) as caught:  # OSError in 5.x, HFValidationError in 4.57
-            transformers.AutoModel.from_pretrained(missing)
-        return caught.value
-
-    otel_coldstart.uninstrument()
-    plain = load()
-    traced.reinstrument()
-    traced.exporter.clear()  # the root of the start-up uninstrument() ended
-    instrumented = load()
-    assert type(instrumented) is type(plain) and str(instrumented) == str(plain)
+    missing = str(tmp_path / "no-such-model")  # OSError in 5.x, HFValidationError in 4.57
+    _raised_with_and_without_the_plugin(traced, lambda: transformers.AutoModel.from_pretrained(missing))
     (call,) = traced.by_phase(semconv.PHASE_TF_FROM_PRETRAINED)
     assert call.status.status_code.name == "ERROR"
 
