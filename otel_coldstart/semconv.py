@@ -240,6 +240,16 @@ RUNTIME_LINK_INTEGRATED = "integrated"
 # a trace that recorded no link (CUDA was up before instrument()).
 LINK_BOUND_UNKNOWN_BPS = 450e9
 
+# --- shared with issue 26 (explain): compile provenance and per-size capture times ----------
+# The runtime (patches/compile.py, patches/cuda_graphs.py) writes them; the analyzer's what-if
+# levers read them (compile-cache: a compilation at the cost of its fastest cache hit of the
+# same frame; fewer-captures: the time of the captures of the sizes not kept).
+COMPILE_CACHE_HITS = "coldstart.compile.cache.hits"  # int: cache lookups of the compilation that hit
+COMPILE_CACHE_MISSES = "coldstart.compile.cache.misses"  # int: ... that missed (compiled from scratch)
+COMPILE_FRAME = "coldstart.compile.frame"  # str: the compiled code's identity ("the same graph")
+GRAPH_CAPTURE_TIMES_S = "coldstart.graph.capture_times_s"  # double[]: per capture, as batch_sizes
+# --- end of the block shared with issue 26 --------------------------------------------------
+
 # --- start-ups in flight (inflight.py; analyze/interrupted.py reads them back) -------------
 # A progress record: a zero-length span under the (still open) root, written every
 # progress_interval_s while the start-up runs, so that a start-up killed with SIGKILL (the
