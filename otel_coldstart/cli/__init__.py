@@ -19,12 +19,13 @@ from . import compare as compare_cmd
 from . import demo as demo_cmd
 from . import floor as floor_cmd
 from . import run as run_cmd
+from . import whatif as whatif_cmd
 from .errors import EXIT_OUTPUT_FAILED, CliError
 
 _OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EBADF, errno.EFBIG, errno.EROFS})
 
 COMMANDS = {"demo": demo_cmd, "analyze": analyze_cmd, "floor": floor_cmd,
-            "compare": compare_cmd, "capacity": capacity_cmd, "run": run_cmd}
+            "compare": compare_cmd, "capacity": capacity_cmd, "run": run_cmd, "whatif": whatif_cmd}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if sys.stdout is None:  # started with stdout closed (`>&-`): writing it is an error, said once
         sys.stdout = _ClosedStdout()
     try:
-        if args.command in ("analyze", "compare", "capacity"):
+        if args.command in ("analyze", "compare", "capacity", "whatif"):
             from ._inputs import paused_gc
 
             with paused_gc():  # span records have no cycles; see _inputs.paused_gc

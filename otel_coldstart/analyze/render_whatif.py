@@ -1,0 +1,207 @@
+"""The what-if report (analyze/whatif.py) as text, Markdown, JSON or one self-contained HTML
+page. Renderers write to a file object and compute nothing."""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Sequence, TextIO
+
+from .escape import markdown_text, terminal_text
+from .units import format_seconds
+from .whatif import Projection, Quantiles, Summary, WhatIf
+
+SCHEMA = "otel-coldstart.whatif/1"
+
+
+def _s(ns: int | None) -> float | None:
+    return None if ns is None else ns / 1e9
+
+
+def _phases_doc(summary: Summary) -> dict:
+    return {name: {"p50_s": _s(q.p50_ns), "p95_s": _s(q.p95_ns)} for name, q in summary.phases.items()}
+
+
+def whatif_document(result: WhatIf, skipped: Sequence[str] = ()) -> dict:
+    """The JSON document: ``baseline`` and ``levers`` as issue 27 gives them, plus the schema,
+    the notes and what was left out."""
+    base = result.baseline
+    return {
+        "schema": SCHEMA,
+        "baseline": {"n": base.n, "p50_s": _s(base.total.p50_ns), "p95_s": _s(base.total.p95_ns),
+                     "phases": _phases_doc(base)},
+        "levers": [{
+            "lever": p.lever,
+            "p50_s": _s(p.summary.total.p50_ns) if p.summary else None,
+            "p95_s": _s(p.summary.total.p95_ns) if p.summary else None,
+            "saving_p50_s": _s(p.saving_p50_ns),
+            "phases": _phases_doc(p.summary) if p.summary else {},
+            "assumptions": list(p.assumptions),
+            "not_estimated": p.not_estimated,
+            "startups_changed": p.changed,
+        } for p in result.levers],
+        "notes": list(result.notes),
+        "left_out": list(result.left_out),
+        "skipped": list(skipped),
+    }
+
+
+def render_json(result: WhatIf, out: TextIO, skipped: Sequence[str] = ()) -> None:
+    json.dump(whatif_document(result, skipped), out, indent=2)
+    out.write("\n")
+
+
+def _saving(p: Projection, base: Summary) -> str:
+    if p.saving_p50_ns is None:
+        return "-"
+    share = p.saving_p50_ns / base.total.p50_ns if base.total.p50_ns else 0.0
+    if p.saving_p50_ns < 0:  # a p50 of projections can exceed the measured p50's start-up
+        return f"none (p50 +{format_seconds(-p.saving_p50_ns)})"
+    return f"{format_seconds(p.saving_p50_ns)} ({share * 100:.0f}%)"
+
+
+def _by_p95(summary: Summary) -> list[tuple[str, Quantiles]]:
+    return sorted(summary.phases.items(), key=lambda kv: (-kv[1].p95_ns, kv[0]))
+
+
+def _changed_phases(p: Projection, base: Summary) -> list[tuple[str, Quantiles, Quantiles]]:
+    """The phases a lever moved, largest move first (the rest are as measured)."""
+    if p.summary is None:
+        return []
+    rows = [(name, q, p.summary.phases.get(name, q)) for name, q in base.phases.items()]
+    moved = [r for r in rows if r[2] != r[1]]
+    return sorted(moved, key=lambda r: (r[2].p50_ns - r[1].p50_ns, r[0]))
+
+
+def render_text(result: WhatIf, out: TextIO, markdown: bool = False) -> None:
+    e = markdown_text if markdown else terminal_text
+    base = result.baseline
+    w = out.write
+    if markdown:
+        w(f"## What if\n\n{base.n} start-up(s) that reached ready(): total p50 {format_seconds(base.total.p50_ns)}, "
+          f"p95 {format_seconds(base.total.p95_ns)}\n\n")
+        for note in result.notes:
+            w(f"> {e(note)}\n\n")
+        for line in result.left_out:
+            w(f"- left out: {e(line)}\n")
+        if result.left_out:
+            w("\n")
+        w("| baseline phase | p50 | p95 |\n|---|---:|---:|\n")
+        for name, q in _by_p95(base):
+            w(f"| {e(name)} | {format_seconds(q.p50_ns)} | {format_seconds(q.p95_ns)} |\n")
+        w("\n| lever | p50 | p95 | saving (p50) |\n|---|---:|---:|---:|\n")
+        w(f"| baseline | {format_seconds(base.total.p50_ns)} | {format_seconds(base.total.p95_ns)} | |\n")
+        for p in result.levers:
+            if p.summary is None:
+                w(f"| {e(p.lever)} | - | - | not estimated |\n")
+            else:
+                w(f"| {e(p.lever)} | {format_seconds(p.summary.total.p50_ns)} | "
+                  f"{format_seconds(p.summary.total.p95_ns)} | {_saving(p, base)} |\n")
+    else:
+        w(f"what if: {base.n} start-up(s) that reached ready(); total p50 {format_seconds(base.total.p50_ns)}, "
+          f"p95 {format_seconds(base.total.p95_ns)}\n")
+        for note in result.notes:
+            w(f"  note: {e(note)}\n")
+        for line in result.left_out:
+            w(f"  left out: {e(line)}\n")
+        w(f"\n  {'baseline phase':<18}{'p50':>10}{'p95':>10}\n")
+        for name, q in _by_p95(base):
+            w(f"  {e(name):<18}{format_seconds(q.p50_ns):>10}{format_seconds(q.p95_ns):>10}\n")
+        w(f"\n  {'lever':<16}{'p50':>10}{'p95':>10}  saving (p50)\n")
+        w(f"  {'baseline':<16}{format_seconds(base.total.p50_ns):>10}{format_seconds(base.total.p95_ns):>10}\n")
+        for p in result.levers:
+            if p.summary is None:
+                w(f"  {e(p.lever):<16}{'-':>10}{'-':>10}  not estimated\n")
+            else:
+                w(f"  {e(p.lever):<16}{format_seconds(p.summary.total.p50_ns):>10}"
+                  f"{format_seconds(p.summary.total.p95_ns):>10}  {_saving(p, base)}\n")
+    for p in result.levers:
+        w(f"\n### {e(p.lever)}\n\n" if markdown else f"\n{e(p.lever)}:\n")
+        if p.summary is None:
+            w(f"{'' if markdown else '  '}not estimated: {e(p.not_estimated)}\n" + ("\n" if markdown else ""))
+        for sentence in p.assumptions:
+            w(f"- {e(sentence)}\n" if markdown else f"  - {e(sentence)}\n")
+        moved = _changed_phases(p, base)
+        if not moved:
+            continue
+        if markdown:
+            w("\n| phase | p50 | projected p50 | p95 | projected p95 |\n|---|---:|---:|---:|---:|\n")
+        else:
+            w(f"    {'phase':<18}{'p50':>10}{'-> p50':>11}{'p95':>11}{'-> p95':>11}\n")
+        for name, before, after in moved:
+            cells = (format_seconds(before.p50_ns), format_seconds(after.p50_ns), format_seconds(before.p95_ns),
+                     format_seconds(after.p95_ns))
+            if markdown:
+                w(f"| {e(name)} | " + " | ".join(cells) + " |\n")
+            else:
+                w(f"    {e(name):<18}{cells[0]:>10}{cells[1]:>11}{cells[2]:>11}{cells[3]:>11}\n")
+
+
+def render_markdown(result: WhatIf, out: TextIO) -> None:
+    render_text(result, out, markdown=True)
+
+
+def render_html(result: WhatIf, out: TextIO, skipped: Sequence[str] = ()) -> None:
+    from .render_html import CSP, STYLE
+    from .waterfall import phase_colour
+
+    e = lambda v: html.escape(str(v), quote=True)  # noqa: E731
+    base = result.baseline
+    w = out.write
+    w(f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta http-equiv="
+      f"\"Content-Security-Policy\" content=\"{CSP}\"><title>otel-coldstart what if</title>"
+      f"<style>{STYLE}.lever td:first-child{{font-weight:bold}} .bars{{width:420px}}"
+      f".bars div{{height:11px;margin:1px 0}} .p95{{opacity:.45}}</style></head><body>\n"
+      f"<h1>What if</h1>\n<p>{base.n} start-up(s) that reached ready(): total p50 "
+      f"{e(format_seconds(base.total.p50_ns))}, p95 {e(format_seconds(base.total.p95_ns))}</p>\n")
+    for note in result.notes:
+        w(f"<p class=\"muted\">{e(note)}</p>\n")
+    if result.left_out:
+        w("<p class=\"partial\">Left out (did not reach ready()): " + "; ".join(e(x) for x in result.left_out)
+          + "</p>\n")
+    if skipped:
+        w("<p class=\"partial\">Inputs left out: " + "; ".join(e(x) for x in skipped) + "</p>\n")
+    scale = max([base.total.p95_ns] + [p.summary.total.p95_ns for p in result.levers if p.summary]) or 1
+    w("<table class=\"data lever\"><thead><tr><th>lever</th><th class=\"num\">p50</th><th class=\"num\">p95</th>"
+      "<th class=\"num\">saving (p50)</th><th>p50 / p95</th></tr></thead><tbody>\n")
+    rows = [("baseline", base, "", None)] + [(p.lever, p.summary, _saving(p, base), p) for p in result.levers]
+    for name, summary, saving, p in rows:
+        if summary is None:
+            w(f"<tr data-lever=\"{e(name)}\"><td>{e(name)}</td><td class=\"num\">-</td><td class=\"num\">-</td>"
+              f"<td class=\"num\">not estimated</td><td class=\"muted\">{e(p.not_estimated)}</td></tr>\n")
+            continue
+        colour = "#888" if name == "baseline" else "#2b6a9e"
+        w(f"<tr data-lever=\"{e(name)}\"><td>{e(name)}</td><td class=\"num\">{e(format_seconds(summary.total.p50_ns))}"
+          f"</td><td class=\"num\">{e(format_seconds(summary.total.p95_ns))}</td><td class=\"num\">{e(saving)}</td>"
+          f"<td class=\"bars\"><div style=\"width:{summary.total.p50_ns / scale * 100:.1f}%;background:{colour}\">"
+          f"</div><div class=\"p95\" style=\"width:{summary.total.p95_ns / scale * 100:.1f}%;background:{colour}\">"
+          "</div></td></tr>\n")
+    w("</tbody></table>\n<h2>Baseline per phase</h2>\n<table class=\"data baseline\"><thead><tr><th>phase</th>"
+      "<th class=\"num\">p50</th><th class=\"num\">p95</th></tr></thead><tbody>\n")
+    for name, q in _by_p95(base):
+        w(f"<tr><td>{e(name)}</td><td class=\"num\">{e(format_seconds(q.p50_ns))}</td><td class=\"num\">"
+          f"{e(format_seconds(q.p95_ns))}</td></tr>\n")
+    w("</tbody></table>\n")
+    for p in result.levers:
+        w(f"<h2 id=\"lever-{e(p.lever)}\">{e(p.lever)}</h2>\n")
+        if p.summary is None:
+            w(f"<p class=\"partial\">Not estimated: {e(p.not_estimated)}</p>\n")
+        if p.assumptions:
+            w("<p class=\"muted\">Assumptions:</p><ul>" + "".join(f"<li>{e(a)}</li>" for a in p.assumptions)
+              + "</ul>\n")
+        moved = _changed_phases(p, base)
+        if not moved:
+            continue
+        top = max(before.p95_ns for _, before, _ in moved) or 1
+        w("<table class=\"data\"><thead><tr><th>phase</th><th class=\"num\">p50</th><th class=\"num\">projected p50"
+          "</th><th class=\"num\">p95</th><th class=\"num\">projected p95</th><th>measured / projected p50</th>"
+          "</tr></thead><tbody>\n")
+        for name, before, after in moved:
+            colour = "#c0392b" if name == "unattributed" else phase_colour(name)
+            w(f"<tr><td>{e(name)}</td><td class=\"num\">{e(format_seconds(before.p50_ns))}</td><td class=\"num\">"
+              f"{e(format_seconds(after.p50_ns))}</td><td class=\"num\">{e(format_seconds(before.p95_ns))}</td>"
+              f"<td class=\"num\">{e(format_seconds(after.p95_ns))}</td><td class=\"bars\"><div class=\"p95\" "
+              f"style=\"width:{before.p50_ns / top * 100:.1f}%;background:{colour}\"></div><div style=\"width:"
+              f"{after.p50_ns / top * 100:.1f}%;background:{colour}\"></div></td></tr>\n")
+        w("</tbody></table>\n")
+    w("</body></html>\n")

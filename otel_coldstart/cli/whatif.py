@@ -1,0 +1,79 @@
+"""``otel-coldstart whatif PATHS...``: the baseline p50/p95 start-up and, per lever, the
+projected p50/p95 with the saving and the assumptions in words (analyze/whatif.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..analyze import render_whatif
+from ..analyze.storage_floor import combine
+from ..analyze.whatif import ALL, LEVERS, Options, project
+from ._inputs import add_file_arguments, expand_paths, load_files, output, require_startups
+from .errors import EXIT_USAGE, EXIT_NO_STARTUP, CliError
+
+HELP = ("Projected p50/p95 start-up per lever (prewarm, serving-dtype, pinned, compile-cache, fewer-captures, "
+        "all), from the traces' own evidence, with the assumptions in words.")
+
+MAX_KEEP_SIZES = 4096
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("files", nargs="+", metavar="PATH",
+                        help="trace files or directories; a storage floor document (otel-coldstart floor --json) "
+                             "among them is the warm/cold read reference")
+    add_file_arguments(parser)
+    parser.add_argument("--lever", action="append", choices=LEVERS + (ALL,), default=None, metavar="NAME",
+                        help=f"a lever to project (repeatable): {', '.join(LEVERS)}, or {ALL} (every lever "
+                             "together, no second counted twice); default: every lever that applies, and all")
+    parser.add_argument("--keep-capture-sizes", metavar="N,N,...", default=None,
+                        help="fewer-captures: the CUDA graph batch sizes kept (default: powers of two up to the "
+                             "largest captured)")
+    parser.add_argument("--reference", action="append", default=[], metavar="PATH",
+                        help="trace files or directories whose start-ups the levers learn from (resident-read "
+                             "rates, pinned rates, cache-hit costs) without projecting them (repeatable)")
+    parser.add_argument("--format", choices=("text", "markdown", "json", "html"), default="text",
+                        help="report format (default %(default)s; json: schema otel-coldstart.whatif/1)")
+    parser.add_argument("--output", "-o", metavar="FILE", help="write the report here (never overwrites)")
+
+
+def parse_sizes(text: str | None) -> frozenset[int] | None:
+    if text is None:
+        return None
+    sizes = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit() or int(part) <= 0 or len(part) > 9:
+            raise CliError(f"--keep-capture-sizes: {part!r} is not a positive batch size "
+                           "(give e.g. --keep-capture-sizes 1,2,4,8)", EXIT_USAGE)
+        sizes.add(int(part))
+    if len(sizes) > MAX_KEEP_SIZES:
+        raise CliError(f"--keep-capture-sizes: more than {MAX_KEEP_SIZES} sizes", EXIT_USAGE)
+    return frozenset(sizes)
+
+
+def run(args: argparse.Namespace) -> int:
+    keep = parse_sizes(args.keep_capture_sizes)  # usage errors before anything is read
+    inputs = load_files(expand_paths(args.files), args)
+    results = require_startups(inputs, args.trace_id)
+    reference = load_files(expand_paths(args.reference), args) if args.reference else None
+    floors = [f for f in (inputs.floor, reference.floor if reference else None) if f is not None]
+    options = Options(floor=combine(floors), keep_capture_sizes=keep,
+                      reference=tuple(reference.startups) if reference else ())
+    try:
+        result = project(results, args.lever, options)
+    except ValueError as exc:  # every start-up given stopped before ready()
+        raise CliError(f"{', '.join(s['source'] for s in inputs.sources[:3])}: {exc}", EXIT_NO_STARTUP) from None
+    skipped = inputs.skipped + (reference.skipped if reference else [])
+    with output(args.output) as out:
+        if args.format == "json":
+            render_whatif.render_json(result, out, skipped)
+        elif args.format == "markdown":
+            render_whatif.render_markdown(result, out)
+        elif args.format == "html":
+            render_whatif.render_html(result, out, skipped)
+        else:
+            render_whatif.render_text(result, out)
+    if skipped:
+        print(f"otel-coldstart: warning: {len(skipped)} input(s) left out of this report", file=sys.stderr)
+    return inputs.exit_code(reference.exit_code() if reference else 0)
