@@ -5,6 +5,7 @@ the p95 start-up, so scale-out must trigger that long before the load arrives.""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Sequence
@@ -12,6 +13,7 @@ from typing import Sequence
 from .. import verdicts
 from .breakdown import Breakdown
 from .stats import percentile
+from .units import format_seconds
 
 DEFAULT_GROUP_KEYS = ("host.type",)
 UNKNOWN = "(not set)"
@@ -53,6 +55,34 @@ class GroupSummary:
 
     def lead_time_ns(self, provisioning_ns: int = 0) -> int:
         return provisioning_ns + self.total.p95_ns
+
+    def warm_pool(self, ramp_per_min: float, provisioning_ns: int = 0) -> "WarmPool":
+        return WarmPool(ramp_per_min, self.lead_time_ns(provisioning_ns), provisioning_ns, self.total.p95_ns)
+
+
+@dataclass(frozen=True)
+class WarmPool:
+    """Replicas to keep warm so that a demand ramp is served while a scale-out is still
+    starting: for the lead time (provisioning + p95 start-up) no new replica serves, and the
+    demand grows by ramp x lead time meanwhile."""
+
+    ramp_per_min: float
+    lead_time_ns: int
+    provisioning_ns: int
+    p95_ns: int
+
+    @property
+    def exact(self) -> float:
+        return self.ramp_per_min * self.lead_time_ns / 60e9
+
+    @property
+    def replicas(self) -> int:
+        return math.ceil(round(self.exact, 9))  # 3.0000000001 from float noise is 3
+
+    def arithmetic(self) -> str:
+        return (f"{self.ramp_per_min:g} replicas/min x ({format_seconds(self.provisioning_ns)} provisioning + "
+                f"{format_seconds(self.p95_ns)} p95 start-up) / 60 s = {self.exact:.2f} -> {self.replicas} "
+                "warm replica(s)")
 
 
 def _quantiles(values: Sequence[int]) -> Quantiles:

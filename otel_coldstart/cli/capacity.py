@@ -11,10 +11,12 @@ import json
 from ..analyze.capacity import DEFAULT_GROUP_KEYS, capacity_summary, known_keys
 from ..analyze.escape import markdown_text, terminal_text
 from ..analyze.units import format_seconds, parse_duration_ns
-from ._inputs import add_file_arguments, expand_paths, load_files, output, require_startups
+from ._inputs import add_file_arguments, check_number, expand_paths, load_files, output, require_startups
 from .errors import EXIT_USAGE, CliError
 
-HELP = "p50/p95 start-up per phase and per instance type over many traces, and the autoscaler lead time."
+HELP = ("p50/p95 start-up per phase and per instance type over many traces, the autoscaler lead time and, "
+        "for a demand ramp, the warm pool.")
+MAX_RAMP_PER_MIN = 1e6
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,6 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="resource attribute to group by (repeatable; default host.type)")
     parser.add_argument("--provisioning", default="0s", metavar="DURATION",
                         help="node provisioning time to add to the lead time, e.g. 90s")
+    parser.add_argument("--ramp", type=float, default=None, metavar="REPLICAS_PER_MIN",
+                        help="demand ramp in replicas per minute: adds the warm pool that covers the lead time")
     parser.add_argument("--format", choices=("text", "markdown", "json", "html"), default="text",
                         help="report format (default %(default)s)")
     parser.add_argument("--output", "-o", metavar="FILE", help="write the report here (never overwrites)")
@@ -34,11 +38,20 @@ def _lead(s, provisioning: int) -> str:
             f"{format_seconds(provisioning)} + p95 start-up): scale out at least this long before the load arrives")
 
 
+def _warm(s, provisioning: int, ramp: float | None) -> str | None:
+    if ramp is None:
+        return None
+    return (f"warm pool: {s.warm_pool(ramp, provisioning).arithmetic()}: for the lead time no new replica "
+            "serves, so the demand that arrives meanwhile needs replicas already warm")
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         provisioning = parse_duration_ns(args.provisioning)
     except ValueError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
+    if args.ramp is not None:
+        check_number(args.ramp, "--ramp", MAX_RAMP_PER_MIN)
     inputs = load_files(expand_paths(args.files), args)
     results = require_startups(inputs, args.trace_id)
     if args.by:
@@ -56,16 +69,25 @@ def run(args: argparse.Namespace) -> int:
                            "max_s": s.total.max_ns / 1e9},
                  "p95_caveat": s.p95_caveat, "dominant_phase": s.dominant_phase,
                  "phases": {name: {"p50_s": q.p50_ns / 1e9, "p95_s": q.p95_ns / 1e9} for name, q in s.phases.items()},
-                 "lead_time_s": s.lead_time_ns(provisioning) / 1e9} for s in summaries],
-                "skipped": inputs.skipped}, out, indent=2)
+                 "lead_time_s": s.lead_time_ns(provisioning) / 1e9,
+                 "warm_pool": _warm_doc(s, provisioning, args.ramp)} for s in summaries],
+                "ramp_replicas_per_min": args.ramp, "skipped": inputs.skipped}, out, indent=2)
             out.write("\n")
         elif args.format == "markdown":
-            _markdown(summaries, provisioning, out)
+            _markdown(summaries, provisioning, out, args.ramp)
         elif args.format == "html":
-            _html(summaries, provisioning, out)
+            _html(summaries, provisioning, out, args.ramp)
         else:
-            _text(summaries, provisioning, out)
+            _text(summaries, provisioning, out, args.ramp)
     return inputs.exit_code()
+
+
+def _warm_doc(s, provisioning: int, ramp: float | None) -> dict | None:
+    if ramp is None:
+        return None
+    pool = s.warm_pool(ramp, provisioning)
+    return {"replicas": pool.replicas, "exact": pool.exact, "lead_time_s": pool.lead_time_ns / 1e9,
+            "arithmetic": pool.arithmetic()}
 
 
 def _title(s) -> str:
@@ -76,7 +98,7 @@ def _top(s):
     return sorted(s.phases.items(), key=lambda kv: -kv[1].p95_ns)[:8]
 
 
-def _text(summaries, provisioning: int, out) -> None:
+def _text(summaries, provisioning: int, out, ramp: float | None = None) -> None:
     for s in summaries:
         out.write(f"{terminal_text(_title(s))}: n={s.count} start-up(s), {s.ready} ready; total p50 "
                   f"{format_seconds(s.total.p50_ns)}, p95 {format_seconds(s.total.p95_ns)}, "
@@ -89,13 +111,15 @@ def _text(summaries, provisioning: int, out) -> None:
             out.write(f"    {terminal_text(name):<18} p50 {format_seconds(q.p50_ns):>10}"
                       f"   p95 {format_seconds(q.p95_ns):>10}\n")
         out.write(f"    {_lead(s, provisioning)}\n")
+        if ramp is not None:
+            out.write(f"    {_warm(s, provisioning, ramp)}\n")
 
 
 def _md(text: object) -> str:
     return markdown_text(text)
 
 
-def _markdown(summaries, provisioning: int, out) -> None:
+def _markdown(summaries, provisioning: int, out, ramp: float | None = None) -> None:
     out.write("## Start-up capacity\n\n| group | n | ready | p50 | p95 | max | dominant phase | lead time |\n"
               "|---|---:|---:|---:|---:|---:|---|---:|\n")
     for s in summaries:
@@ -106,13 +130,17 @@ def _markdown(summaries, provisioning: int, out) -> None:
         out.write("\n\\* p95 of fewer than 20 start-ups: close to the slowest seen, not a percentile.\n")
     out.write(f"\nLead time = provisioning ({format_seconds(provisioning)}) + p95 start-up: scale out at least "
               "this long before the load arrives.\n")
+    if ramp is not None:
+        out.write(f"\nWarm pool for a ramp of {ramp:g} replicas/min (ramp x lead time / 60 s, rounded up):\n\n")
+        for s in summaries:
+            out.write(f"- {_md(_title(s))}: {_md(s.warm_pool(ramp, provisioning).arithmetic())}\n")
     for s in summaries:
         out.write(f"\n### {_md(_title(s))} (n={s.count})\n\n| phase | p50 | p95 |\n|---|---:|---:|\n")
         for name, q in _top(s):
             out.write(f"| {_md(name)} | {format_seconds(q.p50_ns)} | {format_seconds(q.p95_ns)} |\n")
 
 
-def _html(summaries, provisioning: int, out) -> None:
+def _html(summaries, provisioning: int, out, ramp: float | None = None) -> None:
     from ..analyze.render_html import CSP, STYLE
     from ..analyze.waterfall import phase_colour
 
@@ -125,6 +153,10 @@ def _html(summaries, provisioning: int, out) -> None:
                   f"{e(format_seconds(s.total.p50_ns))}, p95 {e(format_seconds(s.total.p95_ns))}, max "
                   f"{e(format_seconds(s.total.max_ns))}; dominant phase: {e(s.dominant_phase or 'none')}<br>"
                   f"{e(_lead(s, provisioning))}</p>\n")
+        if ramp is not None:
+            pool = s.warm_pool(ramp, provisioning)
+            out.write(f"<p class=\"warm-pool\" data-replicas=\"{pool.replicas}\"><b>{pool.replicas} warm "
+                      f"replica(s)</b> <span class=\"muted\">{e(_warm(s, provisioning, ramp))}</span></p>\n")
         if s.p95_caveat:
             out.write(f"<p class=\"partial\">caveat: {e(s.p95_caveat)}</p>\n")
         scale = max((q.p95_ns for _, q in _top(s)), default=1) or 1
