@@ -50,8 +50,10 @@ def default_cache_dir() -> str:
     return os.path.join(base, "otel-coldstart", f"demo-llama-{CHECKPOINT_VERSION}")
 
 
-def generate_checkpoint(directory: str, shape: LlamaShape = LlamaShape(), seed: int = 0) -> list[str]:
-    """Write ``shape`` as bf16 safetensors shards plus an HF ``model.safetensors.index.json``.
+def generate_checkpoint(directory: str, shape: LlamaShape = LlamaShape(), seed: int = 0,
+                        dtype: str = "bfloat16") -> list[str]:
+    """Write ``shape`` as safetensors shards of ``dtype`` (bf16 by default, as most checkpoints
+    on the Hub are) plus an HF ``model.safetensors.index.json``.
 
     Returns the shard paths. Skips the work when a complete checkpoint is already there.
     """
@@ -71,7 +73,7 @@ def generate_checkpoint(directory: str, shape: LlamaShape = LlamaShape(), seed: 
     total = 0
     for number, path in enumerate(paths):
         chunk = tensors[number * per_shard : (number + 1) * per_shard]
-        state = {name: torch.randn(dims, generator=generator).to(torch.bfloat16) for name, dims in chunk}
+        state = {name: torch.randn(dims, generator=generator).to(getattr(torch, dtype)) for name, dims in chunk}
         tmp = path + ".tmp"
         save_file(state, tmp, metadata={"format": "pt"})
         os.replace(tmp, path)
