@@ -9,11 +9,12 @@ start-up: one for one). Every other second stays as measured.
 
 The levers (docs/analysis.md, "What if"):
 
-- ``prewarm``: every checkpoint file read from storage costs what a resident file of the same
-  format cost in this start-up (bytes at that rate), else the storage floor's warm read(2)
-  rate, else the rate of the resident files of the other start-ups given; storage reads
-  hidden in copies and casts (mmap page faults) come off at the cold rate the start-up's own
-  file reads ran at (else the floor's cold rate), the copying itself stays.
+- ``prewarm``: every checkpoint file read from storage, for its whole time open (copies made
+  while it was open wait for storage too), costs what a resident file of the same format
+  cost in this start-up, else in the other start-ups given (the same loader), else its
+  storage bytes at the storage floor's warm read(2) rate; storage reads hidden in other
+  copies and casts (mmap page faults) come off at the cold rate the start-up's own file reads
+  ran at (else the floor's cold rate), the copying itself stays.
 - ``serving-dtype``: cast spans removed (the checkpoint saved in the dtype it is served in);
   a device copy that also casts stays (the copy is needed anyway); storage reads inside a
   cast stay (the bytes still have to come from storage on their first touch).
