@@ -32,7 +32,6 @@ import fcntl
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile

@@ -40,12 +40,12 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 from .. import semconv, verdicts
-from .breakdown import Breakdown
+from .breakdown import Breakdown, ShardRead
 from .capacity import MIN_FOR_P95
 from .model import Span
 from .stats import percentile
 from .storage_floor import StorageFloor
-from .units import format_bytes, format_rate, format_seconds
+from .units import format_rate, format_seconds
 
 PREWARM = "prewarm"
 SERVING_DTYPE = "serving-dtype"
@@ -227,43 +227,26 @@ def _int(span: Span, key: str) -> int | None:
     return verdicts.int_value(span.attributes.get(key))
 
 
-def _file_reads(b: Breakdown) -> list[Span]:
-    """The checkpoint file reads: deserialize spans that name a file (a torch.load inside
-    another read is not a file of its own)."""
-    return [s for s in b.spans if s.phase == semconv.PHASE_DESERIALIZE
-            and (isinstance(s.attributes.get(semconv.FILE_PATH), str) or _int(s, semconv.FILE_SIZE))]
+def _file_reads(b: Breakdown) -> list[tuple[Span, ShardRead]]:
+    """The checkpoint file reads: each deserialize span with its shard record (size, format,
+    storage bytes and cache verdict, as the breakdown read them)."""
+    shards = {(s.start_ns, s.path): s for s in b.shards}
+    found = []
+    for span in b.spans:
+        if span.phase == semconv.PHASE_DESERIALIZE:
+            shard = shards.get((span.start_ns, verdicts.str_value(span.attributes, semconv.FILE_PATH)))
+            if shard is not None and shard.size:
+                found.append((span, shard))
+    return found
 
 
-def _size(span: Span) -> int:
-    return _int(span, semconv.FILE_SIZE) or _int(span, semconv.BYTES) or 0
-
-
-def _storage_bytes(span: Span) -> int | None:
-    """Bytes of the file read from storage during the start-up (every thread), as the
-    breakdown reads them; None where the trace has no figure."""
-    figure = _int(span, semconv.CACHE_STORAGE_READ_BYTES)
-    if figure is not None or semconv.CACHE_STORAGE_READ_UNKNOWN in span.attributes:
-        return figure
-    return _int(span, semconv.IO_READ_BYTES)
-
-
-def _in_span_storage_bytes(span: Span) -> int:
-    """The part of them read while the file's own span ran (the rest was read by later work:
-    a copy or cast touching mapped pages, counted there)."""
-    total = _storage_bytes(span)
-    if total is None:
-        return _size(span) if _state(span) == semconv.CACHE_COLD else 0
+def _in_span_storage_bytes(span: Span, shard: ShardRead) -> int:
+    """The bytes of the file read from storage while its own span ran (the rest was read by
+    later work: a copy or cast touching mapped pages, counted there)."""
+    if shard.read_bytes is None:
+        return (shard.size or 0) if shard.state == semconv.CACHE_COLD else 0
     after = _int(span, semconv.CACHE_STORAGE_READ_AFTER_SPAN_BYTES) or 0
-    return max(0, min(total - after, _size(span) or total))
-
-
-def _state(span: Span) -> str | None:
-    return verdicts.shard_cache_state(verdicts.str_value(span.attributes, semconv.CACHE_STATE),
-                                      _storage_bytes(span), _size(span))
-
-
-def _format(span: Span) -> str | None:
-    return verdicts.str_value(span.attributes, semconv.FILE_FORMAT)
+    return max(0, min(shard.read_bytes - after, shard.size or shard.read_bytes))
 
 
 def _hidden_reads(b: Breakdown) -> list[tuple[Span, int]]:
@@ -289,10 +272,10 @@ def _warm_rates(results: Iterable[Breakdown]) -> dict[str | None, float]:
     size: dict[str | None, int] = defaultdict(int)
     time: dict[str | None, int] = defaultdict(int)
     for b in results:
-        for span in _file_reads(b):
-            if _state(span) == semconv.CACHE_WARM and _size(span):
-                size[_format(span)] += _size(span)
-                time[_format(span)] += span.duration_ns
+        for span, shard in _file_reads(b):
+            if shard.state == semconv.CACHE_WARM:
+                size[shard.format] += shard.size or 0
+                time[shard.format] += span.duration_ns
     return {fmt: rate for fmt in size if (rate := _rate(size[fmt], time[fmt]))}
 
 
@@ -301,9 +284,9 @@ def _cold_rate(results: Iterable[Breakdown]) -> float | None:
     bound on the storage time per byte)."""
     nbytes = ns = 0
     for b in results:
-        for span in _file_reads(b):
-            if verdicts.is_cold(_state(span)):
-                read = _in_span_storage_bytes(span)
+        for span, shard in _file_reads(b):
+            if shard.cold:
+                read = _in_span_storage_bytes(span, shard)
                 if read > 0:
                     nbytes += read
                     ns += span.duration_ns
@@ -391,7 +374,7 @@ def _storage_cold_rate(b: Breakdown, ev: _Evidence, said: _Assumptions) -> float
 
 def _prewarm(b: Breakdown, own: dict, ctx: _Concurrency, ev: _Evidence, said: _Assumptions) -> _LeverOutcome:
     out = _LeverOutcome()
-    cold = [s for s in _file_reads(b) if verdicts.is_cold(_state(s)) and _size(s)]
+    cold = [(span, shard) for span, shard in _file_reads(b) if shard.cold]
     hidden = _hidden_reads(b)
     if not cold and not hidden:
         return out
@@ -402,8 +385,8 @@ def _prewarm(b: Breakdown, own: dict, ctx: _Concurrency, ev: _Evidence, said: _A
         children[span.parent_id or ""].append(span)
     inside_files: set[str] = set()
     missing: set[str] = set()
-    for span in cold:
-        fmt = _format(span)
+    for span, shard in cold:
+        fmt = shard.format
         # The file's whole window: a loader that copies each tensor while the file is open
         # (vLLM: param.copy_(f.get_tensor(name)) inside safe_open) waits for storage in those
         # copies, so the copies are part of reading the file.
@@ -414,11 +397,11 @@ def _prewarm(b: Breakdown, own: dict, ctx: _Concurrency, ev: _Evidence, said: _A
             missing.add(fmt or "checkpoint")
             continue
         if not reads_only:  # a loader's rate over whole files: the same loader, the same work
-            ideal = int(_size(span) / rate * 1e9)
+            ideal = int((shard.size or 0) / rate * 1e9)
         else:
             # read(2)'s rate is per byte read: the bytes this read took from storage, now
             # from the page cache (a loader that maps the file reads only what it touches).
-            ideal = int(_in_span_storage_bytes(span) / rate * 1e9)
+            ideal = int(_in_span_storage_bytes(span, shard) / rate * 1e9)
             read_s = verdicts.number_value(span.attributes, semconv.TORCH_LOAD_STORAGE_READ_S)
             if read_s is not None:  # a pickle: the unpickling stays, only the reading is storage's
                 ideal += max(0, span.duration_ns - int(read_s * 1e9))

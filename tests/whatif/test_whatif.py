@@ -17,7 +17,6 @@ from otel_coldstart.analyze.whatif import ALL, Options, default_keep, project
 from otel_coldstart.cli import main
 
 MB = 1_000_000
-S = 1e9
 
 
 def _lever(result, name):
