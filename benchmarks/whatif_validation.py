@@ -11,8 +11,9 @@ of the counterfactual (both the root span, ``model.startup``, from process start
 | serving-dtype | a bf16 checkpoint cast to fp16 | the same tensors saved as fp16 | serving-dtype |
 | compile-cache | an empty Inductor cache (a new TORCHINDUCTOR_CACHE_DIR per run) | a warm one | compile-cache, learning the cost of a hit from one extra warm start-up (`--reference`) |
 
-The start-ups are benchmarks/_whatif_child.py: ``stage`` (read the shards and copy every
-tensor through a staging buffer, as a GPU loader does), ``cast`` (the demo's start-up), and
+The start-ups are benchmarks/_whatif_child.py: ``stage`` (each tensor copied while its file
+is open, as vLLM loads on a GPU, here through a staging buffer), ``cast`` (each tensor read
+converted to fp16, as loaders do per parameter), and
 ``compile`` (one torch.compile'd function called once). Sizes are chosen so that the lever
 moves the start-up by far more than this machine's noise: a projection that saved nothing
 would miss by more than the tolerance.

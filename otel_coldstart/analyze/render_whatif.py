@@ -73,68 +73,56 @@ def _changed_phases(p: Projection, base: Summary) -> list[tuple[str, Quantiles, 
     return sorted(moved, key=lambda r: (r[2].p50_ns - r[1].p50_ns, r[0]))
 
 
+def _table(w, header: Sequence[str], rows: Sequence[Sequence[str]], markdown: bool, widths: Sequence[int],
+           indent: str = "  ") -> None:
+    """One table, as Markdown or as aligned text (the first column left, the others right)."""
+    if markdown:
+        w("| " + " | ".join(header) + " |\n|---|" + "---:|" * (len(header) - 1) + "\n")
+        for row in rows:
+            w("| " + " | ".join(row) + " |\n")
+        return
+    for row in [header, *rows]:
+        line = indent + row[0].ljust(widths[0]) + "".join(c.rjust(n) for c, n in zip(row[1:], widths[1:]))
+        w(line.rstrip() + "\n")
+
+
 def render_text(result: WhatIf, out: TextIO, markdown: bool = False) -> None:
     e = markdown_text if markdown else terminal_text
     base = result.baseline
     w = out.write
-    if markdown:
-        w(f"## What if\n\n{base.n} start-up(s) that reached ready(): total p50 {format_seconds(base.total.p50_ns)}, "
-          f"p95 {format_seconds(base.total.p95_ns)}\n\n")
-        for note in result.notes:
-            w(f"> {e(note)}\n\n")
-        for line in result.left_out:
-            w(f"- left out: {e(line)}\n")
-        if result.left_out:
-            w("\n")
-        w("| baseline phase | p50 | p95 |\n|---|---:|---:|\n")
-        for name, q in _by_p95(base):
-            w(f"| {e(name)} | {format_seconds(q.p50_ns)} | {format_seconds(q.p95_ns)} |\n")
-        w("\n| lever | p50 | p95 | saving (p50) |\n|---|---:|---:|---:|\n")
-        w(f"| baseline | {format_seconds(base.total.p50_ns)} | {format_seconds(base.total.p95_ns)} | |\n")
-        for p in result.levers:
-            if p.summary is None:
-                w(f"| {e(p.lever)} | - | - | not estimated |\n")
-            else:
-                w(f"| {e(p.lever)} | {format_seconds(p.summary.total.p50_ns)} | "
-                  f"{format_seconds(p.summary.total.p95_ns)} | {_saving(p, base)} |\n")
-    else:
-        w(f"what if: {base.n} start-up(s) that reached ready(); total p50 {format_seconds(base.total.p50_ns)}, "
-          f"p95 {format_seconds(base.total.p95_ns)}\n")
-        for note in result.notes:
-            w(f"  note: {e(note)}\n")
-        for line in result.left_out:
-            w(f"  left out: {e(line)}\n")
-        w(f"\n  {'baseline phase':<18}{'p50':>10}{'p95':>10}\n")
-        for name, q in _by_p95(base):
-            w(f"  {e(name):<18}{format_seconds(q.p50_ns):>10}{format_seconds(q.p95_ns):>10}\n")
-        w(f"\n  {'lever':<16}{'p50':>10}{'p95':>10}  saving (p50)\n")
-        w(f"  {'baseline':<16}{format_seconds(base.total.p50_ns):>10}{format_seconds(base.total.p95_ns):>10}\n")
-        for p in result.levers:
-            if p.summary is None:
-                w(f"  {e(p.lever):<16}{'-':>10}{'-':>10}  not estimated\n")
-            else:
-                w(f"  {e(p.lever):<16}{format_seconds(p.summary.total.p50_ns):>10}"
-                  f"{format_seconds(p.summary.total.p95_ns):>10}  {_saving(p, base)}\n")
+    headline = (f"{base.n} start-up(s) that reached ready(): total p50 {format_seconds(base.total.p50_ns)}, "
+                f"p95 {format_seconds(base.total.p95_ns)}")
+    w(f"## What if\n\n{headline}\n\n" if markdown else f"what if: {headline}\n")
+    for note in result.notes:
+        w(f"> {e(note)}\n\n" if markdown else f"  note: {e(note)}\n")
+    for line in result.left_out:
+        w(f"- left out: {e(line)}\n" if markdown else f"  left out: {e(line)}\n")
+    w("\n" if result.left_out or not markdown else "")
+    _table(w, ["baseline phase", "p50", "p95"],
+           [[e(name), format_seconds(q.p50_ns), format_seconds(q.p95_ns)] for name, q in _by_p95(base)],
+           markdown, (18, 10, 10))
+    rows = [["baseline", format_seconds(base.total.p50_ns), format_seconds(base.total.p95_ns), ""]]
+    for p in result.levers:
+        if p.summary is None:
+            rows.append([e(p.lever), "-", "-", "not estimated"])
+        else:
+            rows.append([e(p.lever), format_seconds(p.summary.total.p50_ns), format_seconds(p.summary.total.p95_ns),
+                         _saving(p, base)])
+    w("\n")
+    _table(w, ["lever", "p50", "p95", "saving (p50)"], rows, markdown, (18, 10, 10, 16))
     for p in result.levers:
         w(f"\n### {e(p.lever)}\n\n" if markdown else f"\n{e(p.lever)}:\n")
         if p.summary is None:
-            w(f"{'' if markdown else '  '}not estimated: {e(p.not_estimated)}\n" + ("\n" if markdown else ""))
+            w(f"not estimated: {e(p.not_estimated)}\n\n" if markdown else f"  not estimated: {e(p.not_estimated)}\n")
         for sentence in p.assumptions:
             w(f"- {e(sentence)}\n" if markdown else f"  - {e(sentence)}\n")
         moved = _changed_phases(p, base)
-        if not moved:
-            continue
-        if markdown:
-            w("\n| phase | p50 | projected p50 | p95 | projected p95 |\n|---|---:|---:|---:|---:|\n")
-        else:
-            w(f"    {'phase':<18}{'p50':>10}{'-> p50':>11}{'p95':>11}{'-> p95':>11}\n")
-        for name, before, after in moved:
-            cells = (format_seconds(before.p50_ns), format_seconds(after.p50_ns), format_seconds(before.p95_ns),
-                     format_seconds(after.p95_ns))
-            if markdown:
-                w(f"| {e(name)} | " + " | ".join(cells) + " |\n")
-            else:
-                w(f"    {e(name):<18}{cells[0]:>10}{cells[1]:>11}{cells[2]:>11}{cells[3]:>11}\n")
+        if moved:
+            w("\n" if markdown else "")
+            _table(w, ["phase", "p50", "projected p50", "p95", "projected p95"],
+                   [[e(name), format_seconds(before.p50_ns), format_seconds(after.p50_ns),
+                     format_seconds(before.p95_ns), format_seconds(after.p95_ns)] for name, before, after in moved],
+                   markdown, (18, 10, 15, 10, 15), indent="    ")
 
 
 def render_markdown(result: WhatIf, out: TextIO) -> None:
