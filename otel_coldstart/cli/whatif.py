@@ -56,7 +56,9 @@ def run(args: argparse.Namespace) -> int:
     keep = parse_sizes(args.keep_capture_sizes)  # usage errors before anything is read
     inputs = load_files(expand_paths(args.files), args)
     results = require_startups(inputs, args.trace_id)
-    reference = load_files(expand_paths(args.reference), args) if args.reference else None
+    # --trace-id picks the start-ups to project, not the ones to learn from
+    reference = (load_files(expand_paths(args.reference), argparse.Namespace(**{**vars(args), "trace_id": None}))
+                 if args.reference else None)
     floors = [f for f in (inputs.floor, reference.floor if reference else None) if f is not None]
     options = Options(floor=combine(floors), keep_capture_sizes=keep,
                       reference=tuple(reference.startups) if reference else ())

@@ -443,3 +443,18 @@ def test_untrusted_phase_names_are_escaped(tmp_path, capsys):
     assert "<script>alert" not in page and "&lt;script&gt;" in page
     assert main(["whatif", path]) == 0
     assert "\x1b" not in capsys.readouterr().out
+
+
+def test_cli_reference_startups_teach_without_being_projected(tmp_path, capsys):
+    def pinned(r):
+        return [aggregate(r, semconv.PHASE_H2D, 0, 100, 20, 10, 500 * MB,
+                          **{semconv.COPY_PINNED_BYTES: 500 * MB, semconv.COPY_ASYNC_S: 0.2})]
+
+    cold = write_otlp(tmp_path / "pageable.jsonl", _startup(1000, _pageable, trace="aa" * 16))
+    reference = write_otlp(tmp_path / "pinned.jsonl", _startup(200, pinned, trace="bb" * 16))
+    # --trace-id chooses what is projected; the reference is learned from whatever its trace id
+    assert main(["whatif", cold, "--reference", reference, "--trace-id", "aaaa", "--lever", "pinned",
+                 "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["baseline"]["n"] == 1 and doc["levers"][0]["p50_s"] == pytest.approx(0.4, abs=0.002)
+    assert main(["whatif", cold, "--reference", str(tmp_path / "nope.jsonl")]) == 3
