@@ -1,4 +1,4 @@
-"""The what-if report (analyze/whatif.py) as text, Markdown, JSON or one self-contained HTML
+"""The what-if report (analyze/whatif/) as text, Markdown, JSON or one self-contained HTML
 page. Renderers write to a file object and compute nothing."""
 
 from __future__ import annotations

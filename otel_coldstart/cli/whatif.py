@@ -1,5 +1,5 @@
 """``otel-coldstart whatif PATHS...``: the baseline p50/p95 start-up and, per lever, the
-projected p50/p95 with the saving and the assumptions in words (analyze/whatif.py)."""
+projected p50/p95 with the saving and the assumptions in words (analyze/whatif/)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,293 @@
+"""What every what-if lever reads: the options, the evidence gathered from all the start-ups
+given (resident and cold read rates, the pinned copy rate, the cost of a compile-cache hit),
+each span's own time, how many threads ran beside it, and the cut and assumption records a
+lever returns."""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from ... import semconv, verdicts
+from ..breakdown import Breakdown, ShardRead
+from ..model import Span
+from ..storage_floor import StorageFloor
+from ..units import format_rate
+
+_NOT_FILE_READS = (semconv.PHASE_DESERIALIZE, semconv.PHASE_DOWNLOAD)
+COPY_PHASES = (semconv.PHASE_H2D, semconv.PHASE_D2H, semconv.PHASE_D2D, semconv.PHASE_H2H)
+
+
+@dataclass(frozen=True)
+class Options:
+    floor: StorageFloor | None = None
+    keep_capture_sizes: frozenset[int] | None = None  # None: powers of two up to the largest
+    reference: Sequence[Breakdown] = ()  # start-ups to learn from, not projected
+
+
+@dataclass
+class Cut:
+    """Time one lever takes out of one span."""
+
+    span_id: str
+    phase: str
+    ns: int
+    cap_ns: int  # the span's own time: no lever, alone or together, takes more
+    concurrency: float  # threads busy while the span ran, itself included (1: it alone)
+
+
+@dataclass
+class _Basis:
+    """One sentence of a lever's assumptions, with the figures of every start-up it covers."""
+
+    text: str  # "{rates}": the range of rates, "{n}": how many start-ups, "{s}": their plural
+    rates: list[float] = field(default_factory=list)
+    startups: set = field(default_factory=set)
+
+
+class Assumptions:
+    """A lever's assumptions, each sentence once, with the range of the figures it used."""
+
+    def __init__(self) -> None:
+        self._bases: dict[str, _Basis] = {}
+        self.startup = 0  # the start-up being projected (the count of "{n}" is of start-ups)
+
+    def add(self, key: str, text: str, rate: float | None = None) -> None:
+        basis = self._bases.setdefault(key, _Basis(text))
+        basis.startups.add(self.startup)
+        if rate is not None:
+            basis.rates.append(rate)
+
+    def sentences(self) -> list[str]:
+        out = []
+        for basis in self._bases.values():
+            rates = sorted(basis.rates)
+            if not rates:
+                shown = ""
+            elif rates[0] == rates[-1] or format_rate(rates[0]) == format_rate(rates[-1]):
+                shown = format_rate(rates[0])
+            else:
+                shown = f"{format_rate(rates[0])} to {format_rate(rates[-1])}"
+            # str.replace, not str.format: a sentence may quote a path from the input
+            n = len(basis.startups)
+            out.append(basis.text.replace("{rates}", shown).replace("{n}", str(n)).replace("{s}", "" if n == 1 else "s"))
+        return out
+
+
+@dataclass
+class Evidence:
+    floor: StorageFloor | None
+    keep: frozenset[int] | None
+    warm_rate_by_format: dict[str | None, float]  # resident files, all start-ups pooled
+    cold_rate: float | None  # in-span storage bytes over time of cold files, all pooled
+    pinned_rate: float | None
+    pinned_basis: str
+    hit_ns_by_frame: dict[str, int]
+
+
+def self_times(b: Breakdown) -> dict[str, int]:
+    """Each phased span's own time: its busy time less that of its phased children on the
+    same thread (as the breakdown counts it; a child under an unphased span between them
+    is not seen here, so the parent's own time may be over-counted, never a child's)."""
+    children: dict[str, int] = defaultdict(int)
+    by_id = {s.span_id: s for s in b.spans}
+    for span in b.spans:
+        parent = by_id.get(span.parent_id) if span.parent_id else None
+        if parent is not None and same_thread(parent, span):
+            children[parent.span_id] += span.busy_ns
+    return {s.span_id: max(0, s.busy_ns - children.get(s.span_id, 0)) for s in b.spans}
+
+
+def same_thread(a: Span, b: Span) -> bool:
+    return a.thread_id is None or b.thread_id is None or a.thread_id == b.thread_id
+
+
+class Concurrency:
+    """How many threads had phased work while a span ran: the span's own thread, plus each
+    other thread's share of the span's window its phased spans covered. A second saved in a
+    span that ran beside two other threads' work shortens the start-up by a third of it (the
+    others shrink alike, or still hold the start-up up)."""
+
+    def __init__(self, b: Breakdown) -> None:
+        by_thread: dict[int | None, list[tuple[int, int]]] = defaultdict(list)
+        for span in b.spans:
+            by_thread[span.thread_id].append((span.start_ns, span.end_ns))
+        self._threads = {thread: _merged(intervals) for thread, intervals in by_thread.items()}
+
+    def of(self, span: Span) -> float:
+        if len(self._threads) <= 1 or span.thread_id is None:
+            return 1.0
+        window = span.end_ns - span.start_ns
+        if window <= 0:
+            return 1.0
+        others = sum(_covered(intervals, span.start_ns, span.end_ns)
+                     for thread, intervals in self._threads.items() if thread not in (span.thread_id, None))
+        return 1.0 + others / window
+
+
+def _merged(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[list[int]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(a, b) for a, b in merged]
+
+
+def _covered(intervals: list[tuple[int, int]], start: int, end: int) -> int:
+    first = bisect.bisect_right(intervals, (start, start)) - 1
+    covered = 0
+    for a, b in intervals[max(0, first):]:
+        if a >= end:
+            break
+        covered += max(0, min(b, end) - max(a, start))
+    return covered
+
+
+def int_attr(span: Span, key: str) -> int | None:
+    return verdicts.int_value(span.attributes.get(key))
+
+
+def file_reads(b: Breakdown) -> list[tuple[Span, ShardRead]]:
+    """The checkpoint file reads: each deserialize span with its shard record (size, format,
+    storage bytes and cache verdict, as the breakdown read them)."""
+    shards = {(s.start_ns, s.path): s for s in b.shards}
+    found = []
+    for span in b.spans:
+        if span.phase == semconv.PHASE_DESERIALIZE:
+            shard = shards.get((span.start_ns, verdicts.str_value(span.attributes, semconv.FILE_PATH)))
+            if shard is not None and shard.size:
+                found.append((span, shard))
+    return found
+
+
+def in_span_storage_bytes(span: Span, shard: ShardRead) -> int:
+    """The bytes of the file read from storage while its own span ran (the rest was read by
+    later work: a copy or cast touching mapped pages, counted there)."""
+    if shard.read_bytes is None:
+        return (shard.size or 0) if shard.state == semconv.CACHE_COLD else 0
+    after = int_attr(span, semconv.CACHE_STORAGE_READ_AFTER_SPAN_BYTES) or 0
+    return max(0, min(shard.read_bytes - after, shard.size or shard.read_bytes))
+
+
+def hidden_reads(b: Breakdown) -> list[tuple[Span, int]]:
+    """Spans that are not file reads but read from storage (mmap page faults in a copy or
+    cast), with those bytes."""
+    found = []
+    parents = {s.parent_id for s in b.spans}
+    for span in b.spans:
+        if span.phase in _NOT_FILE_READS or span.span_id in parents:
+            continue  # a container's reads are its children's
+        read = int_attr(span, semconv.IO_READ_BYTES)
+        if read and read > 0:
+            found.append((span, read))
+    return found
+
+
+def _per_second(nbytes: int, ns: int) -> float | None:
+    return nbytes / (ns / 1e9) if nbytes > 0 and ns > 0 else None
+
+
+def warm_rates_by_format(results: Iterable[Breakdown]) -> dict[str | None, float]:
+    """Bytes per second of resident file reads, per file format."""
+    size: dict[str | None, int] = defaultdict(int)
+    time: dict[str | None, int] = defaultdict(int)
+    for b in results:
+        for span, shard in file_reads(b):
+            if shard.state == semconv.CACHE_WARM:
+                size[shard.format] += shard.size or 0
+                time[shard.format] += span.duration_ns
+    return {fmt: rate for fmt in size if (rate := _per_second(size[fmt], time[fmt]))}
+
+
+def storage_read_rate(results: Iterable[Breakdown]) -> float | None:
+    """Bytes from storage per second of the cold files' reads (their whole time: an upper
+    bound on the storage time per byte)."""
+    nbytes = ns = 0
+    for b in results:
+        for span, shard in file_reads(b):
+            if shard.cold:
+                read = in_span_storage_bytes(span, shard)
+                if read > 0:
+                    nbytes += read
+                    ns += span.duration_ns
+    return _per_second(nbytes, ns)
+
+
+def _copy_time_ns(span: Span) -> int:
+    """Time the bytes of a copy took: the device's time where the work was asynchronous."""
+    device = verdicts.number_value(span.attributes, semconv.COPY_ASYNC_S)
+    return int(device * 1e9) if device and device > 0 else span.busy_ns
+
+
+def _pinned_rate(results: Iterable[Breakdown]) -> tuple[float | None, str]:
+    nbytes = ns = 0
+    device = False
+    for b in results:
+        for span in b.spans:
+            if span.phase != semconv.PHASE_H2D:
+                continue
+            pinned = verdicts.positive_int(span.attributes, semconv.COPY_PINNED_BYTES)
+            pageable = verdicts.positive_int(span.attributes, semconv.COPY_PAGEABLE_BYTES)
+            if pinned and not pageable:
+                nbytes += pinned
+                ns += _copy_time_ns(span)
+                device = device or bool(verdicts.number_value(span.attributes, semconv.COPY_ASYNC_S))
+    basis = "device time of the pinned copies" if device else "host time of the pinned copies"
+    return _per_second(nbytes, ns), basis
+
+
+def _compile_hits(results: Iterable[Breakdown]) -> dict[str, int]:
+    """Per compiled frame, the own time of its fastest compilation that only hit the cache."""
+    best: dict[str, int] = {}
+    for b in results:
+        own = None
+        for span in b.spans:
+            if span.phase != semconv.PHASE_COMPILE:
+                continue
+            frame = verdicts.str_value(span.attributes, semconv.COMPILE_FRAME)
+            hits, misses = int_attr(span, semconv.COMPILE_CACHE_HITS), int_attr(span, semconv.COMPILE_CACHE_MISSES)
+            if frame is None or not hits or misses != 0:
+                continue
+            own = own if own is not None else self_times(b)
+            ns = own.get(span.span_id, span.busy_ns)
+            best[frame] = min(ns, best.get(frame, ns))
+    return best
+
+
+def gather(results: Sequence[Breakdown], options: Options) -> Evidence:
+    everything = list(results) + list(options.reference)
+    pinned_rate, pinned_basis = _pinned_rate(everything)
+    return Evidence(options.floor, options.keep_capture_sizes, warm_rates_by_format(everything), storage_read_rate(everything),
+                     pinned_rate, pinned_basis, _compile_hits(everything))
+
+
+# --- the levers: one start-up in, cuts out ------------------------------------------------
+
+
+@dataclass
+class LeverOutcome:
+    cuts: list[Cut] = field(default_factory=list)
+    applies: bool = False  # the start-up has what the lever acts on
+    unknown: str | None = None  # why (part of) it could not be estimated for this start-up
+
+
+def hidden_read_rate(b: Breakdown, ev: Evidence, said: Assumptions) -> float | None:
+    own = storage_read_rate([b])
+    if own:
+        said.add("cold-own", "storage reads inside copies and casts (mmap page faults) come off at the cold "
+                             "rate of the start-up's own file reads ({rates}); the copy or cast itself stays", own)
+        return own
+    if ev.floor and ev.floor.cold_bytes_per_s:
+        said.add("cold-floor", "storage reads inside copies and casts (mmap page faults) come off at the "
+                               "storage floor's cold read(2) rate ({rates}); the copy or cast itself stays",
+                 ev.floor.cold_bytes_per_s)
+        return ev.floor.cold_bytes_per_s
+    if ev.cold_rate:
+        said.add("cold-pooled", "storage reads inside copies and casts (mmap page faults) come off at the cold "
+                                "rate of the other start-ups' file reads ({rates}); the copy or cast itself stays", ev.cold_rate)
+        return ev.cold_rate
+    return None
