@@ -175,7 +175,8 @@ def test_pinned_without_pinned_copies_to_learn_from_says_so():
 def test_pinned_copies_pageable_bytes_at_the_pinned_rate_measured_in_the_input():
     def pinned(r):  # another start-up: 500 MB pinned, 0.2 s of device time (2.5 GB/s)
         return [aggregate(r, semconv.PHASE_H2D, 0, 100, 20, 10, 500 * MB,
-                          **{semconv.COPY_PINNED_BYTES: 500 * MB, semconv.COPY_ASYNC_S: 0.2})]
+                          **{semconv.COPY_PINNED_BYTES: 500 * MB, semconv.COPY_ASYNC_S: 0.2,
+                             semconv.THROUGHPUT: 500 * MB / 0.2})]
 
     spans = _startup(1000, _pageable, trace="aa" * 16) + _startup(200, pinned, trace="bb" * 16)
     result = project(breakdowns(spans), ["pinned"])
@@ -448,7 +449,8 @@ def test_untrusted_phase_names_are_escaped(tmp_path, capsys):
 def test_cli_reference_startups_teach_without_being_projected(tmp_path, capsys):
     def pinned(r):
         return [aggregate(r, semconv.PHASE_H2D, 0, 100, 20, 10, 500 * MB,
-                          **{semconv.COPY_PINNED_BYTES: 500 * MB, semconv.COPY_ASYNC_S: 0.2})]
+                          **{semconv.COPY_PINNED_BYTES: 500 * MB, semconv.COPY_ASYNC_S: 0.2,
+                             semconv.THROUGHPUT: 500 * MB / 0.2})]
 
     cold = write_otlp(tmp_path / "pageable.jsonl", _startup(1000, _pageable, trace="aa" * 16))
     reference = write_otlp(tmp_path / "pinned.jsonl", _startup(200, pinned, trace="bb" * 16))

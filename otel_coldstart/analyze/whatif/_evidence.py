@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from ... import semconv, verdicts
-from ..breakdown import Breakdown, ShardRead
+from ..breakdown import Breakdown, ShardRead, bandwidth_sample
 from ..model import Span
 from ..storage_floor import StorageFloor
 from ..units import format_rate
@@ -217,13 +217,10 @@ def storage_read_rate(results: Iterable[Breakdown]) -> float | None:
     return _per_second(nbytes, ns)
 
 
-def _copy_time_ns(span: Span) -> int:
-    """Time the bytes of a copy took: the device's time where the work was asynchronous."""
-    device = verdicts.number_value(span.attributes, semconv.COPY_ASYNC_S)
-    return int(device * 1e9) if device and device > 0 else span.busy_ns
-
-
 def _pinned_rate(results: Iterable[Breakdown]) -> tuple[float | None, str]:
+    """Bytes per second of the host-to-device copies that moved only pinned bytes: over their
+    device time where the plugin resolved it, their host time where they were synchronous
+    (``bandwidth_sample``: queued copies without device time say nothing of a rate)."""
     nbytes = ns = 0
     device = False
     for b in results:
@@ -232,10 +229,11 @@ def _pinned_rate(results: Iterable[Breakdown]) -> tuple[float | None, str]:
                 continue
             pinned = verdicts.positive_int(span.attributes, semconv.COPY_PINNED_BYTES)
             pageable = verdicts.positive_int(span.attributes, semconv.COPY_PAGEABLE_BYTES)
-            if pinned and not pageable:
-                nbytes += pinned
-                ns += _copy_time_ns(span)
-                device = device or bool(verdicts.number_value(span.attributes, semconv.COPY_ASYNC_S))
+            sample = bandwidth_sample(span) if pinned and not pageable else None
+            if sample is not None:
+                nbytes += sample[0]
+                ns += sample[1]
+                device = device or semconv.COPY_ASYNC_S in span.attributes
     basis = "device time of the pinned copies" if device else "host time of the pinned copies"
     return _per_second(nbytes, ns), basis
 

@@ -1,8 +1,8 @@
 """``pinned``: host-to-device copies from pinned memory.
 
-Pageable host-to-device bytes at the pinned rate measured in the input (pinned-only copies:
-their bytes over their device time where asynchronous, else their busy time), one copy after
-another; in a copy that moved both, the pageable share of its time by bytes; storage reads
+Pageable host-to-device bytes at the pinned rate measured in the input (pinned-only copies,
+timed as the breakdown times a bandwidth: device time where resolved, host time for
+synchronous copies), one copy after another; in a copy that moved both, the pageable share of its time by bytes; storage reads
 inside a copy are not the copy and stay. Not estimated without a pinned copy to learn from
 (the storage floor measures reads, not copies).
 """
