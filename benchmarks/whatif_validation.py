@@ -7,9 +7,9 @@ of the counterfactual (both the root span, ``model.startup``, from process start
 
 | case | baseline (A) | counterfactual (B) | lever |
 |---|---|---|---|
-| prewarm | every checkpoint file evicted (fsync + POSIX_FADV_DONTNEED) | every file resident | prewarm, with the storage floor of the same files (`otel-coldstart floor --json`) and one extra resident start-up (`--reference`: the loader's own rate for a resident file; the floor-only projection is recorded beside it) |
+| prewarm | every checkpoint file evicted (fsync + POSIX_FADV_DONTNEED) | every file resident | prewarm, with the storage floor of the same files (`otel-coldstart floor --json`) and resident start-ups that are not measured, one every other round (`--reference`: the loader's own rate for a resident file; the floor-only projection is recorded beside it) |
 | serving-dtype | a bf16 checkpoint cast to fp16 | the same tensors saved as fp16 | serving-dtype |
-| compile-cache | an empty Inductor cache (a new TORCHINDUCTOR_CACHE_DIR per run) | a warm one | compile-cache, learning the cost of a hit from one extra warm start-up (`--reference`) |
+| compile-cache | an empty Inductor cache (a new TORCHINDUCTOR_CACHE_DIR per run) | a warm one | compile-cache, learning the cost of a hit from warm start-ups that are not measured, one every other round (`--reference`) |
 
 The start-ups are benchmarks/_whatif_child.py: ``stage`` (each tensor copied while its file
 is open, as vLLM loads on a GPU, here through a staging buffer), ``cast`` (each tensor read
@@ -149,13 +149,16 @@ def cli(*args: str) -> dict:
     return json.loads(completed.stdout)
 
 
-def interleaved(runs: int, sides: dict) -> None:
+def interleaved(runs: int, sides: dict, every_other_round=None) -> None:
     """``sides``: name -> callable running one start-up. A B, B A, A B, ...: both sides see
-    the same drift of the machine."""
+    the same drift of the machine; ``every_other_round`` (a reference start-up) after the
+    first round's pair, the third's, ..."""
     names = list(sides)
     for number in range(runs):
         for name in (names if number % 2 == 0 else names[::-1]):
             sides[name]()
+        if every_other_round is not None and number % 2 == 0:
+            every_other_round()
 
 
 def _startups(directory: str) -> list:
@@ -217,11 +220,10 @@ def prewarm(work: str, runs: int, smoke: bool = False, root: str | None = None) 
         json.dump(measured.to_json(), handle)
     cold_dir, warm_dir = os.path.join(work, "evicted"), os.path.join(work, "resident")
     # This loader copies every tensor while its file is open: read(2)'s warm rate knows
-    # nothing of that copying. One resident start-up before the pairs (not one of the
-    # measured ones) gives the loader's own rate for a resident file (--reference).
+    # nothing of that copying. Resident start-ups that are not among the measured ones give
+    # the loader's own rate for a resident file (--reference): one every other round, so
+    # that a busy moment does not set the rate alone.
     reference_dir = os.path.join(work, "reference")
-    floor.read_files(paths)
-    start_up(["stage", directory], reference_dir)
 
     def evicted() -> None:
         accepted, resident = floor.evict(paths)
@@ -229,11 +231,11 @@ def prewarm(work: str, runs: int, smoke: bool = False, root: str | None = None) 
             raise RuntimeError(f"the OS kept the checkpoint in the page cache ({resident}): no cold start-up here")
         start_up(["stage", directory], cold_dir)
 
-    def resident() -> None:
+    def resident(output: str = warm_dir) -> None:
         floor.read_files(paths)
-        start_up(["stage", directory], warm_dir)
+        start_up(["stage", directory], output)
 
-    interleaved(runs, {"evicted": evicted, "resident": resident})
+    interleaved(runs, {"evicted": evicted, "resident": resident}, lambda: resident(reference_dir))
     floor_only = cli("whatif", cold_dir, floor_json, "--lever", "prewarm")["levers"][0]
     result.floor_only_p50_s = floor_only["p50_s"]
     return _project(result, cold_dir, warm_dir, floor_json, "--reference", reference_dir)
@@ -265,15 +267,14 @@ def compile_cache(work: str, runs: int, smoke: bool = False, root: str | None = 
         return result
     warm_cache = os.path.join(work, "inductor-warm")
     empty_dir, warm_dir, reference_dir = (os.path.join(work, n) for n in ("empty-cache", "warm-cache", "reference"))
-    # Prime the warm cache, then one start-up on it as the reference the cost of a hit is
-    # learned from (not one of the measured ones).
+    # Prime the warm cache; the cost of a hit is learned from warm start-ups that are not
+    # measured (--reference), one every other round.
     priming = os.path.join(work, "priming")
     start_up(["compile"], priming, {"TORCHINDUCTOR_CACHE_DIR": warm_cache})
     missing = _provenance_missing(priming)
     if missing:
         result.skipped = missing
         return result
-    start_up(["compile"], reference_dir, {"TORCHINDUCTOR_CACHE_DIR": warm_cache})
     counter = iter(range(runs))
 
     def empty() -> None:
@@ -281,10 +282,10 @@ def compile_cache(work: str, runs: int, smoke: bool = False, root: str | None = 
         shutil.rmtree(cache, ignore_errors=True)
         start_up(["compile"], empty_dir, {"TORCHINDUCTOR_CACHE_DIR": cache})
 
-    def warm() -> None:
-        start_up(["compile"], warm_dir, {"TORCHINDUCTOR_CACHE_DIR": warm_cache})
+    def warm(output: str = warm_dir) -> None:
+        start_up(["compile"], output, {"TORCHINDUCTOR_CACHE_DIR": warm_cache})
 
-    interleaved(runs, {"empty cache": empty, "warm cache": warm})
+    interleaved(runs, {"empty cache": empty, "warm cache": warm}, lambda: warm(reference_dir))
     return _project(result, empty_dir, warm_dir, "--reference", reference_dir)
 
 
