@@ -7,13 +7,13 @@ of the counterfactual (both the root span, ``model.startup``, from process start
 
 | case | baseline (A) | counterfactual (B) | lever |
 |---|---|---|---|
-| prewarm | every checkpoint file evicted (fsync + POSIX_FADV_DONTNEED) | every file resident | prewarm, with the storage floor of the same files (`otel-coldstart floor --json`) and resident start-ups that are not measured, one every other round (`--reference`: the loader's own rate for a resident file; the floor-only projection is recorded beside it) |
+| prewarm | every checkpoint file evicted (fsync + POSIX_FADV_DONTNEED), every page touched while the file is open | every file resident | prewarm, with the storage floor of the same files (`otel-coldstart floor --json`) and resident start-ups that are not measured, one every other round (`--reference`: the loader's own rate for a resident file; the floor-only projection is recorded beside it) |
 | serving-dtype | a bf16 checkpoint cast to fp16 | the same tensors saved as fp16 | serving-dtype |
 | compile-cache | an empty Inductor cache (a new TORCHINDUCTOR_CACHE_DIR per run) | a warm one | compile-cache, learning the cost of a hit from warm start-ups that are not measured, one every other round (`--reference`) |
 
-The start-ups are benchmarks/_whatif_child.py: ``stage`` (each tensor copied while its file
-is open, as vLLM loads on a GPU, here through a staging buffer), ``cast`` (each tensor read
-converted to fp16, as loaders do per parameter), and
+The start-ups are benchmarks/_whatif_child.py: ``touch`` (every tensor read, every page of it
+touched while its file is open), ``cast`` (each tensor read converted to fp16, as loaders do
+per parameter), and
 ``compile`` (one torch.compile'd function called once). Sizes are chosen so that the lever
 moves the start-up by far more than this machine's noise: a projection that saved nothing
 would miss by more than the tolerance.
@@ -219,21 +219,21 @@ def prewarm(work: str, runs: int, smoke: bool = False, root: str | None = None) 
     with open(floor_json, "w", encoding="utf-8") as handle:
         json.dump(measured.to_json(), handle)
     cold_dir, warm_dir = os.path.join(work, "evicted"), os.path.join(work, "resident")
-    # This loader copies every tensor while its file is open: read(2)'s warm rate knows
-    # nothing of that copying. Resident start-ups that are not among the measured ones give
-    # the loader's own rate for a resident file (--reference): one every other round, so
-    # that a busy moment does not set the rate alone.
+    # This loader maps the files and touches their pages: read(2)'s warm rate knows nothing of
+    # that. Resident start-ups that are not among the measured ones give the loader's own rate
+    # for a resident file (--reference): one every other round, so that a busy moment does not
+    # set the rate alone.
     reference_dir = os.path.join(work, "reference")
 
     def evicted() -> None:
         accepted, resident = floor.evict(paths)
         if not accepted or (resident is not None and resident > 0.05):
             raise RuntimeError(f"the OS kept the checkpoint in the page cache ({resident}): no cold start-up here")
-        start_up(["stage", directory], cold_dir)
+        start_up(["touch", directory], cold_dir)
 
     def resident(output: str = warm_dir) -> None:
         floor.read_files(paths)
-        start_up(["stage", directory], output)
+        start_up(["touch", directory], output)
 
     interleaved(runs, {"evicted": evicted, "resident": resident}, lambda: resident(reference_dir))
     floor_only = cli("whatif", cold_dir, floor_json, "--lever", "prewarm")["levers"][0]
