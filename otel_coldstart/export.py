@@ -128,9 +128,14 @@ def _sdk_file_exporter_class():
 
 
 def default_trace_path(output_dir: str | None = None) -> str:
+    """A new trace file's path: the UTC time, the pid and the nanoseconds, so that two
+    start-ups of one process (uninstrument() then instrument() within a second), or of two
+    processes, never share a name. The file is still created exclusively (never overwritten)."""
     directory = output_dir or os.environ.get("OTEL_COLDSTART_OUTPUT_DIR") or DEFAULT_OUTPUT_DIR
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    return os.path.abspath(os.path.join(directory, f"startup-{stamp}-{os.getpid()}{FILE_SUFFIX}"))
+    now_ns = time.time_ns()
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now_ns // 1_000_000_000))
+    name = f"startup-{stamp}.{now_ns % 1_000_000_000:09d}Z-{os.getpid()}{FILE_SUFFIX}"
+    return os.path.abspath(os.path.join(directory, name))
 
 
 def otlp_endpoint_configured(signal: str = "traces") -> bool:
@@ -365,9 +370,73 @@ def flush(setup: ExportSetup, timeout_s: float, *, wait: bool = True) -> None:
         run_bounded(lambda: force_flush(millis), timeout_s if wait else 0.0)
 
 
-def finish(setup: ExportSetup, timeout_s: float) -> None:
-    """The exit: flush, and shut down the provider if we made it. Blocks up to ~timeout_s."""
-    flush(setup, timeout_s)
+def finish(setup: ExportSetup, timeout_s: float) -> bool:
+    """The end of what we export: flush, and shut down the provider if we made it. Blocks up
+    to ~timeout_s. True when the flush was confirmed within it (every batch our own provider
+    exported was accepted; an SDK provider's flush returned True in time)."""
+    outcome: list = []
+    force_flush = getattr(setup.provider, "force_flush", None)
+    if force_flush is not None:
+        millis = int(max(timeout_s, 0.001) * 1000)
+        run_bounded(lambda: outcome.append(force_flush(millis)), timeout_s)
+    confirmed = bool(outcome) and outcome[0] is not False
     shutdown = getattr(setup.provider, "shutdown", None)
     if setup.owned and shutdown is not None:
         run_bounded(shutdown, timeout_s)
+    return confirmed
+
+
+def write_records(path: str, kept: Sequence, resource: dict) -> bool:
+    """Write spans the session kept (session._Kept) to ``path`` as one OTLP JSON line: the
+    fallback when the configured exporter did not take them. False if it could not."""
+    from . import __version__
+    from .own_tracing import OwnResource, OwnScope
+
+    own_resource = OwnResource(resource)
+    scope = OwnScope("otel_coldstart", __version__, None, None)
+    return OtlpJsonFile(path).export([_KeptSpan(k, own_resource, scope) for k in kept])
+
+
+class _KeptSpan:
+    """A kept span as the OTLP JSON encoder reads a finished span."""
+
+    __slots__ = ("name", "start_time", "end_time", "attributes", "resource", "instrumentation_scope", "parent",
+                 "_context", "status")
+    kind = trace.SpanKind.INTERNAL
+    events = ()
+    links = ()
+    dropped_attributes = dropped_events = dropped_links = 0
+
+    def __init__(self, kept, resource, scope) -> None:
+        from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
+
+        self.name = kept.name
+        self.start_time = kept.start_ns
+        self.end_time = kept.end_ns
+        self.attributes = kept.attributes
+        self.resource = resource
+        self.instrumentation_scope = scope
+        flags = TraceFlags(TraceFlags.SAMPLED)
+        self._context = SpanContext(kept.trace_id, kept.span_id, False, flags)
+        self.parent = SpanContext(kept.trace_id, kept.parent_id, False, flags) if kept.parent_id else None
+        self.status = Status(StatusCode.ERROR) if kept.status == "error" else Status(StatusCode.UNSET)
+
+    @property
+    def context(self):
+        return self._context
+
+    def get_span_context(self):
+        return self._context
+
+
+def skip_sdk_exit_shutdown(*providers) -> None:
+    """Take SDK providers' own exit-time ``shutdown`` off the ``atexit`` list (they register
+    their bound ``shutdown``; ``atexit.unregister`` compares equal bound methods): after our
+    flush ran past the deadline, their shutdown would export the same batch again and hold
+    the exit for the exporters' own retry budget (10 s each for traces and metrics)."""
+    import atexit
+
+    for provider in providers:
+        shutdown = getattr(provider, "shutdown", None)
+        if shutdown is not None:
+            atexit.unregister(shutdown)

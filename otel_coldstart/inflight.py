@@ -9,19 +9,20 @@ written. This module keeps it written, at a cost the host cannot see:
   span opened, a span ended, a file read began (per phase and per shard, never per tensor;
   one dict operation under a lock each). The bytes a ``safe_open`` handle has read are the
   counter its file read already keeps; the board only holds a reference to it.
-- **One daemon thread per start-up** (``otel-coldstart-inflight``) that wakes every
-  ``progress_interval_s`` (default 5 s; more often only when a short ``stall_after_s``
-  asks for it) and, from the board:
+- **One daemon thread per start-up** (``otel-coldstart-inflight``) that looks at the board
+  four times a second (a dict read; nothing on the host's threads) and, from it:
 
   * writes a **progress record**: a zero-length ``coldstart.progress`` span under the
     still-open root, with the root's start and attributes, the open spans (id, parent,
-    name, phase, start, file), the running phase, bytes loaded and expected. In the
-    embedded file mode the tracer provider is flushed right after it, so the file holds
-    every finished span and the latest record within one interval; over OTLP it leaves
-    with the batch processor's next export. ``otel-coldstart analyze`` rebuilds a killed
-    start-up from the last record (analyze/interrupted.py). The interval stretches to 2%
-    of the elapsed time on long start-ups, so a start-up writes ~50 records in its first
-    4 minutes and a few hundred in a day at most;
+    name, phase, start, file), the running phase, bytes loaded and expected. The first is
+    written at once (the start-up is on disk from ``instrument()`` on); then one follows
+    each change (a span of ours opened or ended) at most every ``CHANGE_GAP_S`` (0.25 s,
+    stretching to 5% of the elapsed time), and one every ``progress_interval_s`` (default
+    5 s, stretching to 2%) while nothing changes, as a last sign of life. Our own provider
+    is flushed right after each record (waited for in the embedded file mode; over OTLP
+    it leaves on a thread of ours), so every finished span and the latest record are on
+    disk within about a second. ``otel-coldstart analyze`` rebuilds a killed start-up from
+    the last record (analyze/interrupted.py);
   * runs the **stall watchdog**: when nothing progressed (no span opened or ended, no
     checkpoint bytes loaded, no bytes read from storage by the process) for
     ``stall_after_s`` (default 120 s), it records the Python stacks of all threads once per
@@ -47,6 +48,7 @@ from typing import Any, Callable
 
 from . import semconv
 from ._errors import logger, report_internal_error
+from .verdicts import running_work
 
 DEFAULT_PROGRESS_INTERVAL_S = 5.0
 DEFAULT_STALL_AFTER_S = 120.0  # minutes-long loads have quiet stretches; two minutes is not one
@@ -60,6 +62,11 @@ STACKS_MAX_CHARS = 8192  # all threads' stacks in one stall event
 FRAMES_PER_THREAD = 12
 MIN_TICK_S = 0.05
 STRETCH = 50  # the record interval is at least elapsed / STRETCH
+# After a change (a span of ours opened or ended), a record follows within this, stretching
+# to elapsed / CHANGE_STRETCH: a process killed half a second in still names where it was,
+# and a busy four-minute start-up writes about a hundred records (~200 KiB), not thousands.
+CHANGE_GAP_S = 0.25
+CHANGE_STRETCH = 20
 UNATTRIBUTED = "unattributed"  # the running phase when no span of ours is open
 
 _FILE_ATTRIBUTES = (semconv.FILE_PATH, semconv.FILE_SIZE, semconv.FILE_FORMAT, semconv.SHARD_INDEX,
@@ -122,6 +129,7 @@ class Snapshot:
     bytes_expected: int | None
     opened: int
     done: int
+    expected_source: str | None = None  # semconv.EXPECTED_FROM_*: what bytes_expected is made of
 
 
 class ProgressBoard:
@@ -136,13 +144,12 @@ class ProgressBoard:
         self._flush = flush
         self._lock = threading.Lock()
         self._open: dict[int, _Open] = {}
-        self._done_early: set[int] = set()  # spans counted done before they were written
         self._opened = 0
         self._done = 0
         self._last_end_ns = session.start_ns
         self._loaded: dict[str, int] = {}  # file path -> bytes read by its finished reads
         self._sizes: dict[str, int] = {}  # file path -> size, every checkpoint file seen
-        self._index_totals: dict[str, int | None] = {}  # directory -> its index's total_size
+        self._index_totals: dict[str, int | None] = {}  # directory -> what its index expects
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.stopped = False
@@ -154,6 +161,8 @@ class ProgressBoard:
         self._stalled = False
         self.stalls = 0
         self._next_record_ns = 0
+        self._last_record_ns = 0
+        self._recorded_changes = -1  # the opened+done count the latest record saw
 
     # --- hooks (host threads: one dict operation each, never raise) ------------------------
 
@@ -169,14 +178,11 @@ class ProgressBoard:
             report_internal_error("inflight span opened")
 
     def span_done(self, span_id: int, name: str, attributes) -> None:
-        if name == semconv.SPAN_ROOT:
+        if name in _NOT_WORK:
             return
         try:
             end = time.time_ns()
             with self._lock:
-                if span_id in self._done_early:  # counted when its work ended (span_work_done)
-                    self._done_early.discard(span_id)
-                    return
                 self._open.pop(span_id, None)
                 self._done += 1
                 self._last_end_ns = end
@@ -187,16 +193,6 @@ class ProgressBoard:
                         self._loaded[path] = max(self._loaded.get(path, 0), nbytes)
         except Exception:
             report_internal_error("inflight span done")
-
-    def span_work_done(self, span_id: int, name: str, attributes) -> None:
-        """A span whose work has ended but that is written later (a file span waiting for
-        its storage figure until the end of the start-up): done for progress now, once."""
-        self.span_done(span_id, name, attributes)
-        try:
-            with self._lock:
-                self._done_early.add(span_id)
-        except Exception:
-            report_internal_error("inflight span work done")
 
     def file_read_opened(self, read) -> None:
         """A checkpoint file read began: its ``bytes`` counter shows progress inside the file."""
@@ -227,37 +223,47 @@ class ProgressBoard:
             live = getattr(entry.file_read, "bytes", 0) if entry.file_read is not None else 0
             if isinstance(path, str) and isinstance(live, int) and live > loaded.get(path, 0):
                 loaded[path] = live
-        running = _running(entries)
+        running = running_work(entries, threading.main_thread().ident)
         if running is not None:
             phase, since = running.phase or UNATTRIBUTED, running.start_ns
         else:
             phase, since = UNATTRIBUTED, last_end
         start = self.session.start_ns
+        expected, source = self._expected(sizes)
         return Snapshot(now, max(0, now - start) / 1e9, phase, max(0, now - since) / 1e9, running, tuple(entries),
-                        sum(loaded.values()), self._expected(sizes), opened, done)
+                        sum(loaded.values()), expected, opened, done, source)
 
-    def _expected(self, sizes: dict[str, int]) -> int | None:
-        """The index files' ``total_size`` for directories that have one, plus the sizes of
-        the files seen in directories that do not. Index files are read once, on the
-        monitor thread (or at a scrape), never on the host's."""
+    def _expected(self, sizes: dict[str, int]) -> tuple[int | None, str | None]:
+        """(bytes expected, what they are made of): for each directory of a file seen, what
+        its checkpoint index expects (``total_size``, else the sizes of the files it names);
+        where a directory has no index, the sizes of the files opened so far there. Index
+        files are read once, on the monitor thread (or at a scrape), never on the host's."""
         if not sizes:
-            return None
+            return None, None
         by_directory: dict[str, list[int]] = {}
         for path, size in sizes.items():
             by_directory.setdefault(os.path.dirname(path), []).append(size)
         total = 0
+        sources = set()
         for directory, file_sizes in by_directory.items():
             if directory not in self._index_totals:
-                self._index_totals[directory] = index_total_size(directory)
+                self._index_totals[directory] = index_expected_bytes(directory)
             indexed = self._index_totals[directory]
-            total += indexed if indexed is not None else sum(file_sizes)
-        return total
+            if indexed is not None:
+                total += indexed
+                sources.add(semconv.EXPECTED_FROM_INDEX)
+            else:
+                total += sum(file_sizes)
+                sources.add(semconv.EXPECTED_FROM_FILES_OPENED)
+        return total, "+".join(sorted(sources, key=(semconv.EXPECTED_FROM_INDEX, semconv.EXPECTED_FROM_FILES_OPENED).index))
 
     # --- the monitor thread ------------------------------------------------------------------
 
     @property
     def tick_s(self) -> float:
         ticks = [t for t in (self.progress_interval_s, self.stall_after_s / 4) if t > 0]
+        if self.progress_interval_s > 0:
+            ticks.append(CHANGE_GAP_S)  # records follow changes within CHANGE_GAP_S
         return max(MIN_TICK_S, min(ticks)) if ticks else 0.0
 
     def start(self) -> None:
@@ -276,6 +282,11 @@ class ProgressBoard:
 
     def _run(self) -> None:
         tick = self.tick_s
+        if self.progress_interval_s > 0:
+            try:  # the first record at once: the start-up is on disk from instrument() on
+                self.tick(first=True)
+            except Exception:
+                report_internal_error("inflight monitor")
         while not self._stop.wait(tick):
             prepare, self.prepare = self.prepare, None
             if prepare is not None:
@@ -288,8 +299,10 @@ class ProgressBoard:
             except Exception:
                 report_internal_error("inflight monitor")
 
-    def tick(self, now_ns: int | None = None) -> None:
-        """One wake-up: notice progress or a stall, and write a record when one is due."""
+    def tick(self, now_ns: int | None = None, first: bool = False) -> None:
+        """One wake-up: notice progress or a stall, and write a record when one is due: the
+        first, one after a change (at most every CHANGE_GAP_S, stretched), one every
+        progress_interval_s (stretched) as a sign of life, one with each stall."""
         if self.stopped:
             return
         snap = self.snapshot(now_ns)
@@ -306,10 +319,17 @@ class ProgressBoard:
             self._stalled = True
             self.stalls += 1
             stall = self._record_stall(snap, idle_ns)
-        if self.progress_interval_s > 0 and (now >= self._next_record_ns or stall is not None):
+        if self.progress_interval_s <= 0:
+            return
+        elapsed_ns = max(0, now - self.session.start_ns)
+        changes = snap.opened + snap.done
+        changed = (changes != self._recorded_changes
+                   and now >= self._last_record_ns + max(int(CHANGE_GAP_S * 1e9), elapsed_ns // CHANGE_STRETCH))
+        if first or changed or now >= self._next_record_ns or stall is not None:
             self._write_record(snap, idle_ns, stall)
-            stretch = (now - self.session.start_ns) // STRETCH
-            self._next_record_ns = now + max(int(self.progress_interval_s * 1e9), stretch)
+            self._recorded_changes = changes
+            self._last_record_ns = now
+            self._next_record_ns = now + max(int(self.progress_interval_s * 1e9), elapsed_ns // STRETCH)
 
     def _record_stall(self, snap: Snapshot, idle_ns: int) -> dict:
         running = snap.running
@@ -370,6 +390,7 @@ class ProgressBoard:
         }
         if snap.bytes_expected is not None:
             attrs[semconv.PROGRESS_BYTES_EXPECTED] = snap.bytes_expected
+            attrs[semconv.PROGRESS_BYTES_EXPECTED_SOURCE] = snap.expected_source
         context = trace.set_span_in_context(NonRecordingSpan(session.root_context))
         span = session.tracer.start_span(semconv.SPAN_PROGRESS, context=context, start_time=snap.now_ns,
                                          attributes=attrs)
@@ -380,18 +401,13 @@ class ProgressBoard:
             self._flush()
 
 
-def _running(entries) -> _Open | None:
-    """The innermost open span: the latest started on the main thread, else the latest."""
-    if not entries:
-        return None
-    main = threading.main_thread().ident
-    on_main = [e for e in entries if e.thread_id == main]
-    return (on_main or list(entries))[-1]
+_NOT_WORK = frozenset({semconv.SPAN_ROOT, semconv.SPAN_SETTLEMENT})  # spans that end no work
 
 
-def index_total_size(directory: str) -> int | None:
-    """``metadata.total_size`` summed over the Hugging Face ``*.index.json`` files in
-    ``directory`` (the bytes of every tensor of the checkpoint), or None."""
+def index_expected_bytes(directory: str) -> int | None:
+    """What the Hugging Face ``*.index.json`` files in ``directory`` say the checkpoint holds:
+    each index's ``metadata.total_size`` (the bytes of every tensor), or, for an index
+    without it, the sizes of the files its ``weight_map`` names; None without an index."""
     try:
         names = sorted(n for n in os.listdir(directory) if n.endswith(".index.json"))
     except OSError:
@@ -402,12 +418,17 @@ def index_total_size(directory: str) -> int | None:
     for name in names:
         try:
             with open(os.path.join(directory, name), encoding="utf-8") as handle:
-                size = (json.load(handle).get("metadata") or {}).get("total_size")
-        except (OSError, ValueError, AttributeError):
+                document = json.load(handle)
+            size = (document.get("metadata") or {}).get("total_size")
+            if not (isinstance(size, (int, float)) and not isinstance(size, bool) and size > 0):
+                files = {str(f) for f in (document.get("weight_map") or {}).values()}
+                size = sum(os.path.getsize(os.path.join(directory, f)) for f in files) if files else None
+        except (OSError, ValueError, AttributeError, TypeError):
             continue
-        if isinstance(size, (int, float)) and not isinstance(size, bool) and size > 0:
+        if size:
             total = (total or 0) + int(size)
     return total
+
 
 
 def process_read_bytes() -> int | None:

@@ -40,12 +40,6 @@ class ColdstartInstrumentor(BaseInstrumentor):
     def _uninstrument(self, **kwargs: Any) -> None:
         CONTROLLER.stop()
 
-    def ready(self) -> None:
-        CONTROLLER.ready()
-
-    def at_exit(self, reason: str = "exit") -> None:
-        CONTROLLER.at_exit(reason)
-
     @property
     def session(self):
         return CONTROLLER.session
@@ -53,7 +47,3 @@ class ColdstartInstrumentor(BaseInstrumentor):
     @property
     def trace_file(self) -> str | None:
         return CONTROLLER.trace_file
-
-    @property
-    def _state(self):
-        return CONTROLLER._state

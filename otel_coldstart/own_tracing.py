@@ -18,9 +18,10 @@ semantics for everything a span does, checked against the SDK by tests/core/test
 - the resource as ``Resource.create`` builds it with the default detectors (service
   instance id, then ``OTEL_RESOURCE_ATTRIBUTES``/``OTEL_SERVICE_NAME``), sharing the SDK's
   per-process ``service.instance.id`` if the SDK is imported later;
-- ended spans batched as the ``BatchSpanProcessor`` batches them (512 per export), exported
-  when flushed (the in-flight monitor and ``ready()`` flush) and, after the start-up, within
-  5 s of ending, by a thread of ours started only then.
+- ended spans batched as the ``BatchSpanProcessor`` batches them (512 per export) and
+  exported by a worker thread of ours within ``SCHEDULE_DELAY_S`` (1 s) of the first one
+  waiting, at once when a batch is full (the worker is woken, as the SDK's is), or when
+  something flushes (the in-flight monitor after each progress record, ``ready()``, exit).
 
 Where the export needs the SDK (OTLP, console), the SDK and the exporter are imported on the
 thread that flushes (never the host's: every flush runs on a thread of ours) and our spans
@@ -53,8 +54,15 @@ _MAX_ATTRIBUTES = 128  # per span, per event, per link
 _MAX_EVENTS = 128
 _MAX_LINKS = 128
 MAX_EXPORT_BATCH = 512
-SCHEDULE_DELAY_S = 5.0
-MAX_QUEUE = 2048
+# A finished span is exported within this of its end (durable as it goes: a SIGKILL costs the
+# last second, not the start-up). The SDK's processor waits 5 s; the worker only wakes when a
+# span is waiting, so an idle start-up pays nothing for the shorter delay.
+SCHEDULE_DELAY_S = 1.0
+MAX_QUEUE = 2048  # after the start-up, as the SDK's processor
+# During the start-up every span is kept in the session's ledger anyway (the summary is
+# computed from it), so the export queue may hold as many: a burst of user phases is never
+# dropped while the worker catches up. Beyond this, drops are counted on the root.
+MAX_QUEUE_DURING_STARTUP = 1 << 16
 
 # Variables that change what the SDK's tracer provider or batch processor does. With any of
 # them set, the SDK is used: its reading of them is the definition, not ours.
@@ -464,23 +472,26 @@ class OwnTracer(trace.Tracer):
 
 
 class OwnTracerProvider(trace.TracerProvider):
-    """Hands ended spans to ``sink.export(batch) -> bool`` in batches of 512, from whichever
-    thread calls :meth:`force_flush` (ours: the in-flight monitor, the bounded flushes of
-    ``ready()`` and exit), and, once :meth:`export_in_background` was called (after the
-    start-up), from a thread of its own within 5 s of a span's end, as the SDK's batch
-    processor would. At most 2048 spans wait (more are dropped, counted, as the SDK drops
-    them); 512 waiting wake the thread at any time."""
+    """Hands ended spans to ``sink.export(batch) -> bool`` in batches of 512, from a worker
+    thread of its own (started with the first span) within ``SCHEDULE_DELAY_S`` of the first
+    span waiting, at once when a batch is full (the worker is woken, as the SDK's batch
+    processor wakes its own), and from whichever thread calls :meth:`force_flush` (ours:
+    the in-flight monitor, the bounded flushes of ``ready()`` and exit). At most
+    ``MAX_QUEUE_DURING_STARTUP`` spans wait during the start-up, ``MAX_QUEUE`` after it;
+    more are dropped and counted (``dropped_spans``), as the SDK drops them."""
 
     def __init__(self, resource: OwnResource, sink) -> None:
         self.resource = resource
         self.sink = sink  # export(spans) -> bool, shutdown(): the local file, or SdkExporters
         self._lock = threading.Lock()
+        self._ready = threading.Condition(self._lock)  # a span waits, a batch is full, or closing
         self._flush_lock = threading.Lock()  # one export at a time: batches go out in end order
         self._pending: list[OwnSpan] = []
+        self._max_queue = MAX_QUEUE_DURING_STARTUP
         self.dropped_spans = 0
-        self._background = False
+        self.failed_exports = 0  # batches the sink refused (an exporter that failed)
+        self.last_export_ok: bool | None = None
         self._closed = False
-        self._wake = threading.Event()
         self._worker: threading.Thread | None = None
         self._worker_pid = 0
 
@@ -495,43 +506,53 @@ class OwnTracerProvider(trace.TracerProvider):
     def _on_end(self, span: OwnSpan) -> None:
         if self._closed:
             return
+        if self._worker is None or self._worker_pid != os.getpid():  # none yet, or forked
+            self._start_worker()
         with self._lock:
-            if len(self._pending) >= MAX_QUEUE:
+            if len(self._pending) >= self._max_queue:
                 self.dropped_spans += 1
                 return
             self._pending.append(span)
             waiting = len(self._pending)
-        if self._background or waiting >= MAX_EXPORT_BATCH:
-            self._wake_worker()
+            # Wake the worker for the first span (its delay starts) and for a full batch.
+            if waiting == 1 or waiting == MAX_EXPORT_BATCH:
+                self._ready.notify()
 
     def export_in_background(self) -> None:
-        """From now on spans are exported within 5 s of their end without anyone flushing."""
-        self._background = True
+        """The start-up is over: the queue is bounded as the SDK's processor bounds it."""
         with self._lock:
-            waiting = bool(self._pending)
-        if waiting:
-            self._wake_worker()
+            self._max_queue = MAX_QUEUE
 
-    def _wake_worker(self) -> None:
-        if self._worker is None or self._worker_pid != os.getpid():  # none yet, or forked
-            with self._lock:
-                if self._worker is None or self._worker_pid != os.getpid():
-                    self._wake = threading.Event()
-                    self._worker = threading.Thread(target=self._work, name="otel-coldstart-span-export", daemon=True)
-                    self._worker_pid = os.getpid()
-                    self._worker.start()
-        self._wake.set()
+    def _start_worker(self) -> None:
+        with self._lock:
+            if self._worker is not None and self._worker_pid == os.getpid():
+                return
+            if self._worker_pid != os.getpid() and self._worker is not None:
+                # A forked child: the parent's lock state and queue are not ours.
+                self._lock = threading.Lock()
+                self._ready = threading.Condition(self._lock)
+                self._flush_lock = threading.Lock()
+                self._pending = []
+            self._worker_pid = os.getpid()
+            self._worker = threading.Thread(target=self._work, name="otel-coldstart-span-export", daemon=True)
+        self._worker.start()
 
     def _work(self) -> None:
-        while not self._closed:
-            self._wake.wait()
-            self._wake.clear()
-            if self._closed:
-                return
+        while True:
             with self._lock:
-                full = len(self._pending) >= MAX_EXPORT_BATCH
-            if not full:  # gather what ends in the next few seconds into the same batch
-                time.sleep(SCHEDULE_DELAY_S)
+                while not self._pending and not self._closed:
+                    self._ready.wait()
+                if self._closed:
+                    return
+                # Gather what ends in the next moment into the same batch, unless one is full.
+                deadline = time.monotonic() + SCHEDULE_DELAY_S
+                while len(self._pending) < MAX_EXPORT_BATCH and not self._closed:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._ready.wait(remaining)
+                if self._closed:
+                    return
             try:
                 self.force_flush()
             except Exception:  # an exporter's failure is the exporter's to log
@@ -545,8 +566,11 @@ class OwnTracerProvider(trace.TracerProvider):
                 with self._lock:
                     batch, self._pending[:MAX_EXPORT_BATCH] = self._pending[:MAX_EXPORT_BATCH], []
                 if not batch:
-                    return True
-                if not self.sink.export(batch):
+                    return self.last_export_ok is not False
+                ok = bool(self.sink.export(batch))
+                self.last_export_ok = ok
+                if not ok:
+                    self.failed_exports += 1
                     return False
         finally:
             self._flush_lock.release()
@@ -555,8 +579,9 @@ class OwnTracerProvider(trace.TracerProvider):
         if self._closed:
             return
         self.force_flush()
-        self._closed = True
-        self._wake.set()
+        with self._lock:
+            self._closed = True
+            self._ready.notify_all()
         self.sink.shutdown()
 
 

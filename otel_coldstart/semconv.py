@@ -134,6 +134,29 @@ FORMAT_SAFETENSORS = "safetensors"
 FORMAT_TORCH_ZIP = "torch_zip"
 FORMAT_TORCH_LEGACY = "torch_legacy"
 
+# --- third round: span times are the work's times, durable as it goes (startup.py) ----------
+# Standard OTel attribute (general semantic conventions): on a span whose work failed (a
+# checkpoint read that raised), with status ERROR, the exception's fully qualified type.
+ERROR_TYPE = "error.type"
+# A settlement record: a zero-length span under a file's deserialize span, written when the
+# file's storage figure is settled (at the end of the start-up, for files whose pages are read
+# after their span ended). It carries the figure's attributes (CACHE_STORAGE_READ_*,
+# CACHE_SETTLED_RESIDENT_RATIO, CACHE_EVIDENCE); readers merge them into the parent span and
+# drop the record (analyze/settlements.py). The file's span itself ends when its read ends.
+SPAN_SETTLEMENT = "coldstart.settlement"
+# True on a file span whose storage figure is the one known at its end: a settlement record
+# with the final figure follows (merged by readers, which remove this flag). Still present in
+# a trace: the process ended (killed) before the figure was settled, so it is a lower bound.
+CACHE_STORAGE_READ_PROVISIONAL = "coldstart.cache.storage_read_provisional"
+# Root: spans our own provider could not queue for export (its queue was full). Absent when 0.
+EXPORT_DROPPED_SPANS = "coldstart.export.dropped_spans"
+# Progress records: what bytes_expected is made of: "index" (the checkpoint index's total_size,
+# or the sizes of the files it names), "files_opened" (the files opened so far, no index
+# found), or "index+files_opened" (some directories have an index, some not).
+PROGRESS_BYTES_EXPECTED_SOURCE = "coldstart.progress.bytes_expected_source"
+EXPECTED_FROM_INDEX = "index"
+EXPECTED_FROM_FILES_OPENED = "files_opened"
+
 # --- metrics ------------------------------------------------------------------------------
 METRIC_STARTUP_DURATION = "model.startup.duration"
 METRIC_PHASE_DURATION = "model.startup.phase.duration"

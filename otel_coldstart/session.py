@@ -7,11 +7,15 @@ Every span we end is also kept as a plain :class:`~otel_coldstart.analyze.model.
 ``ledger``: the summary printed at the end is computed from it with the same pure
 functions the ``analyze`` command uses, whatever exporter the user configured.
 
-Everything that belongs to one start-up lives on its :class:`StartupSession`: the spans
-still open (:meth:`StartupSession.open_work`), the aggregates, the pending ``Module.to``
-parents, and each patch's own state (:meth:`StartupSession.state`: safe_open handles,
-graph captures, compilations, ...). ``uninstrument()``, a fork and a second start-up drop
-that one object; module globals keep only what is per process (the original functions).
+The session is the span side of one start-up; it belongs to a
+:class:`~otel_coldstart.startup.Startup` (``session.startup``), which owns everything else
+(export, storage ledger, progress board, device facts) and ends it. What the session holds
+is per start-up too: the spans still open (:meth:`StartupSession.open_work`), the
+aggregates, the pending ``Module.to`` parents and ambient parents (per thread, in
+``session.local``), and each patch's own state (:meth:`StartupSession.state`: safe_open
+handles, graph captures, compilations, ...). ``uninstrument()``, a fork and a second
+start-up drop the Startup and with it all of this; module globals keep only what is per
+process (the original functions).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCod
 from . import probes, semconv
 from ._errors import report_internal_error
 from .recorder import Recorder
+from .verdicts import running_work
 
 if TYPE_CHECKING:  # pragma: no cover
     from .analyze.model import Span as SpanRecord
@@ -37,12 +42,6 @@ if TYPE_CHECKING:  # pragma: no cover
 ACTIVE: "StartupSession | None" = None
 
 _StateT = TypeVar("_StateT")
-
-# Per thread: ambient parents (safe_open handles' spans, see AmbientParent). Each entry is
-# closed by its handle, and every handle is closed when its start-up ends; a forked child
-# drops the stack (controller._forget_after_fork).
-_local = threading.local()
-
 
 class AmbientParent:
     """A parent for work done on one thread while a span it encloses is current, without
@@ -67,24 +66,22 @@ def current_span_id() -> int:
     return span_context.span_id if span_context.is_valid else 0
 
 
-def push_ambient_parent(encloses: int, span_context: SpanContext) -> AmbientParent:
-    """Add an ambient parent on this thread; close it with ``.open = False`` from any thread."""
+def push_ambient_parent(encloses: int, span_context: SpanContext,
+                        session: "StartupSession | None" = None) -> AmbientParent:
+    """Add an ambient parent on this thread, for ``session`` (default: the active one); close
+    it with ``.open = False`` from any thread. The stack is per thread and per start-up
+    (``session.local``): each entry is closed by its handle, every handle is closed when
+    its start-up ends, and a fork or a new start-up begins with none."""
     entry = AmbientParent(encloses, span_context)
-    stack = getattr(_local, "ambient", None)
+    session = session if session is not None else ACTIVE
+    if session is None:
+        return entry
+    stack = getattr(session.local, "ambient", None)
     if stack is None:
-        stack = _local.ambient = []
+        stack = session.local.ambient = []
     stack[:] = [e for e in stack if e.open]
     stack.append(entry)
     return entry
-
-
-def _ambient_parent(current_id: int) -> SpanContext | None:
-    stack = getattr(_local, "ambient", None)
-    if stack:
-        for entry in reversed(stack):
-            if entry.open and entry.encloses == current_id:
-                return entry.span_context
-    return None
 
 
 class PendingParent:
@@ -197,14 +194,15 @@ class StartupSession:
         self.tracer = tracer
         self.resource = dict(resource)
         self.recorder = Recorder(self)
+        self.startup = None  # the startup.Startup that owns this session (set by it)
         self.ledger: list[_Kept] = []
         self.ended = False
         self.end_ns: int | None = None  # when the start-up ended (set by end())
         self._lock = threading.Lock()
         self._on_end: list[Callable[[], None]] = []
         self._file_order: dict[str, int] = {}
-        # inflight.ProgressBoard, attached by the controller: told when a span opens or ends
-        # (per phase and per shard, never per tensor) for progress records and gauges.
+        # inflight.ProgressBoard, owned by the Startup: told when a span opens or ends (per
+        # phase and per shard, never per tensor) for progress records and gauges.
         self.progress = None
         self.end_reason: str | None = None  # None while the start-up runs; then semconv.END_*
         # A forked child inherits this object (through a phase() or a handle it is inside):
@@ -212,8 +210,9 @@ class StartupSession:
         self.pid = os.getpid()
         self._open: dict[Hashable, _Tracked] = {}  # open work, by key (see track_open)
         self._states: dict[str, Any] = {}  # each patch module's per-start-up state
-        # Per thread and per start-up: the stack of pending Module.to parents, the count of
-        # graph captures running on the thread. A new session starts with none of either.
+        # Per thread and per start-up: the stack of pending Module.to parents, the ambient
+        # parents of safe_open handles, graph captures running on the thread, spare CUDA
+        # events. A new session starts with none of them.
         self.local = threading.local()
         # The innermost phase an exception went through last (the first span to end with
         # it): an uncaught exception closes the phases it leaves before the exit ends us.
@@ -252,9 +251,12 @@ class StartupSession:
         if pending:
             return pending[-1]
         current = trace.get_current_span().get_span_context()
-        ambient = _ambient_parent(current.span_id if current.is_valid else 0)
-        if ambient is not None:
-            return ambient
+        stack = getattr(self.local, "ambient", None)
+        if stack:
+            current_id = current.span_id if current.is_valid else 0
+            for entry in reversed(stack):
+                if entry.open and entry.encloses == current_id:
+                    return entry.span_context
         if current.is_valid:
             return current
         return self.root_context
@@ -303,6 +305,9 @@ class StartupSession:
         if error is not None:
             if self._failed_phase is None or self._failed_phase[0] is not error:
                 self._failed_phase = (error, container.attributes.get(semconv.PHASE, ""))
+            error_type = qualified_type_name(error)
+            container.attributes[semconv.ERROR_TYPE] = error_type
+            span.set_attribute(semconv.ERROR_TYPE, error_type)
             span.record_exception(error)
             span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
             status = "error"
@@ -325,6 +330,19 @@ class StartupSession:
         span.end(end_time=end_ns)
         span_context = span.get_span_context()
         self._keep(span_context, _span_id(parent), name, start_ns, end_ns, attrs, "unset")
+        return span_context
+
+    def emit_record(self, name: str, parent: SpanContext, at_ns: int, attributes: dict) -> SpanContext:
+        """Write a zero-length record under ``parent`` that completes it (a storage
+        settlement): no phase, not work; readers merge it into its parent
+        (analyze/settlements.py)."""
+        if self.pid != os.getpid():
+            return _FORKED_COPY
+        span = self.tracer.start_span(name, context=_context_with_parent(parent), start_time=at_ns,
+                                      attributes=attributes)
+        span.end(end_time=at_ns)
+        span_context = span.get_span_context()
+        self._keep(span_context, _span_id(parent), name, at_ns, at_ns, dict(attributes), "unset")
         return span_context
 
     def _keep(self, span_context: SpanContext, parent_span_id: int | None, name: str, start_ns: int,
@@ -360,13 +378,10 @@ class StartupSession:
         return sorted(views, key=lambda v: v.start_ns)
 
     def running_phase(self) -> str | None:
-        """The phase running now: the innermost open work, on the main thread if any is."""
-        work = self.open_work()
-        if not work:
-            return None
-        main = threading.main_thread().ident
-        on_main = [w for w in work if w.thread_id == main]
-        return (on_main or work)[-1].phase
+        """The phase running now (verdicts.running_work: the innermost open work, on the main
+        thread if any is)."""
+        running = running_work(self.open_work(), threading.main_thread().ident)
+        return running.phase if running is not None else None
 
     def state(self, owner: str, factory: Callable[[], _StateT]) -> _StateT:
         """The per-start-up state of ``owner`` (a patch module), made on first use."""
@@ -482,14 +497,20 @@ class StartupSession:
         """Every span ended so far, as the analyzer's records (the same pure functions the
         ``analyze`` command runs compute the summary and the metrics from them)."""
         from .analyze.model import Span as SpanRecord  # the analyzer's model: only when asked
+        from .analyze.settlements import merge_settlements
 
         with self._lock:
             kept = list(self.ledger)
-        return [SpanRecord(trace_id=format(k.trace_id, "032x"), span_id=format(k.span_id, "016x"),
+        return merge_settlements([SpanRecord(trace_id=format(k.trace_id, "032x"), span_id=format(k.span_id, "016x"),
                            parent_id=format(k.parent_id, "016x") if k.parent_id else None, name=k.name,
                            start_ns=k.start_ns, end_ns=k.end_ns, attributes=k.attributes, resource=self.resource,
                            status=k.status)
-                for k in kept]
+                for k in kept])
+
+    def kept_spans(self) -> "list[_Kept]":
+        """Every span ended so far, as the ledger keeps it (what a fallback file is written from)."""
+        with self._lock:
+            return list(self.ledger)
 
 
 class _Kept(NamedTuple):
@@ -506,6 +527,14 @@ class _Kept(NamedTuple):
 
 
 _FORKED_COPY = SpanContext(0, 0, False)  # an invalid context: what a forked copy "emits"
+
+
+def qualified_type_name(error: BaseException) -> str:
+    """``error.type`` as OTel's semantic conventions spell an exception's: the fully qualified
+    class name, without ``builtins.`` (as ``exception.type`` is written)."""
+    kind = type(error)
+    module = kind.__module__
+    return f"{module}.{kind.__qualname__}" if module and module != "builtins" else kind.__qualname__
 
 
 def _thread_attributes() -> dict:

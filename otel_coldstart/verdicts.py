@@ -73,6 +73,22 @@ def cache_state_from_residency(ratio: float) -> str:
     return semconv.CACHE_PARTIAL
 
 
+def combine_cache_states(from_reads: str | None, from_residency: str | None) -> str | None:
+    """One verdict from both kinds of evidence a file read has. Cold wins: the thread's read
+    counter is a lower bound (the kernel's asynchronous readahead on mmap faults is not always
+    charged to the faulting thread; seen here: 27 MiB charged for a 44 MiB cold file), and the
+    residency measured before the read says directly that the pages were not cached. Warm
+    needs every available piece to say warm."""
+    states = [s for s in (from_reads, from_residency) if s is not None]
+    if not states:
+        return None
+    if semconv.CACHE_COLD in states:
+        return semconv.CACHE_COLD
+    if all(s == semconv.CACHE_WARM for s in states):
+        return semconv.CACHE_WARM
+    return semconv.CACHE_PARTIAL
+
+
 def shard_cache_state(recorded: str | None, read_bytes: int | None, size: int | None) -> str | None:
     """The verdict for one checkpoint read in a trace: the state the plugin recorded (it
     combined the read counter and the residency) wins; a trace without it (an older
@@ -137,3 +153,17 @@ def capture_count(spans: Iterable[Any]) -> int:
             continue
         count += max(1, positive_int(span.attributes, semconv.CALLS)) if _is_aggregate(span) else 1
     return count
+
+
+# --- the phase running now (a start-up in flight, or cut short) ---------------------------
+
+
+def running_work(open_work: Sequence, main_thread_id: int | None):
+    """Of the work open now (oldest first; items with ``thread_id``), the one that says
+    which phase is running: the innermost (latest started) on the main thread if any runs
+    there, else the latest started anywhere. None when nothing is open. One rule for the
+    session's end reason, the progress records and the in-flight gauges."""
+    if not open_work:
+        return None
+    on_main = [w for w in open_work if w.thread_id == main_thread_id]
+    return (on_main or list(open_work))[-1]

@@ -30,14 +30,16 @@ from typing import Any, Iterable
 from .. import semconv
 from .breakdown import Breakdown
 from .model import Span, SpanEvent
+from .settlements import merge_settlements
 
 MAX_OPEN_REBUILT = 64  # open spans rebuilt per start-up (a record lists at most 32)
 
 
 def complete_killed(spans: Iterable[Span]) -> list[Span]:
-    """``spans`` with every killed start-up rebuilt from its latest progress record, and
-    every progress record removed."""
-    spans = list(spans)
+    """``spans`` with storage settlements merged into their file spans
+    (analyze/settlements.py), every killed start-up rebuilt from its latest progress
+    record, and every progress record removed: the record pipeline every reader uses."""
+    spans = merge_settlements(spans)
     records = [s for s in spans if s.name == semconv.SPAN_PROGRESS]
     if not records:
         return spans

@@ -18,27 +18,12 @@ from .._errors import report_internal_error
 from .._regular_files import is_regular_file, open_regular
 from . import _storage
 from ..verdicts import (COLD_AT_LEAST, WARM_BELOW, cache_state_from_reads,  # noqa: F401 - one rule: verdicts.py
-                        cache_state_from_residency)
+                        cache_state_from_residency, combine_cache_states)
 from ._tensor_bytes import tensor_nbytes
 
 _SHARD_NAME = re.compile(r"(\d+)-of-(\d+)")
 _index_cache: dict[str, tuple[float, dict[str, int]]] = {}
 _index_lock = threading.Lock()
-
-
-def combine_cache_states(from_reads: str | None, from_residency: str | None) -> str | None:
-    """One verdict from both kinds of evidence. Cold wins: the thread's read counter is a
-    lower bound (the kernel's asynchronous readahead on mmap faults is not always charged
-    to the faulting thread; seen here: 27 MiB charged for a 44 MiB cold file), and the
-    residency measured before the read says directly that the pages were not cached."""
-    states = [s for s in (from_reads, from_residency) if s is not None]
-    if not states:
-        return None
-    if semconv.CACHE_COLD in states:
-        return semconv.CACHE_COLD
-    if all(s == semconv.CACHE_WARM for s in states):
-        return semconv.CACHE_WARM
-    return semconv.CACHE_PARTIAL
 
 
 def _size_or(path: str, default: int | None) -> int | None:
@@ -238,33 +223,37 @@ class FileRead:
         self._end_with_storage_figure(attrs, verdict_evidence, error, end, lazy=self.lazy_reads or reads_deferred)
 
     def _end_with_storage_figure(self, attrs: dict, verdict_evidence: list, error, end_ns: int, lazy: bool) -> None:
-        """End the span with the file's storage figure (see _storage): now, or when the
-        start-up ends if pages of the file may still be read by then."""
+        """End the span now, at the read's end, with the file's storage figure known now (see
+        _storage); a figure settled later leaves as a settlement record under the span."""
         ended = []
+
+        def with_evidence(figure_attrs: dict, figure_evidence: list) -> dict:
+            merged = dict(figure_attrs)
+            evidence = verdict_evidence + [t for t in figure_evidence if t not in verdict_evidence]
+            if evidence:
+                merged[semconv.CACHE_EVIDENCE] = "+".join(evidence)
+            return merged
 
         def end_span(figure_attrs: dict, figure_evidence: list) -> None:
             if ended:
                 return
             ended.append(True)
-            attrs.update(figure_attrs)
-            evidence = verdict_evidence + [t for t in figure_evidence if t not in verdict_evidence]
-            if evidence:
-                attrs[semconv.CACHE_EVIDENCE] = "+".join(evidence)
+            attrs.update(with_evidence(figure_attrs, figure_evidence))
             self.container.finish(attrs, error, end_ns=end_ns, detach=False)  # detached above, or not ours to
+
+        def settled_later(figure_attrs: dict, figure_evidence: list) -> None:
+            self.session.emit_record(semconv.SPAN_SETTLEMENT, self.container.span_context, time.time_ns(),
+                                     with_evidence(figure_attrs, figure_evidence))
 
         if not self.carries_figure:
             end_span({semconv.CACHE_STORAGE_READ_UNKNOWN: _storage.UNKNOWN_COUNTED_ON_FIRST_SPAN}, [])
             return
         try:
             _storage.finish_with_figure(self.session, self.stored, self.read_bytes if self.trusted else None,
-                                        not lazy, end_span)
+                                        not lazy, end_span, settled_later)
         except Exception:
             report_internal_error("storage figure")
             end_span({}, [])
-        progress = getattr(self.session, "progress", None)
-        if not ended and progress is not None:  # written at the end of the start-up, done now
-            progress.span_work_done(self.container.span_context.span_id, self.container.name,
-                                    {**self.container.attributes, **attrs})
 
 
 _local = threading.local()  # .depth: a file read of ours is open on this thread

@@ -7,13 +7,19 @@ reads ahead several MiB with it), and the tensors of a mapped file are read when
 touched, by whoever touches them: torch's intra-op threads in a cast, a loader pool, a
 ``.to("cuda")`` long after the file's span ended. So the file's figure comes from the page
 cache itself: the pages of the file that were not resident before its first read and are
-resident when the figure is settled, i.e. when the file's span ends with every page in,
-else at the end of the start-up (the span is then ended at its own end time, with the
-figure, when the start-up ends). Where the per-thread counters saw more (pages read and
+resident when the figure is settled. Where the per-thread counters saw more (pages read and
 dropped again under memory pressure), they are the figure.
 
-Everything here is per start-up session and per file (by real path): the first span of a
-file carries its figure, later spans of the same file say so instead of counting it twice.
+A file's span always ends when its read ends, with the figure known then. When every page
+of the file is resident at that moment (or was before the read), that figure is final.
+Otherwise the span says ``coldstart.cache.storage_read_provisional`` and, when the start-up
+ends, a ``coldstart.settlement`` record under the span carries the settled figure; readers
+merge it into the span (analyze/settlements.py). Nothing is held open or written late, so a
+process killed after the read still has the span, with the figure known at its end.
+
+Everything here is per start-up (the ledger lives on the Startup) and per file (by identity):
+the first span of a file carries its figure, later spans of the same file say so instead of
+counting it twice.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ EVIDENCE_RESIDENCY_DELTA = "residency_delta"  # residency before the first read 
 EVIDENCE_RESIDENCY_DELTA_AFTER_OPEN = "residency_delta_after_open"
 EVIDENCE_READ_BYTES = "read_bytes"  # the per-thread counters of the file's own reads
 
-_WHOLE = 0.999  # "every page is in": settle now rather than at the end of the start-up
+_WHOLE = 0.999  # "every page is in": the figure at the span's end is final
 # A file at least this resident before its first read is settled when its span ends, with
 # no second measurement: at most 1% of it can have come from storage since (and what the
 # loader's own calls read, the thread counters see). A warm file with a few pages missing
@@ -152,7 +158,8 @@ class StorageLedger:
         return first
 
     def settle_later(self, settle: Callable[[], None]) -> bool:
-        """Queue ``settle`` for the end of the start-up; False if that has passed (settle now)."""
+        """Queue ``settle`` (it writes a settlement record) for the end of the start-up; False
+        if that has passed (the figure at the span's end is then final)."""
         with self._lock:
             if self._closed or self._session.ended:
                 return False
@@ -160,7 +167,7 @@ class StorageLedger:
             return True
 
     def settle_all(self) -> None:
-        """At the end of the start-up: give every waiting file span its figure and end it."""
+        """At the end of the start-up: write every waiting file's settlement record."""
         with self._lock:
             self._closed = True
             waiting, self._waiting = self._waiting, []
@@ -171,22 +178,10 @@ class StorageLedger:
                 report_internal_error("storage figure")
 
 
-_ledger_lock = threading.Lock()
-
-
 def ledger_for(session) -> StorageLedger:
-    """The session's storage ledger, created with its first file (and settled at its end)."""
-    ledger = getattr(session, "_storage_ledger", None)
-    if ledger is None:
-        with _ledger_lock:
-            ledger = getattr(session, "_storage_ledger", None)
-            if ledger is None:
-                ledger = StorageLedger(session)
-                session._storage_ledger = ledger
-                # Registered after the patches' own end hooks (instrument() registers those
-                # first), so handles they close at the end are settled here too.
-                session.on_end(ledger.settle_all)
-    return ledger
+    """The start-up's storage ledger (``Startup.storage``: settled when it ends, after the
+    patches' own end hooks closed their handles)."""
+    return session.startup.storage
 
 
 def observe_file(session, path: str | None, *, before_open: bool = True) -> StoredFile | None:
@@ -214,31 +209,41 @@ def start_file_span(session, path: str, *, before_open: bool) -> tuple[StoredFil
 
 
 def finish_with_figure(session, stored: StoredFile | None, thread_read_bytes: int | None,
-                       counters_see_every_read: bool, end_span: Callable[[dict, list], None]) -> None:
-    """End a file's span with its storage figure: now if every page of the file is in the
-    page cache (nothing more can come from storage) or the start-up has ended, else when the
-    start-up ends. ``end_span(attributes, evidence)`` ends the span at its own end time."""
-    ledger = ledger_for(session)
-
-    def settle(after=None, at_span_end=None) -> None:
-        if after is None:
-            after = _residency_now(stored)
+                       counters_see_every_read: bool, end_span: Callable[[dict, list], None],
+                       settled_later: Callable[[dict, list], None]) -> None:
+    """End a file's span now, at its own end time, with its storage figure:
+    ``end_span(attributes, evidence)``. Final when every page of the file is in the page cache
+    (nothing more can come from storage) or the start-up has ended; otherwise the figure known
+    now, marked provisional, and ``settled_later(attributes, evidence)`` is called with the
+    settled figure when the start-up ends (it writes the settlement record)."""
+    def figure_now(after, at_span_end=None) -> tuple[dict, list]:
         figure, evidence, reason = storage_figure(stored, after, thread_read_bytes, counters_see_every_read)
         attrs = figure_attributes(figure, evidence, reason, after)
         if figure is not None and at_span_end is not None and after is not None:
             attrs[semconv.CACHE_STORAGE_READ_AFTER_SPAN_BYTES] = read_after_span(stored, at_span_end, after)
-        end_span(attrs, evidence)
+        return attrs, evidence
 
     before = stored.before if stored is not None and stored.fs_trusted else None
     if before is None:
-        settle()
-    elif before.ratio >= _SETTLE_AT_ONCE_FROM:
-        settle(before)  # (almost) every page was in before the first read: nothing to wait for
-    else:
-        at_span_end = _residency_now(stored)
-        if (at_span_end is None or at_span_end.ratio >= _WHOLE
-                or not ledger.settle_later(lambda: settle(at_span_end=at_span_end))):
-            settle(at_span_end)
+        end_span(*figure_now(_residency_now(stored)))
+        return
+    if before.ratio >= _SETTLE_AT_ONCE_FROM:
+        end_span(*figure_now(before))  # (almost) every page was in before the first read: final
+        return
+    at_span_end = _residency_now(stored)
+    attrs, evidence = figure_now(at_span_end)
+    if at_span_end is None or at_span_end.ratio >= _WHOLE:
+        end_span(attrs, evidence)
+        return
+
+    def settle() -> None:
+        settled_later(*figure_now(_residency_now(stored), at_span_end))
+
+    if ledger_for(session).settle_later(settle):
+        attrs[semconv.CACHE_STORAGE_READ_PROVISIONAL] = True
+        end_span(attrs, evidence)
+    else:  # the start-up has ended (a read after ready()): nothing settles later
+        end_span(*figure_now(at_span_end, at_span_end))
 
 
 def read_after_span(stored: StoredFile, at_span_end, settled) -> int:

@@ -62,7 +62,7 @@ _driver_min_ns = 0
 _lock = threading.Lock()
 _local = threading.local()  # .busy: _lazy_init re-enters itself through its queued calls
 _initialised_seen = False  # CUDA came up under our eyes: once per process
-_failure_recorded_for: object = None  # the session that already has a failed-init span
+# A failed initialisation is recorded once per start-up: Startup.runtime_failure_recorded.
 
 
 def get_version() -> str | None:
@@ -190,7 +190,7 @@ def _lazy_init(wrapped, instance, args, kwargs):
 
 
 def _finish(session, start: int, error: BaseException | None) -> None:
-    global _initialised_seen, _failure_recorded_for
+    global _initialised_seen
     try:
         import torch
 
@@ -202,9 +202,10 @@ def _finish(session, start: int, error: BaseException | None) -> None:
                     return
                 _initialised_seen = True
             else:
-                if _failure_recorded_for is session:
+                startup = session.startup
+                if startup is None or startup.runtime_failure_recorded:
                     return
-                _failure_recorded_for = session
+                startup.runtime_failure_recorded = True
         attrs = {semconv.RUNTIME_BACKEND: _backend(), semconv.RUNTIME_STEP: semconv.RUNTIME_STEP_LAZY_INIT}
         if error is None:
             attrs[semconv.RUNTIME_DEVICE_COUNT] = torch.cuda.device_count()

@@ -178,7 +178,7 @@ class _Handle:
                     # Work done inside the with-block (casts, copies) nests under this shard.
                     # Never by attaching the span to the OTel context: the handle outlives
                     # the host's own spans, whose detach would then run out of order.
-                    self.ambient = _session.push_ambient_parent(self.encloses, self.read.span_context)
+                    self.ambient = _session.push_ambient_parent(self.encloses, self.read.span_context, session)
             return self.read
 
     def close(self, error: BaseException | None, end_ns: int | None) -> None:

@@ -35,6 +35,7 @@ import threading
 import time
 
 from .. import probes, semconv
+from .. import session as _session
 from .._errors import report_internal_error
 from ..recorder import ASYNC_WORK
 from . import _cuda_copy, _device_windows, _guard
@@ -48,10 +49,22 @@ _patches = PatchSet()
 _fake_types: tuple = ()
 _cast_attributes: dict = {}  # (from dtype, to dtype) -> span attributes
 _local = threading.local()  # .spare_events: {(device, stream) key: CUDA event not yet owned by a window}
-# (device index, stream id) -> the end event of the latest timed asynchronous work queued
-# there: a later blocking copy on that stream waits for it first (see _mark_blocking).
-_stream_tails: dict = {}
-_cuda_up = False  # CUDA initialised: until then a copy to CUDA initialises it before timing
+# Per start-up device facts live on the Startup (startup.py): ``stream_tails``, (device
+# index, stream id) -> the end event of the latest timed asynchronous work queued there (a
+# later blocking copy on that stream waits for it first, see _mark_blocking), and
+# ``cuda_up``, CUDA initialised (until then a copy to CUDA initialises it before timing).
+
+
+def _stream_tails() -> dict:
+    session = _session.ACTIVE
+    startup = session.startup if session is not None else None
+    return startup.stream_tails if startup is not None else {}
+
+
+def _cuda_up() -> bool:
+    session = _session.ACTIVE
+    startup = session.startup if session is not None else None
+    return startup.cuda_up if startup is not None else False
 # A CUDA build of torch (bound at patch()): on a CPU build no call can reach a GPU, and the
 # per-call path skips every device question (the common CPU start-up pays nothing for them).
 _cuda_possible = False
@@ -96,7 +109,7 @@ def patch() -> None:
 def unpatch() -> None:
     _patches.restore()
     _local.__dict__.pop("spare_events", None)
-    _stream_tails.clear()
+    _stream_tails().clear()
 
 
 def _resolve_fake_types() -> None:
@@ -189,7 +202,7 @@ def _plan(work_device, direction: str | None, queued: bool) -> _Plan:
     if direction is None or queued:
         plan.timed = True
         plan.mark = _mark(work_device)
-    elif _stream_tails:
+    elif _stream_tails():
         _mark_blocking(plan, work_device)
     return plan
 
@@ -226,12 +239,12 @@ def _plan_move(method: str, instance, args, kwargs, from_host: bool) -> _Plan:
     if not _cuda_possible:
         return _untimed(queued)
     if from_host:
-        if method not in ("to", "cuda") or not (queued or _stream_tails or not _cuda_up):
+        if method not in ("to", "cuda") or not (queued or _stream_tails() or not _cuda_up()):
             return _untimed(queued)  # a host cast or a blocking copy with nothing queued before it
         if method == "to" and args and type(args[0]) is _dtype_type and kwargs.get("device") is None:
             return _untimed(queued)  # .to(dtype): stays on the host
         target = _move_target_gpu(method, instance, args, kwargs)
-        if target is not None and not _cuda_up:
+        if target is not None and not _cuda_up():
             _initialise_cuda_first()
         return _plan(target, "h2d", queued)
     direction = "d2h" if _move_goes_to_host(method, args, kwargs) else None
@@ -276,7 +289,7 @@ def _storage_to(wrapped, instance, args, kwargs):
         from_host = instance.device.type == "cpu"  # storages have no is_cpu
         queued = bool(kwargs.get("non_blocking", False))
         target = _storage_target_gpu(instance, kwargs)
-        if from_host and target is not None and not _cuda_up:
+        if from_host and target is not None and not _cuda_up():
             _initialise_cuda_first()
         if from_host:
             plan = _plan(target, "h2d", queued)
@@ -489,7 +502,6 @@ def _initialise_cuda_first() -> None:
     """The first touch of CUDA is a copy: initialise it before the copy's clock starts, so
     ``runtime_init`` (patches/runtime.py records this call) is not also inside the copy's
     time, and event timing starts after it. The host's call would initialise it anyway."""
-    global _cuda_up
     import torch
 
     if not torch.cuda.is_initialized():
@@ -497,7 +509,9 @@ def _initialise_cuda_first() -> None:
             torch.cuda._lazy_init()
         except Exception:
             return  # no driver or device: the host's own call raises it, unchanged
-    _cuda_up = torch.cuda.is_initialized()
+    session = _session.ACTIVE
+    if session is not None and session.startup is not None:
+        session.startup.cuda_up = torch.cuda.is_initialized()
 
 
 # --- device timing: CUDA events, resolved without waiting --------------------------------------
@@ -573,7 +587,7 @@ def _join_device_work(aggregate, mark, busy_ns: int) -> None:
         _local.__dict__.setdefault("spare_events", {})[mark.key] = spare
     if timed and not window.broken:
         work.timed_host_ns += busy_ns
-        _stream_tails[mark.key] = window.end_event  # a later blocking copy here may wait for it
+        _stream_tails()[mark.key] = window.end_event  # a later blocking copy here may wait for it
     else:
         work.untimed_calls += 1
 
@@ -600,9 +614,10 @@ def _settle(aggregate, final_deadline: float | None) -> bool:
             if resolution is None:
                 return False
     aggregate.extras.pop("device_work", None)
+    tails = _stream_tails()
     for key, window in work.windows.items():
-        if _stream_tails.get(key) is window.end_event:
-            _stream_tails.pop(key, None)  # another thread may have dropped it meanwhile
+        if tails.get(key) is window.end_event:
+            tails.pop(key, None)  # another thread may have dropped it meanwhile
     untimed = work.untimed_calls + sum(w.calls for w in work.windows.values() if w.broken)
     if unresolved:
         untimed = work.untimed_calls + sum(w.calls for w in work.windows.values())  # blocking calls keep theirs
@@ -623,14 +638,15 @@ def _mark_blocking(plan: _Plan, device) -> None:
     """A blocking copy on a stream where timed work may still be queued: it will wait for that
     work first. Bracket it with events so that wait is not counted as the copy's time."""
     key, stream = _stream_of(device)
-    tail = _stream_tails.get(key)
+    tails = _stream_tails()
+    tail = tails.get(key)
     if tail is None:
         return
     ran, done = _gate(tail.query)
     if not ran:
         return
     if done:
-        _stream_tails.pop(key, None)
+        tails.pop(key, None)
         return
     ran, before = _gate(_new_event)
     if ran:

@@ -9,7 +9,7 @@ import safetensors.torch
 from safetensors import safe_open
 
 import otel_coldstart
-from otel_coldstart import probes, semconv
+from otel_coldstart import probes, semconv, verdicts
 from otel_coldstart.demo import set_cache_state
 from otel_coldstart.patches import _files
 
@@ -104,7 +104,7 @@ def test_read_counter_alone_decides_where_residency_cannot_be_trusted(traced, si
      (None, "partial", "partial"), ("warm", "partial", "partial"), (None, None, None)],
 )
 def test_combined_cache_verdict(reads, residency, state):
-    assert _files.combine_cache_states(reads, residency) == state
+    assert verdicts.combine_cache_states(reads, residency) == state
 
 
 @pytest.mark.parametrize(

@@ -233,12 +233,12 @@ def test_span_ids_do_not_repeat_when_the_host_seeds_random():
 # --- batching and export ----------------------------------------------------------------------
 
 
-def test_spans_wait_for_a_flush_and_go_out_in_batches_of_512_in_end_order():
+def test_a_flush_sends_batches_of_512_in_end_order():
     sink = Collecting()
     batches = sink.batches
     provider = own_tracing.OwnTracerProvider(own_tracing.OwnResource({}), sink)
     tracer = provider.get_tracer("t")
-    provider._wake_worker = lambda: None  # no thread: this test flushes by hand
+    provider._start_worker = lambda: None  # no thread: this test flushes by hand
     for i in range(1100):
         tracer.start_span(f"s{i}", start_time=T0).end(end_time=T0 + 1)
     assert batches == []
@@ -247,29 +247,51 @@ def test_spans_wait_for_a_flush_and_go_out_in_batches_of_512_in_end_order():
     assert [s.name for b in batches for s in b] == [f"s{i}" for i in range(1100)]
 
 
-def test_a_full_queue_drops_and_counts_as_the_batch_processor_does():
+def test_a_full_queue_drops_and_counts_as_the_batch_processor_does_after_the_start_up():
     provider = own_tracing.OwnTracerProvider(own_tracing.OwnResource({}), Collecting())
-    provider._wake_worker = lambda: None
+    provider._start_worker = lambda: None
     tracer = provider.get_tracer("t")
+    for _ in range(own_tracing.MAX_QUEUE + 10):  # during the start-up the ledger keeps them all anyway
+        tracer.start_span("s").end()
+    assert provider.dropped_spans == 0
+    provider.force_flush()
+    provider.export_in_background()  # the start-up is over: the SDK processor's bound
     for _ in range(own_tracing.MAX_QUEUE + 10):
         tracer.start_span("s").end()
     assert provider.dropped_spans == 10
 
 
-def test_after_the_start_up_spans_go_out_by_themselves(monkeypatch):
-    monkeypatch.setattr(own_tracing, "SCHEDULE_DELAY_S", 0.05)
+def _wait_for(predicate, timeout_s=10.0):
+    deadline = time.monotonic() + timeout_s
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return predicate()
+
+
+def test_spans_go_out_by_themselves_within_the_schedule_delay_during_and_after_the_start_up(monkeypatch):
+    monkeypatch.setattr(own_tracing, "SCHEDULE_DELAY_S", 0.2)
     exported = []
     provider = own_tracing.OwnTracerProvider(own_tracing.OwnResource({}), Collecting(exported))
     tracer = provider.get_tracer("t")
-    tracer.start_span("before").end()
-    time.sleep(0.2)
-    assert exported == []  # during the start-up, only flushes export
+    tracer.start_span("during").end()
+    assert _wait_for(lambda: len(exported) == 1)  # durable as it goes: nobody flushed
     provider.export_in_background()
     tracer.start_span("after").end()
-    deadline = time.monotonic() + 5
-    while len(exported) < 2 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert [s.name for s in exported] == ["before", "after"]
+    assert _wait_for(lambda: len(exported) == 2)
+    assert [s.name for s in exported] == ["during", "after"]
+    provider.shutdown()
+
+
+def test_a_full_batch_wakes_the_worker_at_once(monkeypatch):
+    """The worker's docstring promise, which the earlier provider did not keep: 512 waiting
+    spans go out without waiting for the schedule delay."""
+    monkeypatch.setattr(own_tracing, "SCHEDULE_DELAY_S", 3600.0)
+    exported = []
+    provider = own_tracing.OwnTracerProvider(own_tracing.OwnResource({}), Collecting(exported))
+    tracer = provider.get_tracer("t")
+    for _ in range(own_tracing.MAX_EXPORT_BATCH):
+        tracer.start_span("s").end()
+    assert _wait_for(lambda: len(exported) == own_tracing.MAX_EXPORT_BATCH)
     provider.shutdown()
 
 

@@ -147,7 +147,7 @@ def timeline(monkeypatch):
     line.Stream = TimelineStream
     yield line
     tensor_ops._local.__dict__.pop("spare_events", None)
-    tensor_ops._stream_tails.clear()
+    tensor_ops._stream_tails().clear()
 
 
 def _timed_call(line, aggregate, nbytes, device_ns, host_ns=10_000, device_index=0):
@@ -395,7 +395,7 @@ def test_queued_copies_through_the_wrapper_are_held_past_their_span_and_written_
     import otel_coldstart
 
     monkeypatch.setattr(tensor_ops, "_cuda_possible", True)
-    monkeypatch.setattr(tensor_ops, "_cuda_up", True)
+    monkeypatch.setattr(otel_coldstart.controller.CONTROLLER.startup, "cuda_up", True)
     stream = timeline.Stream(torch.device("cuda", 0))
     source = Described(torch.ones(1024), "cpu", pinned=True)
     result = Described(torch.ones(1024), "cuda:0")
@@ -458,7 +458,7 @@ def test_copy_is_timed_on_the_stream_copy_cu_uses(timeline, traced, monkeypatch,
     import otel_coldstart
 
     monkeypatch.setattr(tensor_ops, "_cuda_possible", True)
-    monkeypatch.setattr(tensor_ops, "_cuda_up", True)
+    monkeypatch.setattr(otel_coldstart.controller.CONTROLLER.startup, "cuda_up", True)
     source = Described(torch.ones(256), source_device, pinned=True)
     destination = Described(torch.empty(256), destination_device, pinned=True)
     keys = []

@@ -51,10 +51,12 @@ def device(traced, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.setattr(tensor_ops, "time", line)
     monkeypatch.setattr(tensor_ops, "_cuda_possible", True)
-    monkeypatch.setattr(tensor_ops, "_cuda_up", True)
+    from otel_coldstart.controller import CONTROLLER
+
+    monkeypatch.setattr(CONTROLLER.startup, "cuda_up", True)  # per start-up (startup.py)
     yield line
     tensor_ops._local.__dict__.pop("spare_events", None)
-    tensor_ops._stream_tails.clear()
+    tensor_ops._stream_tails().clear()
 
 
 def _records(gpu_check):
@@ -330,8 +332,7 @@ def _first_touch(gpu_check, monkeypatch, traced, planted: bool) -> dict:
     with monkeypatch.context() as patch:
         stand_in_cuda_runtime(patch)
         patch.setattr(tensor_ops, "_cuda_possible", True)
-        patch.setattr(tensor_ops, "_cuda_up", False)
-        traced.reinstrument()
+        traced.reinstrument()  # a new start-up: CUDA not seen up yet (Startup.cuda_up)
         source = Described(torch.ones(1024), "cpu")
         result = Described(torch.ones(1024), "cuda:0")
 

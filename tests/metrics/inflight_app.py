@@ -23,7 +23,7 @@ from safetensors.torch import load_file  # noqa: E402  (after instrument(), as a
 
 
 def main(checkpoint_dir: str) -> int:
-    state = otel_coldstart.ColdstartInstrumentor()._state
+    state = otel_coldstart.controller.CONTROLLER.startup
     address = state.metrics.prometheus_address if state and state.metrics else None
     print(json.dumps({"metrics_url": f"http://{address[0]}:{address[1]}/metrics" if address else None}), flush=True)
     pause = float(os.environ.get("OTEL_COLDSTART_TEST_SHARD_PAUSE_S", "1.5"))

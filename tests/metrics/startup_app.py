@@ -48,7 +48,7 @@ def main(checkpoint_dir: str, end: str = "ready") -> int:
     otel_coldstart.ready()
 
     instrumentor = otel_coldstart.ColdstartInstrumentor()
-    state_ = instrumentor._state
+    state_ = otel_coldstart.controller.CONTROLLER.startup
     address = state_.metrics.prometheus_address if state_ and state_.metrics else None
     root = instrumentor.session.root_context
     print(json.dumps({

@@ -24,7 +24,7 @@ import pytest
 from metrics_testlib import (ALL_VARIABLES, CONCRETE_VARIABLES, HERE, IDENTITY, SCRAPE_TIMEOUT_S, STARTUP_TIMEOUT_S,
                              committed_dashboards, free_port, http_get, is_inflight, panel_expressions, substitute)
 
-from otel_coldstart.inflight import index_total_size
+from otel_coldstart.inflight import index_expected_bytes
 
 JOB = "otel-coldstart-inflight-test"
 LOADED = "model_startup_inflight_loaded_bytes"
@@ -128,7 +128,7 @@ def test_scrapes_during_one_start_up_see_bytes_grow_and_the_phase_change(running
     assert loaded == sorted(loaded), "bytes loaded never go down"
     assert loaded[0] < loaded[-1], samples
     assert len(set(loaded)) >= 3, "the load of 3 shards, 1.5 s apart, is seen in steps"
-    total = index_total_size(directory)
+    total = index_expected_bytes(directory)
     assert total and loaded[-1] == total  # everything, as the index's total_size counts it
     (expected,) = _query(base, f"{EXPECTED}{{{job}}}")["data"]["result"]
     assert float(expected["value"][1]) == total

@@ -357,7 +357,7 @@ def test_prometheus_port_option_serves_until_uninstrument(clean_otel_env):
     otel_coldstart.instrument(tracer_provider=TracerProvider(), start_at="instrument", summary=False,
                               handle_sigterm=False, prometheus_port=0)
     try:
-        setup = otel_coldstart.ColdstartInstrumentor()._state.metrics
+        setup = otel_coldstart.controller.CONTROLLER.startup.metrics
         host, port = setup.prometheus_address
         otel_coldstart.ready()
         with socket.create_connection((host, port), timeout=10) as conn:

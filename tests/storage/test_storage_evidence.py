@@ -120,21 +120,41 @@ def test_handle_created_unseen_says_its_figure_starts_after_the_open(traced, sha
 # --- when the figure is settled --------------------------------------------------------------
 
 
-def test_a_lazily_read_file_is_settled_at_the_end_of_the_start_up(traced, shard):
-    """The tensors map the file; the span ends at its own time, but is written with the figure
-    when the start-up ends, so reads made after it (the cast) are in the figure."""
+def _settlements(traced):
+    return traced.named(semconv.SPAN_SETTLEMENT)
+
+
+def _merged_file_spans(traced):
+    """The file spans as every reader sees them: settlement records merged in."""
+    return [s for s in traced.records() if s.phase == semconv.PHASE_DESERIALIZE]
+
+
+def test_a_lazily_read_file_ends_with_its_read_and_is_settled_by_a_record(traced, shard):
+    """The tensors map the file: the span ends (and is written) when the read ends, with the
+    figure known then, marked provisional; the settled figure, reads made after it (the cast)
+    included, leaves as a settlement record under it when the start-up ends."""
     set_state(shard, "evicted")
     with safetensors.safe_open(shard, framework="pt") as handle:
         tensor = handle.get_tensor(next(iter(handle.keys())))
     if probes.resident_ratio(shard) >= 0.99:
         pytest.skip("the kernel's readahead brought the whole file in with one small tensor")
-    assert _file_spans(traced) == []  # waiting: most of the file was not read yet
+    (span,) = _file_spans(traced)  # written at once: a SIGKILL now would not lose it
+    assert span.attributes[semconv.CACHE_STORAGE_READ_PROVISIONAL] is True
+    assert _settlements(traced) == []
     tensor.to(torch.float16)
     otel_coldstart.ready()
-    (span,) = _file_spans(traced)
     (root,) = traced.named(semconv.SPAN_ROOT)
     assert span.end_time < root.end_time
-    assert span.attributes[semconv.CACHE_SETTLED_RESIDENT_RATIO] > span.attributes[semconv.CACHE_RESIDENT_RATIO]
+    (settlement,) = _settlements(traced)
+    assert settlement.parent.span_id == span.context.span_id
+    assert settlement.start_time == settlement.end_time >= span.end_time
+    assert settlement.attributes[semconv.CACHE_SETTLED_RESIDENT_RATIO] > span.attributes[semconv.CACHE_RESIDENT_RATIO]
+    (merged,) = _merged_file_spans(traced)
+    assert semconv.CACHE_STORAGE_READ_PROVISIONAL not in merged.attributes
+    assert (merged.start_ns, merged.end_ns) == (span.start_time, span.end_time)  # the read's own times
+    assert merged.attributes[semconv.CACHE_SETTLED_RESIDENT_RATIO] == \
+        settlement.attributes[semconv.CACHE_SETTLED_RESIDENT_RATIO]
+    assert merged.attributes[semconv.CACHE_STORAGE_READ_BYTES] >= span.attributes[semconv.CACHE_STORAGE_READ_BYTES]
 
 
 def test_a_file_read_whole_is_settled_at_once(traced, shard):
@@ -337,17 +357,19 @@ def test_summary_says_why_instead_of_zero(traced, shard, monkeypatch):
 
 def test_the_part_read_after_the_span_is_said(traced, shard):
     """torch.load(mmap=True) reads nothing in its call: every page of an evicted file comes
-    in during the cast that follows, after the file's span, and the span says so."""
+    in during the cast that follows, after the file's span, and the settled figure says so."""
     target = shard + ".mmap.pt"
     torch.save({f"w{i}": torch.randn(1 << 18) for i in range(8)}, target)  # 8 MiB
     try:
         set_state(target, "evicted")
         state = torch.load(target, weights_only=True, mmap=True)
-        assert _file_spans(traced) == []  # nothing read yet: the span waits
+        (written,) = _file_spans(traced)  # the read is over: written now, its figure provisional
+        size = os.path.getsize(target)
+        assert written.attributes[semconv.CACHE_STORAGE_READ_PROVISIONAL] is True
+        assert written.attributes[semconv.CACHE_STORAGE_READ_BYTES] < 0.2 * size  # nothing read yet
         cast = {k: v.to(torch.float16) for k, v in state.items()}
         otel_coldstart.ready()
-        (span,) = _file_spans(traced)
-        size = os.path.getsize(target)
+        (span,) = _merged_file_spans(traced)
         figure = span.attributes[semconv.CACHE_STORAGE_READ_BYTES]
         later = span.attributes[semconv.CACHE_STORAGE_READ_AFTER_SPAN_BYTES]
         assert figure >= 0.8 * size and 0.8 * figure <= later <= figure, (figure, later, size)
@@ -357,9 +379,10 @@ def test_the_part_read_after_the_span_is_said(traced, shard):
         os.unlink(target)
 
 
-def test_a_waiting_file_span_is_done_for_progress_when_its_read_ends(traced, shard):
-    """Written at the end of the start-up, but its read is over: the in-flight board must not
-    list it as open (a killed start-up would show a finished read as the one in flight)."""
+def test_a_finished_read_is_done_for_progress_once_and_its_settlement_is_not_work(traced, shard):
+    """The read is over when its call returns: the in-flight board does not list it as open
+    (a killed start-up would show a finished read as the one in flight), counts it done
+    once, and the settlement record written at the end is not counted as work."""
     from otel_coldstart import inflight, session
 
     board = inflight.ProgressBoard(session.ACTIVE)
@@ -369,14 +392,14 @@ def test_a_waiting_file_span_is_done_for_progress_when_its_read_ends(traced, sha
     try:
         set_state(target, "evicted")
         state = torch.load(target, weights_only=True, mmap=True)
-        assert _file_spans(traced) == []  # waiting for the end of the start-up
         snap = board.snapshot()
         assert [e for e in snap.open if e.phase == semconv.PHASE_DESERIALIZE] == []
         assert snap.done == 1 and snap.bytes_loaded == sum(t.nbytes for t in state.values())
         {k: v.to(torch.float16) for k, v in state.items()}
         otel_coldstart.ready()
-        assert len(_file_spans(traced)) == 1
-        written = [s for s in traced.spans() if s.name not in (semconv.SPAN_ROOT, "coldstart.import")]
-        assert board.snapshot().done == len(written)  # each counted once: the file span not again
+        assert len(_file_spans(traced)) == 1 and len(_settlements(traced)) == 1
+        work = [s for s in traced.spans()
+                if s.name not in (semconv.SPAN_ROOT, "coldstart.import", semconv.SPAN_PROGRESS, semconv.SPAN_SETTLEMENT)]
+        assert board.snapshot().done == len(work)  # each counted once
     finally:
         os.unlink(target)

@@ -1,0 +1,75 @@
+"""Storage figures settled after a file's span ended: merged back into the span.
+
+A checkpoint file's ``deserialize`` span ends when its read ends (a span's times are the
+work's times). Pages of a mapped file can still be read from storage after that, by casts,
+copies or other threads, so its storage figure is only final later: the plugin then writes
+a ``coldstart.settlement`` record, a zero-length span whose parent is the file's span and
+whose attributes are the settled figure (otel_coldstart/patches/_storage.py). This module
+puts those attributes on the file's span and drops the records, so every reader (``analyze``,
+the summary printed in-process, metrics) sees one span per file with its final figure.
+
+A file span still marked ``coldstart.cache.storage_read_provisional`` after the merge had no
+settlement: the process ended (was killed) before it, and its figure is the one known at the
+read's end, a lower bound. Pure functions over records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Iterable
+
+from .. import semconv
+from .model import Span
+
+# What a settlement record may set on its file span.
+SETTLED_KEYS = (semconv.CACHE_STORAGE_READ_BYTES, semconv.CACHE_STORAGE_READ_UNKNOWN,
+                semconv.CACHE_STORAGE_READ_AFTER_SPAN_BYTES, semconv.CACHE_SETTLED_RESIDENT_RATIO,
+                semconv.CACHE_EVIDENCE)
+
+
+def merge_settlements(spans: Iterable[Span]) -> list[Span]:
+    """``spans`` with each settlement record merged into its parent span (the latest one
+    wins when there are several) and every settlement record removed. A record whose
+    parent is not among ``spans`` is dropped (its span was lost; nothing to complete)."""
+    spans = list(spans)
+    latest: dict[tuple[str, str], Span] = {}
+    found = False
+    for span in spans:
+        if span.name == semconv.SPAN_SETTLEMENT:
+            found = True
+            if span.parent_id is None:
+                continue
+            key = (span.trace_id, span.parent_id)
+            best = latest.get(key)
+            if best is None or span.end_ns >= best.end_ns:
+                latest[key] = span
+    if not found:
+        return spans
+    merged: list[Span] = []
+    for span in spans:
+        if span.name == semconv.SPAN_SETTLEMENT:
+            continue
+        settlement = latest.get((span.trace_id, span.span_id))
+        if settlement is not None:
+            span = settle(span, settlement)
+        merged.append(span)
+    return merged
+
+
+def settle(span: Span, settlement: Span) -> Span:
+    """The file span with the settled figure: the settlement's keys replace the span's, a
+    figure the settlement does not have (an unknown figure settled into a known one, or the
+    reverse) is removed, and the provisional mark goes."""
+    attributes = {k: v for k, v in span.attributes.items()
+                  if k != semconv.CACHE_STORAGE_READ_PROVISIONAL and k not in SETTLED_KEYS}
+    for key in SETTLED_KEYS:
+        if key in settlement.attributes:
+            attributes[key] = settlement.attributes[key]
+        elif key == semconv.CACHE_EVIDENCE and key in span.attributes:
+            attributes[key] = span.attributes[key]
+    return replace(span, attributes=attributes)
+
+
+def is_provisional(span: Span) -> bool:
+    """The span's storage figure was never settled (the process ended first): a lower bound."""
+    return span.attributes.get(semconv.CACHE_STORAGE_READ_PROVISIONAL) is True
