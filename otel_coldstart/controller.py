@@ -24,7 +24,7 @@ import wrapt
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from . import _otel_env, ending, export, own_tracing, patches, semconv
+from . import _host_warnings, _otel_env, ending, export, own_tracing, patches, semconv
 from . import session as _session
 from ._errors import internal_errors, report_internal_error
 from .startup import Options, Startup, configure_metrics, metrics_can_wait, rank_attributes
@@ -146,6 +146,7 @@ class Controller:
         startup = self.startup = Startup(session, setup, options, summary, metrics_setup, metrics_later)
         startup.start_inflight(metrics_setup)
         _session.ACTIVE = session
+        _host_warnings.install()  # warnings raised inside our wrappers keep the host's line
         _register_hooks()
         for module in patches.ALL:
             for target in module.TARGETS:
@@ -165,6 +166,8 @@ class Controller:
         for module in patches.ALL:
             with internal_errors(f"unpatch {module.__name__}"):
                 module.unpatch()
+        with internal_errors("warnings"):
+            _host_warnings.uninstall()
         _session.ACTIVE = None
         self.startup = None
 

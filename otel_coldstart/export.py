@@ -372,18 +372,20 @@ def flush(setup: ExportSetup, timeout_s: float, *, wait: bool = True) -> None:
 
 def finish(setup: ExportSetup, timeout_s: float) -> bool:
     """The end of what we export: flush, and shut down the provider if we made it. Blocks up
-    to ~timeout_s. True when the flush was confirmed within it (every batch our own provider
-    exported was accepted; an SDK provider's flush returned True in time)."""
-    outcome: list = []
+    to ~timeout_s. False when the start-up may not have been delivered: the flush did not
+    return within ``timeout_s`` (a collector that is not there or never answers), or our own
+    provider's exporter refused a batch at any time. A provider that returns False at once
+    (the host shut it down already, and flushed it then) is not evidence of a loss."""
+    returned: list = []
     force_flush = getattr(setup.provider, "force_flush", None)
     if force_flush is not None:
         millis = int(max(timeout_s, 0.001) * 1000)
-        run_bounded(lambda: outcome.append(force_flush(millis)), timeout_s)
-    confirmed = bool(outcome) and outcome[0] is not False
+        run_bounded(lambda: returned.append(force_flush(millis)), timeout_s)
     shutdown = getattr(setup.provider, "shutdown", None)
     if setup.owned and shutdown is not None:
         run_bounded(shutdown, timeout_s)
-    return confirmed
+    refused = getattr(setup.provider, "failed_exports", 0)
+    return bool(returned or force_flush is None) and not (isinstance(refused, int) and refused > 0)
 
 
 def write_records(path: str, kept: Sequence, resource: dict) -> bool:

@@ -130,11 +130,19 @@ def test_unreachable_collector_delays_exit_at_most_the_export_timeout(tmp_path, 
     exited_at = time.time()
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
-    assert not (tmp_path / "traces").exists()  # OTLP was configured: no local file
     ready_returned_at = int(result.stdout.split("READY_RETURNED")[1].split()[0]) / 1e9
     # A bound on a hang, not a speed check: ready() does not wait for the collector, and the
     # exit waits at most export_timeout_s (5 s) for it; 4 s of slack for interpreter teardown.
     assert exited_at - ready_returned_at < 5 + 4
+    # Never lost silently: the start-up the collector did not take is in the local file, and
+    # one stderr line says where.
+    path = _trace_file(tmp_path)
+    (line,) = [x for x in result.stderr.splitlines() if "was not delivered" in x]
+    assert path in line and "OTLP" in line
+    spans = read_trace_file(path)
+    (root,) = [s for s in spans if s.name == semconv.SPAN_ROOT]
+    assert root.attributes[semconv.READY] is True
+    assert len([s for s in spans if s.phase == "deserialize"]) == 4
 
 
 def test_launcher_traceparent_makes_the_root_a_child(tmp_path, small_checkpoint):

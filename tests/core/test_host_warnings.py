@@ -1,0 +1,124 @@
+"""The host's warnings keep the host's line (issue 22.4), in fresh processes: the same
+operations run plain and instrumented must produce the same warnings at the same places,
+and the host's own filters must act on them as they would without us.
+
+On main before this change the wrappers' lines took the warnings: ``torch.load`` of a
+TorchScript archive no longer raised under ``filterwarnings("error", module="__main__")``,
+and under the default filter two call sites of the host collapsed into one."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.process
+
+CHILD = r"""
+import json, os, sys, warnings
+mode, op, how = sys.argv[1], sys.argv[2], sys.argv[3]
+seen = []
+
+def record(message, category, filename, lineno, file=None, line=None):
+    seen.append([category.__name__, os.path.basename(filename), lineno])
+
+warnings.showwarning = record  # the host's own hook, installed before instrument()
+if how == "error":
+    warnings.filterwarnings("error", module="__main__")  # the host's module only
+import torch
+import safetensors.torch
+
+workdir = sys.argv[4]
+script = os.path.join(workdir, "script.pt")
+if not os.path.exists(script):
+    torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), script)
+weights = os.path.join(workdir, "w.safetensors")
+safetensors.torch.save_file({"w": torch.ones(4)}, weights)
+if op == "load_file":
+    # A library that warns at its entry, as torch.load does (stacklevel=2: its caller's line).
+    original = safetensors.torch.load_file
+    def load_file(*args, **kwargs):
+        warnings.warn("loading a checkpoint from a legacy location", UserWarning, stacklevel=2)
+        return original(*args, **kwargs)
+    safetensors.torch.load_file = load_file
+if mode == "traced":
+    import otel_coldstart
+    otel_coldstart.instrument(start_at="instrument", summary=False, handle_sigterm=False, progress_interval_s=0)
+
+def site_a():  # call site A: each operation on a line of its own
+    if op == "torch_load":
+        torch.load(script, weights_only=False)
+    elif op == "load_file":
+        safetensors.torch.load_file(weights)
+    elif op == "to":
+        torch.ones(2, dtype=torch.complex64).to(torch.float32)
+    elif op == "pin_memory":
+        torch.ones(2).pin_memory("cpu")
+
+def site_b():  # call site B: the same operations, other lines
+    if op == "torch_load":
+        torch.load(script, weights_only=False)
+    elif op == "load_file":
+        safetensors.torch.load_file(weights)
+    elif op == "to":
+        torch.ones(2, dtype=torch.complex64).to(torch.float32)
+    elif op == "pin_memory":
+        torch.ones(2).pin_memory("cpu")
+
+raised = []
+for site in (site_a, site_b):
+    try:
+        site()
+    except BaseException as error:
+        raised.append(type(error).__name__)
+print(json.dumps({"seen": [s for s in seen if s[1] == "<string>"], "raised": raised}))
+"""
+
+OPS = ["torch_load", "load_file", "to", "pin_memory"]
+
+
+def _run(tmp_path, mode, op, how):
+    env = dict(os.environ, OTEL_COLDSTART_OUTPUT_DIR=str(tmp_path / "traces"), PYTHONWARNINGS="")
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        env.pop(name, None)
+    done = subprocess.run([sys.executable, "-c", CHILD, mode, op, how, str(tmp_path)], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_a_module_scoped_error_filter_still_raises_from_inside_a_wrapped_call(tmp_path, op):
+    plain = _run(tmp_path, "plain", op, "error")
+    traced = _run(tmp_path, "traced", op, "error")
+    if op != "pin_memory":  # torch turns pin_memory's warning-as-error into its own RuntimeError
+        assert plain["raised"] and plain["raised"][0].endswith("Warning"), plain  # the host's filter at work
+    assert traced == plain
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_under_the_default_filter_each_call_site_gets_its_own_warning(tmp_path, op):
+    plain = _run(tmp_path, "plain", op, "default")
+    traced = _run(tmp_path, "traced", op, "default")
+    if op in ("torch_load", "load_file"):  # torch's C++ cast warning is its own once per process
+        assert len({tuple(s) for s in plain["seen"]}) == 2, plain
+    assert traced == plain
+
+
+def test_the_hook_and_filter_go_with_uninstrument_and_leave_the_hosts_in_place():
+    import warnings
+
+    import otel_coldstart
+    from otel_coldstart import _host_warnings
+
+    otel_coldstart.uninstrument()
+    before_hook, before_filters = warnings.showwarning, list(warnings.filters)
+    otel_coldstart.instrument(start_at="instrument", summary=False, handle_sigterm=False, progress_interval_s=0)
+    try:
+        assert warnings.showwarning is _host_warnings._showwarning
+    finally:
+        otel_coldstart.uninstrument()
+    assert warnings.showwarning is before_hook and warnings.filters == before_filters
