@@ -397,6 +397,9 @@ class ProgressBoard:
         if stall is not None:
             span.add_event(semconv.EVENT_STALL, stall, timestamp=snap.now_ns)
         span.end(end_time=snap.now_ns)
+        startup = getattr(session, "startup", None)
+        if startup is not None:  # storage figures still waiting: the figure known now, on disk too
+            startup.storage.settle_interim()
         if self._flush is not None:
             self._flush()
 

@@ -455,8 +455,9 @@ class StartupSession:
         if interrupted:
             try:
                 running = self.running_phase()
-                if running is None and exception_type and self._failed_phase is not None:
-                    running = self._failed_phase[1]  # where the uncaught exception was raised
+                failed = self._failed_phase
+                if running is None and failed is not None and (exception_type or isinstance(failed[0], SystemExit)):
+                    running = failed[1]  # where the uncaught exception (or sys.exit()) was raised
                 self._interrupt_open_work(end_ns)
             except Exception:
                 report_internal_error("interrupt open work")

@@ -8,9 +8,11 @@ whose attributes are the settled figure (otel_coldstart/patches/_storage.py). Th
 puts those attributes on the file's span and drops the records, so every reader (``analyze``,
 the summary printed in-process, metrics) sees one span per file with its final figure.
 
-A file span still marked ``coldstart.cache.storage_read_provisional`` after the merge had no
-settlement: the process ended (was killed) before it, and its figure is the one known at the
-read's end, a lower bound. Pure functions over records.
+While the start-up runs, the in-flight monitor writes interim settlements (still marked
+``coldstart.cache.storage_read_provisional``) when a waiting file's figure grew; the final one
+is written when the start-up ends. A file span still marked provisional after the merge never
+got its final settlement: the process ended (was killed) first, and its figure is the one
+known shortly before, a lower bound. Pure functions over records.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ def settle(span: Span, settlement: Span) -> Span:
             attributes[key] = settlement.attributes[key]
         elif key == semconv.CACHE_EVIDENCE and key in span.attributes:
             attributes[key] = span.attributes[key]
+    if settlement.attributes.get(semconv.CACHE_STORAGE_READ_PROVISIONAL) is True:
+        attributes[semconv.CACHE_STORAGE_READ_PROVISIONAL] = True  # an interim one: the final never came
     return replace(span, attributes=attributes)
 
 

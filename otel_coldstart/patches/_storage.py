@@ -122,8 +122,9 @@ class StorageLedger:
         self._session = session
         self._lock = threading.Lock()
         self._files: dict[tuple[int, int], StoredFile] = {}  # (st_dev, st_ino) -> facts
-        self._waiting: list[Callable[[], None]] = []
+        self._waiting: list[Callable[[bool], None]] = []
         self._closed = False
+        self._settling = threading.Lock()  # an interim pass and the final one never overlap
 
     def observe(self, path: str, *, before_open: bool = True) -> StoredFile | None:
         """The file's facts, measured once per start-up, at the first sight of it: before the
@@ -157,7 +158,7 @@ class StorageLedger:
             first, stored.claimed = not stored.claimed, True
         return first
 
-    def settle_later(self, settle: Callable[[], None]) -> bool:
+    def settle_later(self, settle: Callable[[bool], None]) -> bool:
         """Queue ``settle`` (it writes a settlement record) for the end of the start-up; False
         if that has passed (the figure at the span's end is then final)."""
         with self._lock:
@@ -168,14 +169,28 @@ class StorageLedger:
 
     def settle_all(self) -> None:
         """At the end of the start-up: write every waiting file's settlement record."""
-        with self._lock:
-            self._closed = True
-            waiting, self._waiting = self._waiting, []
-        for settle in waiting:
-            try:
-                settle()
-            except Exception:
-                report_internal_error("storage figure")
+        with self._settling:
+            with self._lock:
+                self._closed = True
+                waiting, self._waiting = self._waiting, []
+            for settle in waiting:
+                try:
+                    settle(True)
+                except Exception:
+                    report_internal_error("storage figure")
+
+    def settle_interim(self) -> None:
+        """While the start-up runs (the in-flight monitor, before each progress record): an
+        interim settlement record, still provisional, for each waiting file whose figure grew
+        since, so that a process killed later shows the figure known shortly before."""
+        with self._settling:
+            with self._lock:
+                waiting = list(self._waiting)
+            for settle in waiting:
+                try:
+                    settle(False)
+                except Exception:
+                    report_internal_error("storage figure")
 
 
 def ledger_for(session) -> StorageLedger:
@@ -236,8 +251,17 @@ def finish_with_figure(session, stored: StoredFile | None, thread_read_bytes: in
         end_span(attrs, evidence)
         return
 
-    def settle() -> None:
-        settled_later(*figure_now(_residency_now(stored), at_span_end))
+    last_figure = [attrs.get(semconv.CACHE_STORAGE_READ_BYTES)]
+
+    def settle(final: bool) -> None:
+        settled_attrs, settled_evidence = figure_now(_residency_now(stored), at_span_end)
+        if not final:  # an interim record, only when the figure grew
+            figure = settled_attrs.get(semconv.CACHE_STORAGE_READ_BYTES)
+            if figure is None or (last_figure[0] is not None and figure <= last_figure[0]):
+                return
+            last_figure[0] = figure
+            settled_attrs[semconv.CACHE_STORAGE_READ_PROVISIONAL] = True
+        settled_later(settled_attrs, settled_evidence)
 
     if ledger_for(session).settle_later(settle):
         attrs[semconv.CACHE_STORAGE_READ_PROVISIONAL] = True

@@ -91,13 +91,16 @@ def patch() -> None:
 def unpatch() -> None:
     session = _session.ACTIVE
     if session is not None:
-        end_of_startup(session)
+        close_open_handles(session)
     _patches.restore()
     _restore_safe_open_names()
 
 
 def end_of_startup(session) -> None:
-    close_open_handles(session)
+    # At ready(), a handle inside a with-block ends at its __exit__ (work still open ends when
+    # it ends); one used without a with-block has no end of its own: it ends at its last read.
+    # Any other end closes every handle (the start-up was cut short).
+    close_open_handles(session, entered_too=session.end_reason != semconv.END_READY)
 
 
 # --- whole-file loads ----------------------------------------------------------------------
@@ -219,15 +222,24 @@ def _exit(wrapped, instance, args, kwargs):
     state = _open_handles(session)
     with state.lock:
         handle = state.handles.pop(id(instance), None)
-    result = wrapped(*args, **kwargs)
-    if handle is not None:
-        try:
-            error = args[1] if len(args) > 1 and isinstance(args[1], BaseException) else None
-            handle.close(error, None)
-            _forget_slices(state, handle)
-        except Exception:
-            report_internal_error("safe_open.__exit__")
+    try:
+        result = wrapped(*args, **kwargs)
+    except BaseException as raised:  # the handle's own exit failed (or was interrupted): it ends with that
+        _close_exited(state, handle, raised)
+        raise
+    error = args[1] if len(args) > 1 and isinstance(args[1], BaseException) else None
+    _close_exited(state, handle, error)
     return result
+
+
+def _close_exited(state: "_OpenHandles", handle: "_Handle | None", error: BaseException | None) -> None:
+    if handle is None:
+        return
+    try:
+        handle.close(error, None)
+        _forget_slices(state, handle)
+    except Exception:
+        report_internal_error("safe_open.__exit__")
 
 
 def _get(method: str):
@@ -402,14 +414,16 @@ def _open_handle(wrapped, instance, args, kwargs):
     return handle_object
 
 
-def close_open_handles(session) -> None:
+def close_open_handles(session, entered_too: bool = True) -> None:
     """End the spans of handles still open (used without ``with``, or never exited) at
-    their last read."""
+    their last read; ``entered_too=False`` leaves those inside a with-block to their exit."""
     state = _open_handles(session)
     with state.lock:
-        handles = list(state.handles.values())
-        state.handles.clear()
-        state.slices.clear()
+        handles = [h for h in state.handles.values() if entered_too or not h.in_with]
+        for key in [k for k, h in state.handles.items() if entered_too or not h.in_with]:
+            del state.handles[key]
+        if entered_too:
+            state.slices.clear()
     for handle in handles:
         try:
             handle.close(None, handle.read.last_ns if handle.read else None)

@@ -1,0 +1,189 @@
+"""A fork server for the ending matrix (test_ending_matrix.py).
+
+Importing torch, safetensors and transformers takes seconds; the matrix has 120 cases, each
+a real process ended for real. So this process imports them once, uninstrumented, and forks
+one child per case: the child instruments itself (its root span starts at the fork, as a
+process start), runs the case, and ends as the case says (ready(), a normal exit, an
+uncaught exception, or a real signal the test sends from outside). The exit status goes
+back to the test through this server, which reaps its children.
+
+Protocol (one line each way): the test writes a case as JSON on stdin; the server answers
+``PID <case id> <pid>`` and, when the child is gone, ``EXIT <pid> <exit code>``
+(``os.waitstatus_to_exitcode``: -15 for SIGTERM). Everything the child prints goes to files
+in its case directory. The server writes with ``os.write`` only: a thread of it (the reaper)
+may hold a Python-level stream lock at the moment of a fork, which the child would inherit.
+"""
+
+import json
+import os
+import sys
+import threading
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+import safetensors.torch  # noqa: E402,F401
+import torch  # noqa: E402
+import transformers  # noqa: E402
+import transformers.core_model_loading  # noqa: E402,F401
+from safetensors import safe_open  # noqa: E402,F401
+
+import transformers.models.bert.modeling_bert  # noqa: E402,F401  (what the cases load, imported once)
+
+import otel_coldstart  # noqa: E402,F401  (imported, not instrumented: each child instruments)
+
+torch.set_num_threads(1)  # one intra-op thread: the single-threaded breakdown rule applies
+
+
+def _say(line: str) -> None:
+    os.write(1, (line + "\n").encode())
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            threading.Event().wait(0.05)
+            continue
+        _say(f"EXIT {pid} {os.waitstatus_to_exitcode(status)}")
+
+
+def serve() -> dict:
+    """Fork one child per case; return (in the child only) the case it must run."""
+    threading.Thread(target=_reap, daemon=True).start()
+    _say("READY")
+    stdin = sys.stdin.buffer
+    while True:
+        line = stdin.readline()
+        if not line:
+            os._exit(0)
+        case = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            return case
+        _say(f"PID {case['id']} {pid}")
+
+
+CASE = serve()
+
+# --- from here on: the child, one case ---------------------------------------------------------
+
+import time  # noqa: E402
+
+directory = CASE["dir"]
+os.chdir(directory)
+for fd, name in ((1, "stdout.txt"), (2, "stderr.txt")):
+    target = os.open(os.path.join(directory, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(target, fd)
+    os.close(target)
+sys.stdin = open(os.devnull)
+os.environ.update(CASE["env"])
+ENDING, LOADER, WHEN = CASE["ending"], CASE["loader"], CASE["when"]
+TIMES = os.open(os.path.join(directory, "reads.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+import atexit  # noqa: E402
+import ctypes  # noqa: E402
+import signal  # noqa: E402
+
+
+def _leave_without_teardown() -> None:
+    """Registered before instrument(), so it runs after every atexit handler of ours: end the
+    process as Py_RunMain would after finalising (exit 1 after an uncaught exception, death by
+    SIGINT when CPython's "unhandled KeyboardInterrupt" flag is set, which our own exit handler
+    must have left set), but without the interpreter's teardown: in a forked child of a process
+    holding torch and transformers, decref'ing every object copies every page (3 s a case)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        interrupted = bool(ctypes.c_int.in_dll(ctypes.pythonapi, "_Py_UnhandledKeyboardInterrupt").value)
+    except ValueError:
+        interrupted = isinstance(getattr(sys, "last_value", None), KeyboardInterrupt)
+    if interrupted:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    error = getattr(sys, "last_value", None)
+    os._exit(1 if isinstance(error, BaseException) and not isinstance(error, SystemExit) else 0)
+
+
+atexit.register(_leave_without_teardown)
+otel_coldstart.instrument()
+
+
+def note(**fields) -> None:
+    os.write(TIMES, (json.dumps(fields) + "\n").encode())
+
+
+def hold(where: str) -> None:
+    """Where the case ends: inside the read (``during``) or in the later phase."""
+    os.close(os.open(os.path.join(directory, f"HOLD-{where}"), os.O_WRONLY | os.O_CREAT, 0o644))
+    if ENDING == "ready":
+        if where == "during":  # ready() from another thread while the read goes on
+            helper = threading.Thread(target=otel_coldstart.ready)
+            helper.start()
+            helper.join()
+        else:
+            otel_coldstart.ready()
+        return
+    if ENDING == "exit":
+        sys.exit(0)
+    if ENDING == "exception":
+        raise RuntimeError("the disk caught fire")
+    time.sleep(120)  # a real signal from the test ends us here
+
+
+# Inside the read: the first call of the loader's own reading function (a C function) after
+# arming, seen by a profile hook, which is host code running on the reading thread.
+_TRIGGERS = {"load_file": "get_tensors", "safe_open": "get_tensor", "torch_load": "get_record",
+             "torch_load_mmap": "get_record", "from_pretrained": "__exit__"}
+_armed = []
+
+
+def _profile(frame, event, arg):
+    if event != "c_call" or not _armed or getattr(arg, "__name__", None) != _TRIGGERS[LOADER]:
+        return
+    if LOADER == "from_pretrained" and type(getattr(arg, "__self__", None)).__name__ != "safe_open":
+        return
+    _armed.clear()
+    sys.setprofile(None)
+    hold("during")
+
+
+def arm() -> None:
+    if WHEN == "during":
+        _armed.append(True)
+        sys.setprofile(_profile)
+
+
+def load(path_or_dir: str, last: bool) -> dict:
+    if last:
+        arm()
+    start = time.time_ns()
+    if LOADER == "load_file":
+        state = safetensors.torch.load_file(path_or_dir)
+    elif LOADER == "safe_open":
+        state = {}
+        with safe_open(path_or_dir, framework="pt") as handle:
+            for key in handle.keys():
+                state[key] = handle.get_tensor(key)
+    elif LOADER in ("torch_load", "torch_load_mmap"):
+        state = torch.load(path_or_dir, weights_only=True, mmap=LOADER == "torch_load_mmap")
+    else:
+        model = transformers.AutoModel.from_pretrained(path_or_dir, dtype=torch.float32)
+        state = dict(model.state_dict())
+    note(path=path_or_dir, start_ns=start, end_ns=time.time_ns())
+    sys.setprofile(None)
+    # The host uses what it loaded, as load_state_dict would: every page is read by now.
+    for tensor in state.values():
+        tensor.float().sum()
+    return state
+
+
+loaded = {}
+for index, path in enumerate(CASE["files"]):
+    loaded.update(load(path, index == len(CASE["files"]) - 1))
+with otel_coldstart.phase("warmup"):
+    total = sum(float(t.float().sum()) for t in loaded.values())
+    if WHEN == "later":
+        hold("later")
+sys.exit(0)

@@ -1,0 +1,239 @@
+"""The ending matrix (issue 21.3): every way a start-up ends, on every loader path, with the
+checkpoint evicted or resident, ended during the read or in a later phase; each case a real
+process ended for real (ready(), a normal exit, an uncaught exception, or SIGTERM, SIGINT,
+SIGKILL sent from here), then read back as ``analyze`` reads it.
+
+The processes are forked from a server that imported torch, safetensors and transformers
+once (ending_zygote.py): 120 interpreter starts with torch would not fit the suite. A case
+lands "during the read" deterministically: host code (a profile hook on the reading thread)
+runs at the loader's own reading call, the last file's, and holds there.
+
+Every report must have: one start-up with the right end reason; the phase that was running
+named; phases + unattributed = the start-up, and (single-threaded) busy <= 1.02 x wall; every
+finished shard listed with its cache state and, for an evicted file, >= 80% of it read from
+storage; each finished shard's span inside the read's own times (the host's clock around the
+call). On main before this change, load_file/safe_open shards were stretched to the end of
+the process by any ending but ready(), and SIGKILL lost them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from otel_coldstart import semconv
+from otel_coldstart.analyze.breakdown import breakdowns
+from otel_coldstart.analyze.readers import read_trace
+
+pytestmark = pytest.mark.process
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ZYGOTE = os.path.join(HERE, "ending_zygote.py")
+
+ENDINGS = ["ready", "exit", "exception", "sigterm", "sigint", "sigkill"]
+LOADERS = ["load_file", "safe_open", "torch_load", "torch_load_mmap", "from_pretrained"]
+CACHES = ["evicted", "resident"]
+WHENS = ["during", "later"]
+SIGNALS = {"sigterm": signal.SIGTERM, "sigint": signal.SIGINT, "sigkill": signal.SIGKILL}
+EXIT_CODES = {"ready": 0, "exit": 0, "exception": 1, "sigterm": -signal.SIGTERM, "sigint": -signal.SIGINT,
+              "sigkill": -signal.SIGKILL}
+END_REASONS = {"ready": semconv.END_READY, "exit": semconv.END_EXIT, "exception": semconv.END_EXCEPTION,
+               "sigterm": semconv.END_SIGTERM, "sigint": semconv.END_EXCEPTION, "sigkill": semconv.END_KILLED}
+# SIGKILL runs nothing: the last progress record (within 0.25 s of a change) must be written.
+KILL_AFTER_S = 0.6
+
+
+class Zygote:
+    def __init__(self, workdir: str) -> None:
+        env = dict(os.environ)
+        for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "TRACEPARENT",
+                     "OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER"):
+            env.pop(name, None)
+        self.proc = subprocess.Popen([sys.executable, ZYGOTE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=open(os.path.join(workdir, "zygote.err"), "wb"), env=env, cwd=workdir)
+        self.pids: dict[str, int] = {}
+        self.exits: dict[int, int] = {}
+        self.changed = threading.Condition()
+        self.ready = False
+        threading.Thread(target=self._read, daemon=True).start()
+        with self.changed:
+            assert self.changed.wait_for(lambda: self.ready, timeout=300), "the fork server did not start"
+
+    def _read(self) -> None:
+        for raw in self.proc.stdout:
+            words = raw.decode().split()
+            with self.changed:
+                if words[0] == "READY":
+                    self.ready = True
+                elif words[0] == "PID":
+                    self.pids[words[1]] = int(words[2])
+                elif words[0] == "EXIT":
+                    self.exits[int(words[1])] = int(words[2])
+                self.changed.notify_all()
+
+    def start(self, case: dict) -> int:
+        self.proc.stdin.write((json.dumps(case) + "\n").encode())
+        self.proc.stdin.flush()
+        with self.changed:
+            assert self.changed.wait_for(lambda: case["id"] in self.pids, timeout=60)
+            return self.pids[case["id"]]
+
+    def wait(self, pid: int, timeout: float = 90) -> int:
+        with self.changed:
+            assert self.changed.wait_for(lambda: pid in self.exits, timeout=timeout), f"child {pid} did not end"
+            return self.exits[pid]
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def zygote(tmp_path_factory):
+    server = Zygote(str(tmp_path_factory.mktemp("zygote")))
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """Per loader, the files it reads (two shards where the loader reads files one by one),
+    in a directory of this worker's own (cache states are set per case)."""
+    import safetensors.torch
+    import torch
+
+    root = tmp_path_factory.mktemp("matrix-checkpoints")
+    generator = torch.Generator().manual_seed(0)
+
+    def tensors(tag):
+        return {f"{tag}.w{i}": torch.randn(1 << 19, generator=generator) for i in range(4)}  # 8 MiB
+
+    shards = [str(root / f"model-0000{i + 1}-of-00002.safetensors") for i in range(2)]
+    for i, path in enumerate(shards):
+        safetensors.torch.save_file(tensors(f"s{i}"), path)
+    pickles = [str(root / f"pytorch_model-0000{i + 1}-of-00002.bin") for i in range(2)]
+    for i, path in enumerate(pickles):
+        torch.save(tensors(f"p{i}"), path)
+    # A small generated BERT (the real all-MiniLM-L6-v2 is tests/storage/test_storage_transformers.py's):
+    # transformers' real from_pretrained path, at a size that keeps 24 cases quick.
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=8192, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=512, max_position_embeddings=128)
+    model = root / "small-bert"
+    transformers.BertModel(config).save_pretrained(str(model))
+    return {"load_file": shards, "safe_open": shards, "torch_load": pickles, "torch_load_mmap": pickles,
+            "from_pretrained": [str(model)]}
+
+
+def _weights(loader: str, files: list[str]) -> list[str]:
+    return [os.path.join(files[0], "model.safetensors")] if loader == "from_pretrained" else files
+
+
+def _set_cache(paths: list[str], state: str) -> None:
+    for path in paths:
+        with open(path, "rb") as handle:
+            while handle.read(1 << 24):
+                pass
+        if state == "evicted":
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fdatasync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def _wait_for(path: str, pid: int, zygote: Zygote, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        assert pid not in zygote.exits, f"the case ended before reaching {os.path.basename(path)}"
+        assert time.monotonic() < deadline, f"the case never reached {os.path.basename(path)}"
+        time.sleep(0.01)
+
+
+def _run_case(zygote, checkpoints, tmp_path, ending, loader, cache, when):
+    files = checkpoints[loader]
+    weights = _weights(loader, files)
+    _set_cache(weights, cache)
+    case_dir = tmp_path / "case"
+    case_dir.mkdir()
+    case = {"id": f"{ending}-{loader}-{cache}-{when}-{time.monotonic_ns()}", "dir": str(case_dir),
+            "ending": ending, "loader": loader, "when": when, "files": files,
+            # transformers loads on the calling thread (no materialisation pool): one thread.
+            "env": {"OTEL_COLDSTART_OUTPUT_DIR": str(case_dir / "traces"), "OTEL_COLDSTART_SUMMARY": "0",
+                    "HF_DEACTIVATE_ASYNC_LOAD": "1"}}
+    pid = zygote.start(case)
+    if ending in SIGNALS:
+        _wait_for(str(case_dir / f"HOLD-{when}"), pid, zygote)
+        if ending == "sigkill":
+            time.sleep(KILL_AFTER_S)
+        os.kill(pid, SIGNALS[ending])
+    code = zygote.wait(pid)
+    return case_dir, weights, code
+
+
+@pytest.mark.parametrize("when", WHENS)
+@pytest.mark.parametrize("cache", CACHES)
+@pytest.mark.parametrize("loader", LOADERS)
+@pytest.mark.parametrize("ending", ENDINGS)
+def test_every_ending_leaves_a_true_report(zygote, checkpoints, tmp_path, ending, loader, cache, when):
+    case_dir, weights, code = _run_case(zygote, checkpoints, tmp_path, ending, loader, cache, when)
+    stderr = (case_dir / "stderr.txt").read_text()
+    assert code == EXIT_CODES[ending], stderr[-3000:]
+    assert "internal error" not in stderr, stderr[-3000:]
+    (trace,) = list((case_dir / "traces").glob("startup-*.otlp.jsonl"))
+    result = read_trace(str(trace))
+    (startup,) = breakdowns(result.spans)
+    root = startup.root
+
+    # How it ended, and the phase that was running then.
+    assert startup.end_reason == END_REASONS[ending], root.attributes
+    if ending == "sigint":
+        assert root.attributes[semconv.END_EXCEPTION_TYPE] == "KeyboardInterrupt"
+    if ending != "ready":
+        expected_phase = semconv.PHASE_DESERIALIZE if when == "during" else "warmup"
+        assert root.attributes.get(semconv.END_PHASE) == expected_phase, root.attributes
+
+    # Phases + unattributed = the start-up; one thread's work is never more than its wall time.
+    duration = startup.duration_ns
+    assert abs(sum(p.busy_ns for p in startup.phases) + startup.unattributed_ns - duration) <= 0.02 * duration
+    assert startup.total_busy_ns <= 1.02 * duration, (startup.total_busy_ns, duration)
+
+    # Every finished shard: listed, with its cache state, the storage figure, the read's own times.
+    reads = [json.loads(line) for line in (case_dir / "reads.jsonl").read_text().splitlines()]
+    finished = {os.path.realpath(r["path"]) for r in reads}
+    file_spans = [s for s in result.spans if s.phase == semconv.PHASE_DESERIALIZE]
+    for path in weights:
+        read = next((r for r in reads if os.path.realpath(_weights(loader, [r["path"]])[0]) == os.path.realpath(path)),
+                    None)
+        spans = [s for s in file_spans if os.path.realpath(str(s.attributes.get(semconv.FILE_PATH))) ==
+                 os.path.realpath(path)]
+        if read is None:  # the read the case ended in
+            if ending in ("sigterm", "sigkill") and when == "during":
+                (span,) = spans
+                assert span.attributes.get(semconv.INTERRUPTED) is True
+            if ending in ("exception", "sigint", "exit") and when == "during":
+                (span,) = spans
+                assert span.status == "error" and semconv.ERROR_TYPE in span.attributes, span.attributes
+            continue
+        (span,) = spans
+        assert read["start_ns"] <= span.start_ns and span.end_ns <= read["end_ns"], (read, span)
+        assert semconv.INTERRUPTED not in span.attributes and span.status != "error"
+        if span.end_ns > root.end_ns:  # ready() came during this read: it ends after the start-up
+            assert ending == "ready" and when == "during"
+            continue
+        shard = next(s for s in startup.shards if os.path.realpath(str(s.path)) == os.path.realpath(path))
+        assert shard.state == ("cold" if cache == "evicted" else "warm"), span.attributes
+        size = os.path.getsize(path)
+        if cache == "evicted":
+            assert shard.read_bytes is not None and shard.read_bytes >= 0.8 * size, span.attributes
+    assert finished or (when == "during" and len(weights) == 1)  # a read finished before the end
