@@ -431,6 +431,56 @@ class _KeptSpan:
         return self._context
 
 
+def otlp_endpoint(signal: str = "traces") -> tuple[str, int] | None:
+    """(host, port) of the OTLP collector the standard variables send ``signal`` to, as the
+    SDK's exporters read them (the signal's endpoint, else the general one, else the
+    protocol's default port on localhost); None when no OTLP exporter is named or configured."""
+    names = _otel_env.exporter_names(signal)
+    if names is not None:
+        otlp = [n for n in names if n in (_otel_env.OTLP_GRPC, _otel_env.OTLP_HTTP)]
+        if not otlp:
+            return None
+        grpc = otlp[0] == _otel_env.OTLP_GRPC
+    elif otlp_endpoint_configured(signal):
+        grpc = (_otel_env.otlp_protocol(signal) or "http/protobuf").lower() == "grpc"
+    else:
+        return None
+    url = (os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+           or ("http://localhost:4317" if grpc else "http://localhost:4318")).strip()
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    try:
+        port = parts.port
+    except ValueError:
+        return None
+    default_port = 443 if parts.scheme == "https" else (4317 if grpc else 4318)
+    return (parts.hostname or "localhost"), (port or default_port)
+
+
+def collector_refuses(signal: str = "traces", timeout_s: float = 0.25) -> bool:
+    """True when nothing listens where OTLP ``signal`` goes (the connection is refused): the
+    exporter's retries (10 s by default) cannot succeed, so nobody should wait for them. Any
+    other answer (accepted, timed out, a name that does not resolve) is False: wait as usual."""
+    endpoint = otlp_endpoint(signal)
+    if endpoint is None:
+        return False
+    import socket
+
+    try:
+        for family, kind, proto, _, address in socket.getaddrinfo(*endpoint, type=socket.SOCK_STREAM):
+            with socket.socket(family, kind, proto) as sock:
+                sock.settimeout(timeout_s)
+                try:
+                    sock.connect(address)
+                    return False
+                except ConnectionRefusedError:
+                    continue
+        return True
+    except OSError:
+        return False
+
+
 def skip_sdk_exit_shutdown(*providers) -> None:
     """Take SDK providers' own exit-time ``shutdown`` off the ``atexit`` list (they register
     their bound ``shutdown``; ``atexit.unregister`` compares equal bound methods): after our

@@ -285,14 +285,22 @@ class Startup:
     def _drain(self, decided: Plan) -> None:
         """Flush and shut down what we own, all within one deadline (traces and metrics side
         by side); then, if spans were meant for somewhere that did not confirm them in time,
-        write them to the local file and say so."""
-        deadline = time.monotonic() + decided.deadline_s
+        write them to the local file and say so. Where nothing listens at the OTLP endpoint
+        (the connection is refused: ``opentelemetry-instrument`` with no collector), nobody
+        waits for the exporters' retries."""
+        budget = decided.deadline_s
+        refused = decided.fallback and export.collector_refuses("traces")
+        if refused:
+            budget = 0.0
+        elif decided.fallback:  # keep a moment of the deadline for the fallback file (SIGTERM kills at it)
+            budget = max(0.0, budget - min(0.5, 0.1 * budget))
+        deadline = time.monotonic() + budget
         if self.after_ready_job is not None:  # the summary and metrics after ready(): let them finish
             self.after_ready_job.join(decided.deadline_s)
         delivered = threading.Event()
 
         def traces() -> None:
-            if export.finish(self.setup, decided.deadline_s):
+            if export.finish(self.setup, budget):
                 delivered.set()
 
         jobs = [in_background(traces)]
@@ -301,30 +309,37 @@ class Startup:
             from .metrics import flush as flush_metrics
 
             if metrics_setup.owned:
-                jobs.append(in_background(lambda: metrics_setup.close(decided.deadline_s)))
+                jobs.append(in_background(lambda: metrics_setup.close(budget)))
             else:
-                jobs.append(in_background(lambda: flush_metrics(metrics_setup, decided.deadline_s)))
+                jobs.append(in_background(lambda: flush_metrics(metrics_setup, budget)))
         for job in jobs:
             job.join(max(0.0, deadline - time.monotonic()))
         if decided.fallback and not delivered.is_set():
-            self._fall_back(jobs)
+            self._fall_back(refused)
 
-    def _fall_back(self, jobs) -> None:
+    def _fall_back(self, refused: bool = False) -> None:
         """The exporters did not confirm the start-up within the deadline (no collector, one
-        that never answers): write it to the local file, say where in one line, and keep the
-        SDK's own exit-time shutdown from retrying it past the deadline."""
+        that never answers, one that refused a batch): write it to the local file, say where
+        in one line, and keep the SDK's own exit-time shutdown from retrying the same exports
+        past the deadline (it would hold the exit 10 s per signal)."""
         with internal_errors("fallback file"):
             path = export.default_trace_path(self.options.output_dir)
             os.makedirs(os.path.dirname(path), exist_ok=True)
             written = export.write_records(path, self.session.kept_spans(), self.session.resource)
             if written:
                 self.fallback_path = path
-            where = f"written to {path}" if written else f"and could not be written to {path} either"
-            sys.stderr.write(f"otel-coldstart: the start-up's trace was not delivered to "
-                             f"{self.setup.description} within {self.options.export_timeout_s:g} s; {where}\n")
+            where = f"written to {path} instead" if written else f"and could not be written to {path} either"
+            if refused:
+                host, port = export.otlp_endpoint("traces") or ("?", 0)
+                why = f"nothing listens at {host}:{port} (connection refused)"
+            else:
+                why = f"no confirmation within {self.options.export_timeout_s:g} s"
+            sys.stderr.write(f"otel-coldstart: the start-up's trace was not delivered to {self.setup.description}: "
+                             f"{why}; {where}\n")
             sys.stderr.flush()
-        if any(job.is_alive() for job in jobs):
-            export.skip_sdk_exit_shutdown(self.setup.provider, self.metrics.provider if self.metrics else None)
+        with internal_errors("fallback"):
+            if self.plans and self.plans[-1].reason in _EXITING:
+                export.skip_sdk_exit_shutdown(self.setup.provider, self.metrics.provider if self.metrics else None)
 
     def _after_ready(self, later: tuple[str, ...]) -> None:
         """On a thread of ours after ready(): the summary, then the metrics only we push."""

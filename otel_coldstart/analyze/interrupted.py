@@ -132,6 +132,9 @@ def _rebuild(record: Span, root_id: str, present: set, stall_events: list[SpanEv
     for key in (semconv.PROGRESS_BYTES_LOADED, semconv.PROGRESS_BYTES_EXPECTED):
         if _int(record.attributes.get(key)) is not None:
             root_attrs[key] = record.attributes[key]
+    source = record.attributes.get(semconv.PROGRESS_BYTES_EXPECTED_SOURCE)
+    if isinstance(source, str):
+        root_attrs[semconv.PROGRESS_BYTES_EXPECTED_SOURCE] = source
     attached = {id(e) for s in open_spans for e in s.events}
     root_events = tuple(e for e in stall_events if id(e) not in attached
                         and not (e.attributes.get(semconv.STALL_SPAN_ID) and
@@ -164,6 +167,18 @@ class Killed:
     open: tuple[OpenAtDeath, ...]  # all open spans, outermost first
     bytes_loaded: int | None
     bytes_expected: int | None
+    # What bytes_expected is made of (semconv.EXPECTED_FROM_*); None from an older plugin.
+    expected_source: str | None = None
+
+    @property
+    def expected_words(self) -> str:
+        """What the expected bytes are, after the share: the checkpoint's index knows the
+        whole; the files opened so far are only a lower bound of it (nothing when unknown)."""
+        if self.expected_source == semconv.EXPECTED_FROM_INDEX:
+            return ", per the checkpoint's index"
+        if self.expected_source:  # files_opened, or index+files_opened
+            return " of the files opened so far"
+        return ""
 
 
 def killed(breakdown: Breakdown) -> Killed | None:
@@ -180,8 +195,9 @@ def killed(breakdown: Breakdown) -> Killed | None:
     if items:
         matching = [i for i in items if i.phase == phase]
         running = (matching or list(items))[-1]
+    source = root.attributes.get(semconv.PROGRESS_BYTES_EXPECTED_SOURCE)
     return Killed(root.duration_ns, phase, running, items, _int(root.attributes.get(semconv.PROGRESS_BYTES_LOADED)),
-                  _int(root.attributes.get(semconv.PROGRESS_BYTES_EXPECTED)))
+                  _int(root.attributes.get(semconv.PROGRESS_BYTES_EXPECTED)), source if isinstance(source, str) else None)
 
 
 def _open_item(span: Span) -> OpenAtDeath:
@@ -249,6 +265,7 @@ def interruption_document(breakdown: Breakdown) -> dict:
             "running": _open_document(item.running) if item.running else None,
             "open": [_open_document(o) for o in item.open],
             "bytes_loaded": item.bytes_loaded, "bytes_expected": item.bytes_expected,
+            "bytes_expected_source": item.expected_source,
         }
     document["stalls"] = [
         {"offset_s": s.at_ns / 1e9, "idle_s": s.idle_s, "phase": s.phase, "span": s.span_name, "thread": s.thread,

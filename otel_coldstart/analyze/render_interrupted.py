@@ -56,7 +56,8 @@ def _killed(item, out: TextIO) -> None:
     if item.bytes_loaded or item.bytes_expected:
         of = ""
         if item.bytes_expected and item.bytes_loaded is not None:
-            of = f" of {format_bytes(item.bytes_expected)} ({item.bytes_loaded / item.bytes_expected * 100:.0f}%)"
+            of = (f" of {format_bytes(item.bytes_expected)} "
+                  f"({item.bytes_loaded / item.bytes_expected * 100:.0f}%{item.expected_words})")
         out.write(f"    checkpoint bytes loaded: {format_bytes(item.bytes_loaded or 0)}{of}\n")
 
 
