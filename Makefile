@@ -1,9 +1,14 @@
 # Two commands a newcomer needs: `make demo` and `make test`. Both create .venv on first use.
+# `make test-fast` is the quick loop: every test but those that start fresh processes.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test install clean
+# Two workers: the suite's process tests mostly wait (on children, signals, exporters), and
+# CI has 2 cores. XDIST=0 runs in one process.
+XDIST ?= 2
+
+.PHONY: demo test test-fast install clean
 
 $(BIN)/.installed: pyproject.toml requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +24,10 @@ demo: install
 	$(BIN)/otel-coldstart demo
 
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(XDIST) --dist loadfile
+
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not process" -n $(XDIST)
 
 clean:
 	rm -rf $(VENV) otel-coldstart-traces

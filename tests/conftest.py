@@ -25,6 +25,25 @@ def _fail_on_internal_errors(request):
     assert not errors, f"otel-coldstart internal errors: {errors}"
 
 
+@pytest.fixture(autouse=True)
+def _processes_only_where_marked(request, monkeypatch):
+    """A test that starts a fresh process must say so (``process`` marker): `make test-fast`
+    leaves those out, and its budget depends on the mark being right. Starting one without it
+    fails here, with the test's name."""
+    if request.node.get_closest_marker("process"):
+        yield
+        return
+    import subprocess
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"{request.node.nodeid} starts a process: mark its module "
+                             "`pytestmark = pytest.mark.process`")
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse)
+    monkeypatch.setattr(os, "fork", refuse)
+    yield
+
+
 @pytest.fixture
 def traced():
     """Instrument with an in-memory exporter; yields a helper with the finished spans.

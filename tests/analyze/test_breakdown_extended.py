@@ -10,6 +10,9 @@ from analyze_records import MS, T0, child, data_file, only, root
 from otel_coldstart.analyze.breakdown import breakdowns, by_trace
 from otel_coldstart.analyze.model import Span
 from otel_coldstart.analyze.readers import read_trace, read_trace_file
+import pytest
+
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
 
 US = 1000
 

@@ -20,6 +20,8 @@ from analyze_records import child, only, root, shard
 from otel_coldstart.analyze.render import render_text
 from otel_coldstart.cli import _inputs, build_parser
 
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
+
 DATA = os.path.join(os.path.dirname(__file__), "..", "data", "traces")
 TRACE = os.path.join(DATA, "demo-cold-first-shard.otlp.jsonl")
 

@@ -16,6 +16,8 @@ import pytest
 
 from otel_coldstart.cli import main
 
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRACE = "ab" * 16
 

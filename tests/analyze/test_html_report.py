@@ -16,6 +16,8 @@ from otel_coldstart.analyze.model import Span
 from otel_coldstart.analyze.waterfall import STATE_COLOURS, nice_step, tick_label
 from otel_coldstart.cli import main
 
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
+
 COLD = data_file("demo-cold-first-shard.otlp.jsonl")
 WARM = data_file("demo-warm.otlp.jsonl")
 COLD_FILE = "model-00001-of-00004.safetensors"

@@ -18,6 +18,8 @@ import pytest
 from analyze_records import data_file
 from otel_coldstart.cli import main
 
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
+
 COLD = data_file("demo-cold-first-shard.otlp.jsonl")
 WARM = data_file("demo-warm.otlp.jsonl")
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

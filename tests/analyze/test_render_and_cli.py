@@ -20,6 +20,8 @@ from otel_coldstart.analyze.render import render_text
 from otel_coldstart.analyze.render_svg import render_svg
 from otel_coldstart.cli import main
 
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
+
 BENCHMARKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks")
 COLD = data_file("demo-cold-first-shard.otlp.jsonl")
 WARM = data_file("demo-warm.otlp.jsonl")

@@ -23,6 +23,8 @@ from otel_coldstart.analyze.render_json import analysis_document
 from otel_coldstart.analyze.render_markdown import render_markdown
 from otel_coldstart.metrics import StartupMetrics
 
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
+
 MiB = 1 << 20
 
 

@@ -8,6 +8,9 @@ import json
 import os
 import subprocess
 import sys
+import pytest
+
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
 
 BENCHMARKS = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
 

@@ -14,6 +14,8 @@ from opentelemetry.sdk.resources import Resource
 
 from otel_coldstart import export
 
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

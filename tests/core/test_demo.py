@@ -10,6 +10,9 @@ import sys
 from otel_coldstart import probes
 from otel_coldstart.analyze.breakdown import breakdowns
 from otel_coldstart.analyze.readers import read_trace_file
+import pytest
+
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
 
 
 def test_demo_shows_a_cold_first_shard_and_analyze_reads_it_back(tmp_path):

@@ -17,6 +17,8 @@ import pytest
 from otel_coldstart import semconv
 from otel_coldstart.analyze.readers import read_trace_file
 
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

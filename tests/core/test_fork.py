@@ -16,7 +16,7 @@ import pytest
 from otel_coldstart import semconv
 from otel_coldstart.analyze.readers import read_trace_file
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+pytestmark = [pytest.mark.process, pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")]
 
 FORK_WITH_OPEN_WORK = r"""
 import json, os, sys

@@ -28,6 +28,8 @@ import otel_coldstart
 from otel_coldstart import semconv
 from otel_coldstart.patches import _files, _wrapping
 
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

@@ -18,6 +18,8 @@ import otel_coldstart
 from otel_coldstart import _errors, semconv
 from otel_coldstart.patches import _files, _wrapping
 
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
+
 # wrapt 2.x: BaseObjectProxy is the base of every proxy; wrapt 1.x: ObjectProxy is.
 _PROXY_BASE = getattr(wrapt, "BaseObjectProxy", wrapt.ObjectProxy)
 

@@ -12,6 +12,9 @@ import sys
 
 from otel_coldstart import semconv
 from otel_coldstart.analyze.readers import read_trace_file
+import pytest
+
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
 
 
 def test_own_import_share_is_on_the_import_span_and_out_of_the_saving(tmp_path):

@@ -21,6 +21,8 @@ from _otlp_collector import TraceCollector
 
 from otel_coldstart import semconv
 
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
+
 KILLED_IN_PHASE = r"""
 import sys, time
 import otel_coldstart

@@ -16,6 +16,8 @@ from _otlp_collector import TraceCollector
 
 from otel_coldstart import _otel_env, export
 
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
+
 APP = textwrap.dedent("""
     import json, sys
     import otel_coldstart

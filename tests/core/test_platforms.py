@@ -16,6 +16,8 @@ import pytest
 from otel_coldstart import semconv
 from otel_coldstart.analyze.readers import read_trace_file
 
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
+
 PRELUDE = {
     "macos": r"""
 import builtins, os, resource

@@ -13,6 +13,8 @@ from otel_coldstart import session as _session
 from otel_coldstart.controller import CONTROLLER
 from otel_coldstart.startup import Startup, plan
 
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
+
 BASE = dict(summary=True, metrics=False, metrics_later=False, file_mode=True, remote=False, deadline_s=5.0)
 
 

@@ -16,6 +16,8 @@ from otel_coldstart import semconv
 from otel_coldstart.analyze.breakdown import breakdowns
 from otel_coldstart.analyze.readers import read_trace_file
 
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
+
 STARTUP = r"""
 import sys, time
 t_python = time.time_ns()

@@ -230,7 +230,7 @@ def test_windows_are_keyed_by_device_and_stream(timeline):
     assert aggregate.attributes[semconv.COPY_ASYNC_S] == pytest.approx(0.010)  # two devices in parallel
 
 
-def test_blocking_copy_after_a_queued_gpu_cast_is_not_charged_the_cast(timeline):
+def test_blocking_copy_after_a_queued_gpu_cast_is_not_charged_the_cast(timeline, traced):  # tails: per start-up
     """A blocking H2D synchronises its stream: the host's time for it includes the cast queued
     before it. Bracketed by events, the copy keeps its own device time and the wait is reported."""
     device = torch.device("cuda", 0)

@@ -15,6 +15,8 @@ import sys
 import pytest
 import torch
 
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

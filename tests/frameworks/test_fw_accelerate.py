@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
+
 torch = pytest.importorskip("torch")
 accelerate = pytest.importorskip("accelerate", reason="accelerate is not installed")
 

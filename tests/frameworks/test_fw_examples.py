@@ -11,6 +11,8 @@ from otel_coldstart import semconv
 
 from framework_checks import EXAMPLES, clean_env, read_trace_dir, run_python
 
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
+
 # example -> (packages it needs, start-ups it writes)
 EXAMPLE_NEEDS = {
     "torch_load.py": ((), 1),

@@ -15,6 +15,8 @@ import otel_coldstart
 
 from framework_checks import REPO, clean_env, run_python
 
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
+
 SCRIPT = os.path.join(REPO, "scripts", "gpu_check_vllm.py")
 
 

@@ -20,8 +20,8 @@ from otel_coldstart.launch import Launch, child_env  # noqa: E402
 from framework_checks import (EXAMPLES, assert_no_orphans, attrs, by_phase, clean_env, free_port,  # noqa: E402
                               read_trace_dir)
 
-pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
-                                reason="this torch build has no gloo backend")
+pytestmark = [pytest.mark.process, pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+                                reason="this torch build has no gloo backend")]
 
 WORLD_SIZE = 2
 

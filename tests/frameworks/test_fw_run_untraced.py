@@ -15,6 +15,8 @@ from otel_coldstart import semconv
 
 from framework_checks import clean_env, read_trace_dir, run_python
 
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
+
 
 @pytest.fixture(scope="module")
 def bare_python(tmp_path_factory) -> str:

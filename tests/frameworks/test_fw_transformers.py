@@ -10,6 +10,8 @@ import os
 
 import pytest
 
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # read by huggingface_hub at import
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 

@@ -15,6 +15,8 @@ from otel_coldstart import instrumentor, semconv, vllm_plugin
 
 from framework_checks import by_phase, clean_env, read_trace_dir, run_python
 
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
+
 PARENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_SPAN = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{PARENT_TRACE}-{PARENT_SPAN}-01"

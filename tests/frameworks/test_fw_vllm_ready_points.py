@@ -17,6 +17,8 @@ from otel_coldstart import patches, semconv
 from otel_coldstart.analyze.readers import read_trace_file
 from otel_coldstart.patches import vllm as vllm_patch
 
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
+
 ENGINE_CORE = textwrap.dedent("""
     import torch
 

@@ -16,6 +16,8 @@ from otel_coldstart import semconv
 
 from framework_checks import assert_no_orphans, attrs, by_phase, clean_env, read_trace_dir, run_python
 
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
+
 BIN = os.path.dirname(sys.executable)
 
 # The app never imports the plugin before the start-up; it asks at the end whether it was

@@ -26,6 +26,8 @@ from metrics_testlib import (ALL_VARIABLES, CONCRETE_VARIABLES, HERE, IDENTITY, 
 
 from otel_coldstart.inflight import index_expected_bytes
 
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
+
 JOB = "otel-coldstart-inflight-test"
 LOADED = "model_startup_inflight_loaded_bytes"
 EXPECTED = "model_startup_inflight_expected_bytes"

@@ -18,6 +18,9 @@ from otel_coldstart import semconv
 
 from metrics_testlib import (DASHBOARDS, IDENTITY, INFLIGHT_PREFIX, REPO, committed_dashboards, load_generator,
                       panel_expressions, promql_names, variable_queries)
+import pytest
+
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
 
 DOC = os.path.join(REPO, "docs", "metrics.md")
 SCRAPE_LABELS = {"job", "instance"}  # added by the Prometheus scrape (or the Collector's exporter)

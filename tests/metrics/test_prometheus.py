@@ -14,6 +14,8 @@ import pytest
 from metrics_testlib import (ALL_VARIABLES, CONCRETE_VARIABLES, PROMETHEUS_JOB, committed_dashboards, is_inflight,
                       panel_expressions, substitute, variable_queries)
 
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
+
 CASES = [
     (dashboard_name, title, expr)
     for dashboard_name, dashboard in committed_dashboards().items()

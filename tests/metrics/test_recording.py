@@ -27,6 +27,8 @@ from otel_coldstart.analyze.model import Span
 from _otlp_collector import TraceCollector
 from metrics_testlib import HERE, STARTUP_TIMEOUT_S
 
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
+
 SHARDS = 3
 TENSORS_PER_SHARD = 4
 

@@ -12,6 +12,8 @@ import yaml
 
 from metrics_testlib import DASHBOARDS, REPO, committed_dashboards
 
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
+
 STACK = os.path.join(REPO, "examples", "stack")
 
 

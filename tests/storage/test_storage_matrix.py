@@ -21,6 +21,8 @@ from otel_coldstart.analyze.units import format_bytes
 
 from storage_cases import file_span, run_child, set_state
 
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
+
 torch = pytest.importorskip("torch")
 
 APIS = ("safe_open", "load_file", "torch_load", "torch_load_mmap")

