@@ -151,6 +151,8 @@ def default_resource():
     # os.uname().nodename is what socket.gethostname() returns on Linux (glibc's gethostname
     # reads uname), without importing socket.
     attributes = {"process.pid": os.getpid(), "host.name": os.uname().nodename}
+    if not own_tracing.usable():  # an SDK we do not mirror: its own Resource.create
+        return create_resource(attributes)
     detected = own_tracing.sdk_default_resource_attributes()
     if detected is None:  # a detector is configured: only the SDK knows what it detects
         return create_resource(attributes)
@@ -258,7 +260,8 @@ def configure_tracing(tracer_provider: trace.TracerProvider | None, output_dir: 
         return ExportSetup(trace.NoOpTracerProvider(), False, None, "nowhere (OTEL_SDK_DISABLED=true)",
                            exports=False)
     named = _otel_env.exporter_names("traces")
-    own = not own_tracing.sdk_settings_in_environment() and all(name in _KNOWN_EXPORTERS for name in named or ())
+    own = (own_tracing.usable() and not own_tracing.sdk_settings_in_environment()
+           and all(name in _KNOWN_EXPORTERS for name in named or ()))
     if named is not None:  # the user chose: exactly those exporters, as the SDK would
         if own:
             makers = []

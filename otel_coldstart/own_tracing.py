@@ -54,6 +54,9 @@ _MAX_ATTRIBUTES = 128  # per span, per event, per link
 _MAX_EVENTS = 128
 _MAX_LINKS = 128
 MAX_EXPORT_BATCH = 512
+# W3C Trace Context level 2's random-trace-id flag, set by the SDK's sampler on the spans of a
+# root it made; an API older than the flag (1.27, the oldest we support) has no such name.
+_RANDOM_TRACE_ID = getattr(TraceFlags, "RANDOM_TRACE_ID", 0)
 # A finished span is exported within this of its end (durable as it goes: a SIGKILL costs the
 # last second, not the start-up). The SDK's processor waits 5 s; the worker only wakes when a
 # span is waiting, so an idle start-up pays nothing for the shorter delay.
@@ -122,6 +125,43 @@ def _run_before_exit() -> None:
 def sdk_settings_in_environment() -> list[str]:
     """The SDK trace settings set in the environment (then the SDK is used), else []."""
     return [name for name in _SDK_TRACE_SETTINGS if os.environ.get(name, "").strip()]
+
+
+# This module mirrors the SDK version by version (tests/core/test_own_tracing.py compares the
+# two), and leans on these private names of the API and SDK. It is used only with an SDK at
+# least OWN_PROVIDER_MIN_SDK (older ones differ in what they emit: no service.instance.id in
+# the default resource, another BoundedAttributes); with an older SDK, or one where any of
+# these names moved, the SDK's own provider is used instead (export.configure_tracing).
+# tests/core/test_sdk_versions.py checks every name on the installed SDK; CI runs it on the
+# newest SDK we pin and the oldest we support (pyproject's lower bound).
+OWN_PROVIDER_MIN_SDK = (1, 45)
+PRIVATE_NAMES = (
+    ("opentelemetry.attributes", "BoundedAttributes", "_set_items"),  # set_attributes, as the SDK's span
+    ("opentelemetry.attributes", "BoundedAttributes", "_immutable"),  # frozen at end(), as the SDK's span
+    ("opentelemetry.trace", "Link", "_attributes"),  # bounded link attributes, as the SDK's span
+    ("opentelemetry.sdk.resources", None, "_service_instance_id_lock"),  # share_instance_id_with_sdk
+    ("opentelemetry.sdk.resources", None, "_service_instance_id"),
+    ("opentelemetry.sdk.resources", None, "ServiceInstanceIdResourceDetector"),  # service_instance_id()
+    ("opentelemetry.sdk.resources", None, "_DEFAULT_RESOURCE"),  # export.create_resource
+    ("opentelemetry.sdk.resources", None, "_build_resource_detectors"),
+)
+_usable: bool | None = None
+
+
+def usable() -> bool:
+    """Whether the own provider may stand in for the SDK's with the installed SDK: its version
+    (read from its one-line version module, not the SDK) is one we mirror, and the API's
+    private names it uses are there (the SDK's are checked where used, and by the tests)."""
+    global _usable
+    if _usable is None:
+        try:
+            parts = tuple(int(p) for p in sdk_version().split(".")[:2])
+            api_ok = hasattr(BoundedAttributes, "_set_items") and hasattr(Link(SpanContext(1, 1, False)),
+                                                                          "_attributes")
+            _usable = parts >= OWN_PROVIDER_MIN_SDK and api_ok
+        except Exception:
+            _usable = False
+    return _usable
 
 
 # --- resource ---------------------------------------------------------------------------------
@@ -445,10 +485,10 @@ class OwnTracer(trace.Tracer):
             trace_id, sampled, trace_state, random_trace_id = _random_id(128), True, None, True
         else:
             trace_id, sampled, trace_state = parent.trace_id, parent.trace_flags.sampled, parent.trace_state
-            random_trace_id = parent.trace_flags.random_trace_id
+            random_trace_id = getattr(parent.trace_flags, "random_trace_id", False)
         flags = TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT
-        if random_trace_id:
-            flags |= TraceFlags.RANDOM_TRACE_ID
+        if random_trace_id and _RANDOM_TRACE_ID:
+            flags |= _RANDOM_TRACE_ID
         span_context = SpanContext(trace_id, _random_id(64), is_remote=False, trace_flags=TraceFlags(flags),
                                    trace_state=trace_state)
         if not sampled:

@@ -21,6 +21,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags, TraceState
 
 from otel_coldstart import export, own_tracing
+
+# The own provider mirrors the SDK from own_tracing.OWN_PROVIDER_MIN_SDK on; with an older SDK
+# (CI's oldest-supported run) the SDK's own provider is used and there is nothing to compare.
+pytestmark = pytest.mark.skipif(not own_tracing.usable(), reason="an SDK the own provider does not mirror")
 from otel_coldstart.otlp_json import spans_to_otlp_json
 
 T0 = 1_700_000_000_000_000_000
@@ -166,11 +170,14 @@ def test_the_same_operations_export_the_same_span(start_attributes, ops, after_e
     assert ours == sdk
 
 
+RANDOM = getattr(TraceFlags, "RANDOM_TRACE_ID", 0)  # an API older than the flag has none (1.27)
+
+
 @pytest.mark.parametrize("flags,state", [
     (TraceFlags.SAMPLED, None),
-    (TraceFlags.SAMPLED | TraceFlags.RANDOM_TRACE_ID, TraceState([("vendor", "x")])),
+    (TraceFlags.SAMPLED | RANDOM, TraceState([("vendor", "x")])),
     (TraceFlags.DEFAULT, TraceState([("vendor", "y")])),
-    (TraceFlags.RANDOM_TRACE_ID, None),
+    (RANDOM, None),
 ])
 @pytest.mark.parametrize("remote", [True, False])
 def test_parent_decides_sampling_flags_and_state_as_the_default_sampler(flags, state, remote):
@@ -196,7 +203,8 @@ def test_a_root_span_is_sampled_with_a_random_trace_id_flag():
     pair = Pair()
     spans = [tracer.start_span("root", start_time=T0) for tracer in pair.tracers()]
     assert spans[0].get_span_context().trace_flags == spans[1].get_span_context().trace_flags
-    assert spans[1].get_span_context().trace_flags.random_trace_id
+    if RANDOM:
+        assert spans[1].get_span_context().trace_flags.random_trace_id
 
 
 def test_start_as_current_span_records_the_escaping_exception_as_the_sdk_does():
