@@ -1,9 +1,10 @@
-"""Where a start-up ends when ``ready()`` never comes: at exit, on SIGTERM, and what a forked
+"""When a start-up ends if ``ready()`` never comes: at exit, on SIGTERM, and what a forked
 child forgets.
 
-``ready()`` and ``uninstrument()`` end the start-up through the controller
-(``controller.py``); the session ends its spans (``StartupSession.end`` in ``session.py``).
-This module decides when the other endings happen and keeps them safe for the host:
+Every ending goes through one method, ``Startup.finish(reason)`` (startup.py), which plans
+and then carries out what follows; ``ready()`` and ``uninstrument()`` reach it through the
+controller. This module decides when the other endings reach it, and keeps them safe for
+the host:
 
 - **Exit.** An ``atexit`` handler ends the start-up with its real reason: ``exit`` (a normal
   exit or ``sys.exit``) or ``exception`` (an uncaught exception, ``KeyboardInterrupt``
@@ -40,7 +41,7 @@ from typing import Callable
 
 from . import semconv
 from ._bounded import in_background
-from ._errors import report_internal_error
+from ._errors import internal_errors, report_internal_error
 
 # --- exit ----------------------------------------------------------------------------------
 
@@ -337,15 +338,11 @@ def forget_in_child(hook: Callable[[], None]) -> None:
 
 
 def _after_fork_in_child() -> None:
-    try:
+    with internal_errors("after fork"):
         SIGTERM.forget_in_child()
-    except Exception:
-        report_internal_error("after fork")
     for hook in _fork_hooks:
-        try:
+        with internal_errors("after fork"):
             hook()
-        except Exception:
-            report_internal_error("after fork")
 
 
 if hasattr(os, "register_at_fork"):

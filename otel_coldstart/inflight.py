@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from . import semconv
-from ._errors import logger, report_internal_error
+from ._errors import internal_errors, logger, report_internal_error
 from .verdicts import running_work
 
 DEFAULT_PROGRESS_INTERVAL_S = 5.0
@@ -167,20 +167,18 @@ class ProgressBoard:
     # --- hooks (host threads: one dict operation each, never raise) ------------------------
 
     def span_opened(self, container) -> None:
-        try:
+        with internal_errors("inflight span opened"):
             entry = _Open(container)
             with self._lock:
                 self._open[entry.span_id] = entry
                 self._opened += 1
                 if entry.phase == semconv.PHASE_DESERIALIZE:
                     self._note_size(entry.attributes)
-        except Exception:
-            report_internal_error("inflight span opened")
 
     def span_done(self, span_id: int, name: str, attributes) -> None:
         if name in _NOT_WORK:
             return
-        try:
+        with internal_errors("inflight span done"):
             end = time.time_ns()
             with self._lock:
                 self._open.pop(span_id, None)
@@ -191,18 +189,14 @@ class ProgressBoard:
                     path, nbytes = attributes.get(semconv.FILE_PATH), attributes.get(semconv.BYTES)
                     if isinstance(path, str) and isinstance(nbytes, int) and nbytes > 0:
                         self._loaded[path] = max(self._loaded.get(path, 0), nbytes)
-        except Exception:
-            report_internal_error("inflight span done")
 
     def file_read_opened(self, read) -> None:
         """A checkpoint file read began: its ``bytes`` counter shows progress inside the file."""
-        try:
+        with internal_errors("inflight file read"):
             with self._lock:
                 entry = self._open.get(read.container.span_context.span_id)
                 if entry is not None:
                     entry.file_read = read
-        except Exception:
-            report_internal_error("inflight file read")
 
     def _note_size(self, attributes) -> None:
         path, size = attributes.get(semconv.FILE_PATH), attributes.get(semconv.FILE_SIZE)
@@ -290,14 +284,10 @@ class ProgressBoard:
         while not self._stop.wait(tick):
             prepare, self.prepare = self.prepare, None
             if prepare is not None:
-                try:
+                with internal_errors("inflight prepare"):
                     prepare()
-                except Exception:
-                    report_internal_error("inflight prepare")
-            try:
+            with internal_errors("inflight monitor"):
                 self.tick()
-            except Exception:
-                report_internal_error("inflight monitor")
 
     def tick(self, now_ns: int | None = None, first: bool = False) -> None:
         """One wake-up: notice progress or a stall, and write a record when one is due: the
@@ -579,9 +569,7 @@ def start_for(session, *, progress_interval_s: float, stall_after_s: float, flus
     session.progress = board
     session.on_end(board.stop)
     if meter_provider is not None:
-        try:
+        with internal_errors("inflight gauges"):
             register_gauges(meter_provider, board, labels or {})
-        except Exception:
-            report_internal_error("inflight gauges")
     board.start()
     return board

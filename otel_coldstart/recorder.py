@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Hashable
 from opentelemetry.trace import SpanContext
 
 from . import probes, semconv
-from ._errors import report_internal_error
+from ._errors import internal_errors, report_internal_error
 
 if TYPE_CHECKING:  # pragma: no cover
     from .session import PendingParent, StartupSession
@@ -68,10 +68,8 @@ class Aggregate:
         ``last_ns`` (queued copies finish after the call returned) and set attributes."""
         hooks, self.end_hooks = self.end_hooks, []
         for hook in hooks:
-            try:
+            with internal_errors("aggregate end hook"):
                 hook(self)
-            except Exception:
-                report_internal_error("aggregate end hook")
 
     def span_attributes(self) -> dict[str, Any]:
         attrs: dict[str, Any] = {
@@ -143,10 +141,8 @@ class Recorder:
             if non_blocking:
                 aggregate.non_blocking_calls += 1
             if on_add is not None:
-                try:
+                with internal_errors("aggregate on_add"):
                     on_add(aggregate)
-                except Exception:
-                    report_internal_error("aggregate on_add")
 
     def child_phase_bytes(self, parent: "PendingParent") -> dict[str, int]:
         """Bytes per phase recorded so far under a pending parent (its phase is only known

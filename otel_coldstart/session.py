@@ -30,7 +30,7 @@ from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode
 
 from . import probes, semconv
-from ._errors import report_internal_error
+from ._errors import internal_errors
 from .recorder import Recorder
 from .verdicts import running_work
 
@@ -137,10 +137,8 @@ class ContainerSpan:
             return
         token, self._token = self._token, None
         if token is not None:
-            try:
+            with internal_errors("context detach"):
                 otel_context.detach(token)
-            except Exception:
-                report_internal_error("context detach")
 
     def finish(self, attributes: Mapping[str, Any] | None = None, error: BaseException | None = None,
                end_ns: int | None = None, *, detach: bool = True) -> None:
@@ -453,23 +451,17 @@ class StartupSession:
         interrupted = not ready and reason != semconv.END_READY
         running = None
         if interrupted:
-            try:
+            with internal_errors("interrupt open work"):
                 running = self.running_phase()
                 failed = self._failed_phase
                 if running is None and failed is not None and (exception_type or isinstance(failed[0], SystemExit)):
                     running = failed[1]  # where the uncaught exception (or sys.exit()) was raised
                 self._interrupt_open_work(end_ns)
-            except Exception:
-                report_internal_error("interrupt open work")
         for callback in self._on_end:
-            try:
+            with internal_errors("end-of-start-up callback"):
                 callback()
-            except Exception:
-                report_internal_error("end-of-start-up callback")
-        try:
+        with internal_errors("aggregate flush"):
             self.recorder.flush_all(interrupted=interrupted)
-        except Exception:
-            report_internal_error("aggregate flush")
         attrs = dict(self.root_attributes)
         attrs[semconv.READY] = ready
         attrs[semconv.END_REASON] = reason
@@ -489,10 +481,8 @@ class StartupSession:
         with self._lock:
             tracked = list(self._open.values())
         for item in sorted(tracked, key=lambda t: t.view.start_ns, reverse=True):
-            try:
+            with internal_errors("interrupt open work"):
                 item.interrupt(end_ns)
-            except Exception:
-                report_internal_error("interrupt open work")
 
     def records(self) -> "list[SpanRecord]":
         """Every span ended so far, as the analyzer's records (the same pure functions the

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from .. import probes, semconv
-from .._errors import report_internal_error
+from .._errors import internal_errors, report_internal_error
 from .._regular_files import is_regular_file, open_regular
 from . import _storage
 from ..verdicts import (COLD_AT_LEAST, WARM_BELOW, cache_state_from_reads,  # noqa: F401 - one rule: verdicts.py
@@ -141,7 +141,7 @@ class FileRead:
             attrs[semconv.FILE_PATH] = path
         # A FIFO, socket or device is never opened or read by us (it is the host's stream).
         if path is not None and is_regular_file(path):
-            try:
+            with internal_errors("file facts"):
                 # Residency first: anything we read ourselves (a format sniff) would warm it.
                 self.stored, self.carries_figure, self.resident_ratio = _storage.start_file_span(
                     session, path, before_open=not opened_unseen)
@@ -159,8 +159,6 @@ class FileRead:
                 attrs[semconv.SHARD_INDEX] = index
                 if count is not None:
                     attrs[semconv.SHARD_COUNT] = count
-            except Exception:
-                report_internal_error("file facts")
         if fmt:
             attrs[semconv.FILE_FORMAT] = fmt
         if self.resident_ratio is not None:
@@ -273,11 +271,9 @@ def traced_read(open_read, wrapped, args, kwargs, finish=None):
     arguments for :meth:`FileRead.finish`.
     """
     read = io_before = None
-    try:
+    with internal_errors("file read start"):
         read = open_read()
         io_before = probes.thread_io()
-    except Exception:
-        report_internal_error("file read start")
     _local.depth = getattr(_local, "depth", 0) + 1
     try:
         result = wrapped(*args, **kwargs)
@@ -287,10 +283,8 @@ def traced_read(open_read, wrapped, args, kwargs, finish=None):
         raise
     _local.depth -= 1
     if read is not None:
-        try:
+        with internal_errors("file read bytes"):
             read.bytes = read.bytes or _tensor_bytes(result)
-        except Exception:
-            report_internal_error("file read bytes")
     _close(read, io_before, None, finish)
     return result
 
@@ -310,9 +304,7 @@ def _tensor_bytes(result) -> int:
 def _close(read, io_before, error, finish) -> None:
     if read is None or io_before is None:
         return
-    try:
+    with internal_errors("file read end"):
         io_after = probes.thread_io()
         read.add_io(io_after.read_bytes - io_before.read_bytes, io_after.major_faults - io_before.major_faults)
         read.finish(error, **(finish(read) if finish else {}))
-    except Exception:
-        report_internal_error("file read end")

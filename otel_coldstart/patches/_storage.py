@@ -31,7 +31,7 @@ import threading
 from typing import Callable
 
 from .. import probes, semconv
-from .._errors import report_internal_error
+from .._errors import internal_errors
 
 # Why a file span has no coldstart.cache.storage_read_bytes (coldstart.cache.storage_read_unknown).
 UNKNOWN_NOT_A_FILE = "not_a_file"  # read from bytes or a stream: no file whose cache we can ask
@@ -174,10 +174,8 @@ class StorageLedger:
                 self._closed = True
                 waiting, self._waiting = self._waiting, []
             for settle in waiting:
-                try:
+                with internal_errors("storage figure"):
                     settle(True)
-                except Exception:
-                    report_internal_error("storage figure")
 
     def settle_interim(self) -> None:
         """While the start-up runs (the in-flight monitor, before each progress record): an
@@ -187,10 +185,8 @@ class StorageLedger:
             with self._lock:
                 waiting = list(self._waiting)
             for settle in waiting:
-                try:
+                with internal_errors("storage figure"):
                     settle(False)
-                except Exception:
-                    report_internal_error("storage figure")
 
 
 def ledger_for(session) -> StorageLedger:
