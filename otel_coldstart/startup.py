@@ -235,13 +235,14 @@ class Startup:
         """End the start-up for ``reason`` (semconv.END_*) and do what follows from it: the
         one place a start-up ends. Never call it from a signal handler (it takes the
         recorder's, the session's and the SDK's locks: see ending.py)."""
+        started = time.monotonic()  # the deadline counts from here (SIGTERM's budget started at the signal)
         with self._finish_lock:
             decided = self.plan(reason)
             self.plans.append(decided)
             if decided.end:
                 self._end(decided, exception_type)
             if decided.drain:
-                self._drain(decided)
+                self._drain(decided, started)
             return decided
 
     def _end(self, decided: Plan, exception_type: str | None) -> None:
@@ -282,21 +283,20 @@ class Startup:
         elif decided.summary:
             self.print_summary(breakdown)
 
-    def _drain(self, decided: Plan) -> None:
+    def _drain(self, decided: Plan, started: float) -> None:
         """Flush and shut down what we own, all within one deadline (traces and metrics side
         by side); then, if spans were meant for somewhere that did not confirm them in time,
         write them to the local file and say so. Where nothing listens at the OTLP endpoint
         (the connection is refused: ``opentelemetry-instrument`` with no collector), nobody
         waits for the exporters' retries."""
-        budget = decided.deadline_s
+        reserve = min(0.5, 0.1 * decided.deadline_s) if decided.fallback else 0.0
         refused = decided.fallback and export.collector_refuses("traces")
-        if refused:
-            budget = 0.0
-        elif decided.fallback:  # keep a moment of the deadline for the fallback file (SIGTERM kills at it)
-            budget = max(0.0, budget - min(0.5, 0.1 * budget))
-        deadline = time.monotonic() + budget
+        # One deadline from the start of finish(): ending the start-up (making metrics, say)
+        # spends it too, and a moment is kept for the fallback file (SIGTERM kills at it).
+        deadline = started if refused else started + decided.deadline_s - reserve
         if self.after_ready_job is not None:  # the summary and metrics after ready(): let them finish
-            self.after_ready_job.join(decided.deadline_s)
+            self.after_ready_job.join(max(0.0, deadline - time.monotonic()))
+        budget = max(0.0, deadline - time.monotonic())
         delivered = threading.Event()
 
         def traces() -> None:
