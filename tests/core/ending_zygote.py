@@ -69,6 +69,7 @@ CASE = serve()
 
 # --- from here on: the child, one case ---------------------------------------------------------
 
+import signal  # noqa: E402
 import time  # noqa: E402
 
 directory = CASE["dir"]
@@ -78,13 +79,15 @@ for fd, name in ((1, "stdout.txt"), (2, "stderr.txt")):
     os.dup2(target, fd)
     os.close(target)
 sys.stdin = open(os.devnull)
+import faulthandler  # noqa: E402
+
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test asks for our stacks if we hang
 os.environ.update(CASE["env"])
 ENDING, LOADER, WHEN = CASE["ending"], CASE["loader"], CASE["when"]
 TIMES = os.open(os.path.join(directory, "reads.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
 import atexit  # noqa: E402
 import ctypes  # noqa: E402
-import signal  # noqa: E402
 
 
 def _leave_without_teardown() -> None:

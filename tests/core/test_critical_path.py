@@ -184,6 +184,13 @@ def _trace_shape(path: str) -> dict:
         key = attribute["key"]
         return not (key.endswith(varying) or "read_bytes" in key or "resident" in key)
 
+    # Whether a file's storage figure settled at once or by a later coldstart.settlement record
+    # depends on the page cache at that moment (a loaded machine evicts), not on the SDK.
+    settling = ("coldstart.cache.storage_read_provisional", "coldstart.cache.storage_read_after_span_bytes",
+                "coldstart.cache.settled_resident_ratio")
+    spans = [s for s in spans if s["name"] != "coldstart.settlement"]
+    for span in spans:
+        span["attributes"] = [a for a in span.get("attributes", []) if a["key"] not in settling]
     shape = []
     for span in spans:
         shape.append({

@@ -305,9 +305,9 @@ def test_uncaught_exits_keep_pythons_status_and_name_their_reason(tmp_path, exc,
     root = _root(spans)
     assert root.attributes[semconv.END_REASON] == reason
     assert root.attributes.get(semconv.END_EXCEPTION_TYPE) == exc_type
-    # The phase the exception was raised in (closed by it, with its status) or, for an
-    # exit, none: nothing was running.
-    assert root.attributes.get(semconv.END_PHASE) == ("build" if exc_type else None)
+    # The phase the exception (or sys.exit()) was raised in, closed by it with its status:
+    # where the process was when it ended.
+    assert root.attributes.get(semconv.END_PHASE) == "build"
     (build,) = [s for s in spans if s.name == "coldstart.build"]
     assert build.status == "error"  # the exception (SystemExit too) went through it
     (cast,) = [s for s in spans if s.phase == semconv.PHASE_CAST]

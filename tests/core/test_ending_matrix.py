@@ -46,8 +46,6 @@ EXIT_CODES = {"ready": 0, "exit": 0, "exception": 1, "sigterm": -signal.SIGTERM,
               "sigkill": -signal.SIGKILL}
 END_REASONS = {"ready": semconv.END_READY, "exit": semconv.END_EXIT, "exception": semconv.END_EXCEPTION,
                "sigterm": semconv.END_SIGTERM, "sigint": semconv.END_EXCEPTION, "sigkill": semconv.END_KILLED}
-# SIGKILL runs nothing: the last progress record (within 0.25 s of a change) must be written.
-KILL_AFTER_S = 0.6
 
 
 class Zygote:
@@ -85,10 +83,17 @@ class Zygote:
             assert self.changed.wait_for(lambda: case["id"] in self.pids, timeout=60)
             return self.pids[case["id"]]
 
-    def wait(self, pid: int, timeout: float = 90) -> int:
+    def wait(self, pid: int, case_dir, timeout: float = 90) -> int:
         with self.changed:
-            assert self.changed.wait_for(lambda: pid in self.exits, timeout=timeout), f"child {pid} did not end"
-            return self.exits[pid]
+            if self.changed.wait_for(lambda: pid in self.exits, timeout=timeout):
+                return self.exits[pid]
+        # Hung: its stacks into the failure (faulthandler on SIGUSR1), and kill it, so that its
+        # mappings do not keep the next cases' files in the page cache.
+        os.kill(pid, signal.SIGUSR1)
+        time.sleep(1.0)
+        os.kill(pid, signal.SIGKILL)
+        stacks = (case_dir / "stderr.txt").read_text()[-6000:]
+        raise AssertionError(f"child {pid} did not end within {timeout} s; its threads:\n{stacks}")
 
     def close(self) -> None:
         self.proc.stdin.close()
@@ -139,6 +144,8 @@ def _weights(loader: str, files: list[str]) -> list[str]:
 
 
 def _set_cache(paths: list[str], state: str) -> None:
+    from otel_coldstart import probes
+
     for path in paths:
         with open(path, "rb") as handle:
             while handle.read(1 << 24):
@@ -150,6 +157,8 @@ def _set_cache(paths: list[str], state: str) -> None:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             finally:
                 os.close(fd)
+            ratio = probes.resident_ratio(path)
+            assert ratio is None or ratio <= 0.02, f"{path}: {ratio:.0%} still cached (mapped by a process?)"
 
 
 def _wait_for(path: str, pid: int, zygote: Zygote, timeout: float = 90) -> None:
@@ -158,6 +167,22 @@ def _wait_for(path: str, pid: int, zygote: Zygote, timeout: float = 90) -> None:
         assert pid not in zygote.exits, f"the case ended before reaching {os.path.basename(path)}"
         assert time.monotonic() < deadline, f"the case never reached {os.path.basename(path)}"
         time.sleep(0.01)
+
+
+def _recorded(case_dir, phase: str) -> bool:
+    """A progress record naming ``phase`` is in the trace file: what a SIGKILL leaves from now
+    on names it, with the storage figures settled so far (the same flush carries them)."""
+    for path in (case_dir / "traces").glob("startup-*.otlp.jsonl"):
+        for line in path.read_text().splitlines():
+            if '"coldstart.progress"' not in line or f'"stringValue":"{phase}"' not in line:
+                continue
+            for resource in json.loads(line)["resourceSpans"]:
+                for scope in resource["scopeSpans"]:
+                    for span in scope["spans"]:
+                        attrs = {a["key"]: a["value"].get("stringValue") for a in span.get("attributes", [])}
+                        if span["name"] == semconv.SPAN_PROGRESS and attrs.get(semconv.PROGRESS_PHASE) == phase:
+                            return True
+    return False
 
 
 def _run_case(zygote, checkpoints, tmp_path, ending, loader, cache, when):
@@ -175,9 +200,14 @@ def _run_case(zygote, checkpoints, tmp_path, ending, loader, cache, when):
     if ending in SIGNALS:
         _wait_for(str(case_dir / f"HOLD-{when}"), pid, zygote)
         if ending == "sigkill":
-            time.sleep(KILL_AFTER_S)
+            # Deterministic on a loaded machine: kill once a record naming where we are is on
+            # disk (a record follows a change within 0.25 s on a quiet one).
+            phase = semconv.PHASE_DESERIALIZE if when == "during" else "warmup"
+            deadline = time.monotonic() + 60
+            while not _recorded(case_dir, phase) and time.monotonic() < deadline:
+                time.sleep(0.05)
         os.kill(pid, SIGNALS[ending])
-    code = zygote.wait(pid)
+    code = zygote.wait(pid, case_dir)
     return case_dir, weights, code
 
 
