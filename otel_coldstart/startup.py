@@ -79,8 +79,9 @@ class Plan(NamedTuple):
     ``wait_for_file``: the local trace file is written before this returns (the summary
     names it; callers read ``trace_file()`` right after ``ready()``).
     ``drain``: flush and shut down our exporters and metrics, all within ``deadline_s``
-    (exit, SIGTERM, ``uninstrument()``); ``fallback``: a trace whose delivery was not
-    confirmed by then is written to the local file instead, and one stderr line says so.
+    (exit, SIGTERM, ``uninstrument()``); ``fallback`` (an exit, spans meant for somewhere
+    else than the local file): a trace whose delivery was not confirmed by then is written
+    to the local file instead, and one stderr line says so.
     """
 
     reason: str
@@ -105,13 +106,15 @@ def plan(reason: str, *, ended: bool, summary: bool, metrics: bool, metrics_late
     that may not answer (OTLP, a provider the host configured)."""
     exiting = reason in _EXITING
     drain = exiting or reason == semconv.END_UNINSTRUMENTED
+    # The fallback file is for an exit: after uninstrument() the host lives on with its provider.
+    fallback = exiting and remote
     if ended:  # ended before (the exit after ready()): only the drain is left
-        return Plan(reason, False, False, False, False, False, (), False, drain, drain and remote, deadline_s)
+        return Plan(reason, False, False, False, False, False, (), False, drain, fallback, deadline_s)
     ready = reason == semconv.END_READY
     if drain:
         # Nothing of ours runs after this: metrics made and recorded, summary printed, now.
         record = metrics or metrics_later
-        return Plan(reason, True, ready, metrics_later, record, summary, (), file_mode, True, remote, deadline_s)
+        return Plan(reason, True, ready, metrics_later, record, summary, (), file_mode, True, fallback, deadline_s)
     # ready(): what a reader may collect right after it (a provider the host passed, a
     # Prometheus endpoint) is recorded here; the summary and the metrics only we push go to
     # a thread of ours (the analysis imports alone are ~8 ms), unless the breakdown is

@@ -47,8 +47,8 @@ def test_the_exit_after_ready_only_drains():
     assert not decided.end and decided.drain and not decided.summary and not decided.record_metrics
 
 
-def test_uninstrument_drains_but_a_local_file_needs_no_fallback():
-    decided = plan(semconv.END_UNINSTRUMENTED, ended=False, **BASE)
+def test_uninstrument_drains_and_leaves_the_host_its_provider():
+    decided = plan(semconv.END_UNINSTRUMENTED, ended=False, **{**BASE, "remote": True, "file_mode": False})
     assert decided.end and decided.drain and not decided.fallback and not decided.ready
 
 
