@@ -393,10 +393,13 @@ def compute_breakdown(root: Span, members: Sequence[Span], foreign: Sequence[Spa
     children: dict[str, list[Span]] = defaultdict(list)
     orphans: list[Span] = []
     memo: dict[str, str | None] = {}
+    in_window = {s.span_id for s in window}
     for span in window:
         owner = _nearest_phased_ancestor(span, by_id, root.span_id, memo)
-        if owner is None:
-            orphans.append(span)  # parent missing from the file: treat as top level
+        if owner is None or (owner != root.span_id and owner not in in_window):
+            # Parent missing from the file, or a phase that outlives the start-up (ready() came
+            # while it ran, from another thread): its finished children count as top level.
+            orphans.append(span)
         else:
             children[owner].append(span)
     top_level = children.get(root.span_id, []) + orphans

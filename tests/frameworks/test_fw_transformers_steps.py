@@ -31,6 +31,8 @@ from otel_coldstart.patches._wrapping import ColdstartWrapper  # noqa: E402
 
 from framework_checks import assert_no_orphans, assert_same_weights, clean_env, dtype_keyword  # noqa: E402
 
+pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
+
 MODEL_DIR = str(minilm.get_model_path())
 MAJOR = int(transformers.__version__.split(".")[0])
 DTYPE = dtype_keyword(transformers.__version__)
