@@ -12,6 +12,8 @@ from analyze_records import data_file
 from browser import count_colour, dump_dom, png_pixels, screenshot, with_clip_check
 from otel_coldstart.cli import main
 
+pytestmark = pytest.mark.process  # headless Chromium is a process of its own: not in `make test-fast`
+
 COLD = data_file("demo-cold-first-shard.otlp.jsonl")
 WARM = data_file("demo-warm.otlp.jsonl")
 LEVER_BLUE = (0x2B, 0x6A, 0x9E)
