@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.process
+pytestmark = [pytest.mark.process, pytest.mark.timing]  # measured against measured: alone, after the rest
 
 BENCHMARKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks")
 if BENCHMARKS not in sys.path:
