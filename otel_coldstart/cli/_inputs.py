@@ -18,8 +18,8 @@ from ..analyze.breakdown import Breakdown, breakdowns
 from ..analyze.integrity import repair
 from ..analyze.interrupted import complete_killed
 from ..analyze.storage_floor import StorageFloor, combine
-from ..analyze.live import DEFAULT_LIMIT, DEFAULT_TIMEOUT_S, LiveSourceError, jaeger_documents, tempo_documents
 from ..analyze.readers import DEFAULT_MAX_BYTES, ReadResult, TraceReadError, read_documents, read_trace
+from ..sources import DEFAULT_LIMIT, DEFAULT_TIMEOUT_S
 from ._run_notes import explain_no_startup, untraced_warnings
 from .errors import (EXIT_INPUT_TOO_LARGE, EXIT_INPUT_UNREADABLE, EXIT_NO_STARTUP, EXIT_NOT_A_TRACE,
                      EXIT_OUTPUT_FAILED, EXIT_PARTIAL_INPUT, EXIT_SOURCE_UNAVAILABLE, EXIT_USAGE, EXIT_WOULD_OVERWRITE,
@@ -225,6 +225,8 @@ def check_live_arguments(args: argparse.Namespace) -> None:
 
 
 def load_live(args: argparse.Namespace) -> Inputs:
+    from ..sources.live import LiveSourceError, jaeger_documents, tempo_documents  # HTTP: only when asked
+
     check_live_arguments(args)
     if args.limit <= 0:
         raise CliError("--limit must be positive", EXIT_USAGE)

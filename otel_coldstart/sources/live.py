@@ -19,11 +19,8 @@ import urllib.parse
 from typing import Any
 
 from ..semconv import SPAN_ROOT
-from . import bounded_http
+from . import DEFAULT_LIMIT, DEFAULT_TIMEOUT_S, bounded_http
 from .bounded_http import ByteBudget, FetchError, origin
-
-DEFAULT_TIMEOUT_S = 10.0
-DEFAULT_LIMIT = 20
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024  # in all, for one command (--max-input-mb)
 
 
