@@ -89,17 +89,21 @@ import time as _time
 
 # The plugin's own import cost, reported on the coldstart.import span (coldstart.import.own_s)
 # so that the analyzer never advises "import less" about it. Started before anything else.
+# This face is lazy: the runtime (controller, patches, wrapt, the OpenTelemetry API) loads
+# at the first instrument(), and times its own import (controller._RUNTIME_IMPORT_NS), which
+# is added to this face's: the own share stays the whole of what importing otel-coldstart
+# cost, whichever way the runtime came in (instrument(), the OTel instrumentor, vLLM's
+# plugin). The analyzer and the CLI import this face and never the runtime
+# (tests/analyze/test_import_graph.py).
 _IMPORT_STARTED_NS = _time.perf_counter_ns()
 
 import contextlib  # noqa: E402
 import functools  # noqa: E402
+import sys  # noqa: E402
 import threading  # noqa: E402
 from typing import TYPE_CHECKING, Any  # noqa: E402
 
-from . import session as _session  # noqa: E402
-from ._errors import report_internal_error  # noqa: E402
-from .controller import CONTROLLER  # noqa: E402
-from .patches.cuda_graphs import batch_size as graph_batch_size  # noqa: E402
+from .package import __version__  # noqa: E402
 
 if TYPE_CHECKING:  # pragma: no cover
     from opentelemetry.metrics import MeterProvider
@@ -107,9 +111,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from .instrumentor import ColdstartInstrumentor
 
-__version__ = "0.1.0"
 __all__ = ["ColdstartInstrumentor", "instrument", "uninstrument", "ready", "phase", "trace_file",
            "graph_batch_size", "__version__"]
+
+_CONTROLLER_MODULE = __name__ + ".controller"
+_SESSION_MODULE = __name__ + ".session"
 
 
 def __getattr__(name: str):
@@ -120,6 +126,23 @@ def __getattr__(name: str):
 
         return ColdstartInstrumentor
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | {"ColdstartInstrumentor"})
+
+
+def _controller():
+    """The runtime's controller, loaded on first use."""
+    from .controller import CONTROLLER
+
+    return CONTROLLER
+
+
+def _loaded_controller():
+    """The controller if the runtime was ever loaded, else None: nothing to end or report."""
+    module = sys.modules.get(_CONTROLLER_MODULE)
+    return None if module is None else module.CONTROLLER
 
 
 def instrument(tracer_provider: "TracerProvider | None" = None,
@@ -153,22 +176,40 @@ def instrument(tracer_provider: "TracerProvider | None" = None,
     An unknown option raises TypeError (naming the valid ones); a bad value raises
     ValueError. Any other failure here is logged and leaves the host running uninstrumented.
     """
-    CONTROLLER.start(tracer_provider=tracer_provider, meter_provider=meter_provider, **options)
+    _controller().start(tracer_provider=tracer_provider, meter_provider=meter_provider, **options)
 
 
 def uninstrument() -> None:
     """Remove every patch (restoring the original objects) and end the start-up if open."""
-    CONTROLLER.stop()
+    controller = _loaded_controller()
+    if controller is not None:
+        controller.stop()
 
 
 def ready() -> None:
     """The model can serve: end the start-up, remove the per-tensor patches, flush."""
-    CONTROLLER.ready()
+    controller = _loaded_controller()
+    if controller is not None:
+        controller.ready()
 
 
 def trace_file() -> str | None:
     """The OTLP JSON file this process writes its trace to, if that is where spans go."""
-    return CONTROLLER.trace_file
+    controller = _loaded_controller()
+    return None if controller is None else controller.trace_file
+
+
+def graph_batch_size(size: int):
+    """Name the batch size of the CUDA graph captures made inside the block, for code whose
+    graph API cannot tell it (``torch.cuda.graph`` in a loop over sizes)::
+
+        for n in sizes:
+            with otel_coldstart.graph_batch_size(n), torch.cuda.graph(g[n]):
+                out[n] = model(inputs[:n])
+    """
+    from .patches.cuda_graphs import batch_size
+
+    return batch_size(size)
 
 
 class phase(contextlib.ContextDecorator):
@@ -211,13 +252,15 @@ class phase(contextlib.ContextDecorator):
         return super().__call__(func)
 
     def __enter__(self) -> "phase":
-        session = _session.ACTIVE
+        # No session module loaded: never instrumented, so no start-up to record into.
+        module = sys.modules.get(_SESSION_MODULE)
+        session = None if module is None else module.ACTIVE
         container = None
         if session is not None:
             try:
                 container = session.start_container(self.name)
             except Exception:
-                report_internal_error("phase start")
+                _report_internal_error("phase start")
         stack = getattr(self._local, "stack", None)
         if stack is None:
             stack = self._local.stack = []
@@ -231,7 +274,7 @@ class phase(contextlib.ContextDecorator):
             try:
                 container.finish(error=exc)
             except Exception:
-                report_internal_error("phase end")
+                _report_internal_error("phase end")
         return False
 
 

@@ -541,7 +541,7 @@ def register_gauges(meter_provider, board: ProgressBoard, labels: dict) -> None:
                 return []
         return callback
 
-    from . import __version__
+    from .package import __version__
 
     meter = meter_provider.get_meter("otel_coldstart", __version__)
     meter.create_observable_gauge(

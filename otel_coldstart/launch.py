@@ -109,7 +109,7 @@ class Launch:
             self._span.set_attributes(dict(attributes))
 
     def __enter__(self) -> "Launch":
-        from . import __version__
+        from .package import __version__
 
         self._setup = export.configure_tracing(self._tracer_provider, self._output_dir)
         tracer = self._setup.provider.get_tracer("otel_coldstart.launch", __version__)

@@ -186,7 +186,7 @@ class StartupMetrics:
     """The instruments. Creating them twice on one provider returns the same instruments."""
 
     def __init__(self, meter_provider: metrics.MeterProvider | None = None) -> None:
-        from . import __version__
+        from .package import __version__
 
         provider = meter_provider or metrics.get_meter_provider()
         meter = provider.get_meter("otel_coldstart", __version__)

@@ -57,14 +57,12 @@ def register() -> None:
     try:
         if not enabled():
             return
-        import otel_coldstart
+        from .controller import CONTROLLER, _patch_module  # the runtime, never the package face
 
         vllm_patch.arm()
-        otel_coldstart.instrument(tracer_provider=_provider_like_vllms())
-        # instrument() patched the armed module if it made the start-up; if the host had
+        CONTROLLER.start(tracer_provider=_provider_like_vllms())
+        # start() patched the armed module if it made the start-up; if the host had
         # instrumented already, patch it now (idempotent).
-        from .controller import _patch_module
-
         _patch_module(vllm_patch)
     except Exception:
         report_internal_error("vllm plugin")

@@ -29,7 +29,7 @@ COMMANDS = {"demo": demo_cmd, "analyze": analyze_cmd, "floor": floor_cmd,
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .. import __version__
+    from ..package import __version__
 
     parser = argparse.ArgumentParser(prog="otel-coldstart", description="Model start-up tracing and analysis.")
     parser.add_argument("--version", action="version", version=f"otel-coldstart {__version__}",

@@ -78,9 +78,9 @@ def unpatch() -> None:
 def _ready_after(wrapped, instance, args, kwargs):
     result = wrapped(*args, **kwargs)  # vLLM's exception passes through untouched
     try:
-        import otel_coldstart
+        from ..controller import CONTROLLER  # the runtime, never the package face
 
-        otel_coldstart.ready()
+        CONTROLLER.ready()
     except Exception:
         report_internal_error("vllm: ready")
     return result

@@ -52,6 +52,7 @@ SCRIPT = textwrap.dedent("""
     import json, sys
     import otel_coldstart
     from otel_coldstart import vllm_plugin
+    from otel_coldstart.controller import CONTROLLER
     from otel_coldstart.patches import vllm as vllm_patch
     order = sys.argv[1]
     report = {}
@@ -70,10 +71,10 @@ SCRIPT = textwrap.dedent("""
         core.EngineCore(fail=True)
     except RuntimeError as error:
         report["host_error"] = str(error)
-    report["ready_after_failure"] = otel_coldstart.CONTROLLER.session.ended
+    report["ready_after_failure"] = CONTROLLER.session.ended
     engine = core.EngineCore()
     report["started"] = engine.started
-    report["ready"] = otel_coldstart.CONTROLLER.session.ended
+    report["ready"] = CONTROLLER.session.ended
     import vllm.v1.worker.gpu_worker as worker
     report["warm"] = worker.Worker().compile_or_warm_up_model()
     report["trace"] = otel_coldstart.trace_file()
