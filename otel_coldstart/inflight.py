@@ -67,7 +67,7 @@ STRETCH = 50  # the record interval is at least elapsed / STRETCH
 # and a busy four-minute start-up writes about a hundred records (~200 KiB), not thousands.
 CHANGE_GAP_S = 0.25
 CHANGE_STRETCH = 20
-UNATTRIBUTED = "unattributed"  # the running phase when no span of ours is open
+UNATTRIBUTED = semconv.UNATTRIBUTED  # the running phase when no span of ours is open
 
 _FILE_ATTRIBUTES = (semconv.FILE_PATH, semconv.FILE_SIZE, semconv.FILE_FORMAT, semconv.SHARD_INDEX,
                     semconv.SHARD_COUNT)

@@ -77,7 +77,7 @@ UNBOUNDED_ATTRIBUTES = frozenset({
 })
 _PHASE_LABEL = re.compile(r"^[A-Za-z0-9_.\-]{1,48}$")
 OTHER_PHASE = "other"
-UNATTRIBUTED_PHASE = "unattributed"
+UNATTRIBUTED_PHASE = semconv.UNATTRIBUTED
 UNKNOWN = "unknown"
 
 

@@ -53,6 +53,11 @@ BUILTIN_PHASES = (
     PHASE_WARMUP,
 )
 
+# The part of a start-up that no phase covers: a row of every breakdown and report, a budget
+# key, the metric label for it, and the running phase while no span of ours is open. Spelled
+# here only; no span carries it as its coldstart.phase.
+UNATTRIBUTED = "unattributed"
+
 # --- attributes ---------------------------------------------------------------------------
 PHASE = "coldstart.phase"
 READY = "coldstart.ready"

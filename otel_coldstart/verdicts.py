@@ -14,7 +14,7 @@ with the attributes of :class:`~otel_coldstart.analyze.model.Span` or ``PhaseTim
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping
 
 from . import semconv
 
@@ -30,16 +30,6 @@ def positive_int(attributes: Mapping[str, Any], key: str) -> int:
     """A count or byte total: the value when it is a positive integer, else 0."""
     value = int_value(attributes.get(key))
     return value if value is not None and value > 0 else 0
-
-
-def str_value(attributes: Mapping[str, Any], key: str) -> str | None:
-    value = attributes.get(key)
-    return value if isinstance(value, str) else None
-
-
-def number_value(attributes: Mapping[str, Any], key: str) -> float | None:
-    value = attributes.get(key)
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 # --- cold / partial / warm --------------------------------------------------------------
@@ -116,14 +106,18 @@ def dominates(phase_ns: int, total_ns: int) -> bool:
     return total_ns > 0 and phase_ns / total_ns >= DOMINANT_MIN_SHARE
 
 
-def dominant_phase(phases: Sequence[Any], total_ns: int) -> Any | None:
+def dominant_phase(phases: Iterable[Any], total_ns: int) -> Any | None:
     """The largest phase when it dominates, else None ("no phase dominates": e.g. a
-    start-up that is mostly unattributed). ``phases`` are largest first, each with
-    ``busy_ns``."""
-    if not phases:
-        return None
-    top = phases[0]
-    return top if dominates(top.busy_ns, total_ns) else None
+    start-up that is mostly unattributed). ``phases``: records with ``phase`` and ``busy_ns``
+    (one start-up's phases, or a capacity group's p50 per phase against its p50 start-up).
+    Ties go to the first name in alphabetical order; unattributed time is never a phase."""
+    top = None
+    for item in phases:
+        if item.phase == semconv.UNATTRIBUTED:
+            continue
+        if top is None or (-item.busy_ns, item.phase) < (-top.busy_ns, top.phase):
+            top = item
+    return top if top is not None and dominates(top.busy_ns, total_ns) else None
 
 
 # --- the start-up window ----------------------------------------------------------------

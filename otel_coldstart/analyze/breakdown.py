@@ -21,6 +21,8 @@ from typing import Iterable, Sequence
 from .. import semconv, verdicts
 from .model import Span
 
+TOTAL = "total"  # the whole start-up (the root span), beside the phases and unattributed
+
 
 # Phases whose calls may only queue device work (non-blocking copies, GPU casts, copies
 # between GPUs): a call's busy time is then its launch time, not its transfer time.
@@ -281,6 +283,16 @@ class Breakdown:
             if item.phase == name:
                 return item
         return None
+
+    def time_of(self, key: str) -> int:
+        """The start-up's time under one name, as compare rows and budget keys say it:
+        ``total`` (the root), ``unattributed``, or a phase's busy time (0 where it is absent)."""
+        if key == TOTAL:
+            return self.duration_ns
+        if key == semconv.UNATTRIBUTED:
+            return self.unattributed_ns
+        phase = self.phase(key)
+        return phase.busy_ns if phase else 0
 
 
 def _process_key(span: Span) -> tuple:

@@ -8,11 +8,8 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from .. import semconv
-from .breakdown import Breakdown
+from .breakdown import TOTAL, Breakdown
 from .units import format_seconds, parse_duration_ns
-
-TOTAL = "total"
-UNATTRIBUTED = "unattributed"
 
 
 @dataclass(frozen=True)
@@ -71,20 +68,14 @@ def unknown_budget_keys(budget: dict[str, int], known_phases: Iterable[str]) -> 
 
 
 def valid_budget_keys(known_phases: Iterable[str]) -> list[str]:
-    return [TOTAL, UNATTRIBUTED] + sorted(set(semconv.BUILTIN_PHASES) | set(known_phases))
+    return [TOTAL, semconv.UNATTRIBUTED] + sorted(set(semconv.BUILTIN_PHASES) | set(known_phases))
 
 
 def check_budgets(results: Sequence[Breakdown], budget: dict[str, int]) -> list[Violation]:
     violations = []
     for b in results:
         for key, limit in sorted(budget.items()):
-            if key == TOTAL:
-                actual = b.duration_ns
-            elif key == UNATTRIBUTED:
-                actual = b.unattributed_ns
-            else:
-                phase = b.phase(key)
-                actual = phase.busy_ns if phase else 0
+            actual = b.time_of(key)
             if actual > limit:
                 violations.append(Violation(b.trace_id, b.rank, key, limit, actual))
     return violations

@@ -8,9 +8,9 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
-from .. import verdicts
+from .. import semconv, verdicts
 from .breakdown import Breakdown
 from .stats import percentile
 from .units import format_seconds
@@ -45,13 +45,11 @@ class GroupSummary:
 
     @property
     def dominant_phase(self) -> str | None:
-        """The phase whose p50 is the largest, when it dominates the p50 start-up
-        (verdicts.dominates); None when none does."""
-        medians = [(q.p50_ns, name) for name, q in self.phases.items() if name != "unattributed"]
-        if not medians:
-            return None
-        p50_ns, name = max(medians)
-        return name if verdicts.dominates(p50_ns, self.total.p50_ns) else None
+        """The phase whose p50 is the largest, when it dominates the p50 start-up: the one
+        rule (verdicts.dominant_phase) over the medians; None when none does."""
+        top = verdicts.dominant_phase((_Median(name, q.p50_ns) for name, q in self.phases.items()),
+                                      self.total.p50_ns)
+        return top.phase if top is not None else None
 
     def lead_time_ns(self, provisioning_ns: int = 0) -> int:
         return provisioning_ns + self.total.p95_ns
@@ -85,6 +83,11 @@ class WarmPool:
                 "warm replica(s)")
 
 
+class _Median(NamedTuple):
+    phase: str
+    busy_ns: int
+
+
 def _quantiles(values: Sequence[int]) -> Quantiles:
     return Quantiles(int(percentile(values, 0.5)), int(percentile(values, 0.95)), max(values))
 
@@ -94,7 +97,7 @@ def summarize_group(key: str, value: str, results: Sequence[Breakdown]) -> Group
     phases = {}
     for name in names:
         phases[name] = _quantiles([b.phase(name).busy_ns if b.phase(name) else 0 for b in results])
-    phases["unattributed"] = _quantiles([b.unattributed_ns for b in results])
+    phases[semconv.UNATTRIBUTED] = _quantiles([b.unattributed_ns for b in results])
     return GroupSummary(key, value, len(results), sum(1 for b in results if b.ready),
                         _quantiles([b.duration_ns for b in results]), phases)
 

@@ -21,11 +21,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
-from .breakdown import Breakdown
+from .. import semconv
+from .breakdown import TOTAL, Breakdown
 from .stats import iqr, mann_whitney_p
-
-TOTAL = "total"
-UNATTRIBUTED = "unattributed"
 ALPHA = 0.05
 MIN_EFFECT_NS = 5_000_000  # 5 ms
 MIN_EFFECT_RATIO = 0.10  # 10% of the baseline median
@@ -99,15 +97,6 @@ def _median(values: Sequence[int]) -> int:
     return int(statistics.median(values)) if values else 0
 
 
-def _value(b: Breakdown, key: str) -> int:
-    if key == TOTAL:
-        return b.duration_ns
-    if key == UNATTRIBUTED:
-        return b.unattributed_ns
-    phase = b.phase(key)
-    return phase.busy_ns if phase else 0
-
-
 def cache_mix(side: Sequence[Breakdown]) -> CacheMix:
     cold = warm = unknown = 0
     for b in side:
@@ -140,7 +129,8 @@ def compare(a: Sequence[Breakdown], b: Sequence[Breakdown]) -> Comparison:
     if not a or not b:
         raise ValueError("compare needs at least one start-up on each side")
     phases = sorted({p.phase for side in (a, b) for item in side for p in item.phases})
-    rows = [delta(key, [_value(x, key) for x in a], [_value(x, key) for x in b]) for key in phases + [UNATTRIBUTED]]
+    rows = [delta(key, [x.time_of(key) for x in a], [x.time_of(key) for x in b])
+            for key in phases + [semconv.UNATTRIBUTED]]
     rows.sort(key=lambda r: (_ORDER[r.verdict], -abs(r.delta_ns), r.phase))
     total = delta(TOTAL, [x.duration_ns for x in a], [x.duration_ns for x in b])
     return Comparison(len(a), len(b), total, tuple(rows), cache_mix(a), cache_mix(b))

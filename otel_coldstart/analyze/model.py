@@ -134,9 +134,3 @@ class Span:
                 return self.duration_ns
             return int(round(busy * 1e9))
         return self.duration_ns
-
-
-@dataclass(frozen=True)
-class Trace:
-    trace_id: str
-    spans: tuple[Span, ...]

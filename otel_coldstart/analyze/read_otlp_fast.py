@@ -131,14 +131,6 @@ def _hex(value, width: int) -> str:
     return hex_id(value, width)
 
 
-def _ns(value, what: str) -> int:
-    if value.__class__ is str and value.isdigit() and len(value) <= 19:
-        number = int(value)
-        if number <= 2**63 - 1:
-            return number
-    return unix_ns(value, what)
-
-
 # Span id -> the one string object for it, so a child's parent id is the parent's own id
 # string (65 bytes saved per span). Reset by the reader at the end of each file.
 _ids: dict[str, str] = {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence, TextIO
 
+from .. import semconv
 from ..verdicts import DOMINANT_MIN_SHARE
 from .breakdown import Breakdown, bandwidth_warnings
 from .escape import terminal_text as _t  # every string from a trace: no control characters
@@ -20,7 +21,7 @@ def render_text(breakdown: Breakdown, out: TextIO) -> None:
         rank = f" rank {breakdown.rank}" + (f"/{breakdown.world_size}" if breakdown.world_size else "")
     out.write(f"model.startup {format_seconds(total)} ({state}){rank} trace {_t(breakdown.root.trace_id)}\n")
     render_killed_text(breakdown, out)
-    width = column_width([_t(item.phase) for item in breakdown.phases] + ["unattributed"], minimum=16)
+    width = column_width([_t(item.phase) for item in breakdown.phases] + [semconv.UNATTRIBUTED], minimum=16)
     out.write(f"  {'phase':<{width}}{'time':>10}{'share':>8}{'bytes':>12}{'throughput':>14}{'spans':>7}\n")
     dominant = breakdown.dominant
     for item in breakdown.phases:
@@ -32,7 +33,7 @@ def render_text(breakdown: Breakdown, out: TextIO) -> None:
         )
     unattributed_share = breakdown.unattributed_ns / total * 100 if total else 0.0
     out.write(
-        f"  {'unattributed':<{width}}{format_seconds(breakdown.unattributed_ns):>10}"
+        f"  {semconv.UNATTRIBUTED:<{width}}{format_seconds(breakdown.unattributed_ns):>10}"
         f"{unattributed_share:>7.1f}%\n"
     )
     for warning in bandwidth_warnings(breakdown):

@@ -13,12 +13,10 @@ from __future__ import annotations
 from typing import TextIO
 import html
 
+from .. import semconv
 from .breakdown import Breakdown
 from .units import format_seconds
 from .waterfall import FOREIGN, STATE_COLOURS, nice_step, phase_colour, rows, tick_label
-
-MAX_ROWS = 400  # kept for callers; waterfall.MAX_ROWS decides
-
 
 def escape(text: str) -> str:
     # html.escape, not xml.sax.saxutils: that module imports urllib.request, http.client and
@@ -91,7 +89,7 @@ def svg_waterfall(b: Breakdown, *, standalone: bool = True) -> str:
         w('</g>\n')
     legend_y = TOP + ROW * len(items) + 18
     swatches = [("cold read", STATE_COLOURS["cold"], None), ("partial read", STATE_COLOURS["partial"], None),
-                ("warm read", STATE_COLOURS["warm"], None), ("unattributed", None, "url(#gap)"),
+                ("warm read", STATE_COLOURS["warm"], None), (semconv.UNATTRIBUTED, None, "url(#gap)"),
                 ("not ours", FOREIGN, None)]
     swatches += [(p, phase_colour(p), None) for p in sorted({r.phase for r in items if r.phase and r.kind == "phase"})]
     lx, ly = 8.0, legend_y

@@ -91,11 +91,6 @@ def nice_step(total_ns: int, target_ticks: int = 6) -> int:
     return power * 10  # pragma: no cover
 
 
-def ticks(total_ns: int, target_ticks: int = 6) -> list[int]:
-    step = nice_step(total_ns, target_ticks)
-    return list(range(0, total_ns + 1, step))
-
-
 def tick_label(ns: int, step_ns: int, total_ns: int) -> str:
     """``0``, ``200 ms``, ``1.5 s``: one unit per axis (from the total), as many decimals
     as the step needs."""

@@ -8,6 +8,7 @@ import argparse
 import html
 import json
 
+from .. import semconv
 from ..analyze.capacity import DEFAULT_GROUP_KEYS, capacity_summary, known_keys
 from ..analyze.escape import markdown_text, terminal_text
 from ..analyze.units import format_seconds, parse_duration_ns
@@ -163,7 +164,7 @@ def _html(summaries, provisioning: int, out, ramp: float | None = None) -> None:
         out.write("<table class=\"data\"><thead><tr><th>phase</th><th class=\"num\">p50</th><th class=\"num\">p95"
                   "</th><th>p50 / p95</th></tr></thead><tbody>\n")
         for name, q in _top(s):
-            colour = "#c0392b" if name == "unattributed" else phase_colour(name)
+            colour = "#c0392b" if name == semconv.UNATTRIBUTED else phase_colour(name)
             out.write(f"<tr><td>{e(name)}</td><td class=\"num\">{e(format_seconds(q.p50_ns))}</td><td class=\"num\">"
                       f"{e(format_seconds(q.p95_ns))}</td><td class=\"barcell\"><div style=\"width:"
                       f"{q.p50_ns / scale * 100:.1f}%;background:{colour}\"></div><div style=\"width:"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
+from ... import semconv
 from ..breakdown import Breakdown, by_trace
 from ..storage_floor import StorageFloor
 from ._finding import Finding
@@ -58,7 +59,7 @@ def _capacities(results: Sequence[Breakdown], found: Sequence[Finding]) -> dict[
                 kind = key[2]
                 if kind == "startup":
                     capacity[key] = b.duration_ns
-                elif kind == "unattributed":
+                elif kind == semconv.UNATTRIBUTED:
                     capacity[key] = b.unattributed_ns
                 elif kind == "phase":
                     phase = b.phase(key[3])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from ... import semconv
 from ..breakdown import Breakdown
 from ..units import format_seconds
 from ._finding import Finding, claim
@@ -44,11 +45,11 @@ def check(breakdown: Breakdown, floor=None) -> list[Finding]:
         elif gap.before:
             name = "before_" + suggest_phase_name(gap.before.split(".")[-1])
     return [Finding.about(
-        breakdown, rule="unattributed",
+        breakdown, rule=semconv.UNATTRIBUTED,
         title=f"{breakdown.unattributed_ns / total * 100:.0f}% of the start-up is unattributed",
         evidence=evidence,
         lever=f"wrap that step in `with otel_coldstart.phase({name!r}):` so the next trace names it",
         saving_ns=breakdown.unattributed_ns, share=breakdown.unattributed_ns / total,
-        claims=[claim(breakdown, breakdown.unattributed_ns, ("unattributed",))],
+        claims=[claim(breakdown, breakdown.unattributed_ns, (semconv.UNATTRIBUTED,))],
         estimate="the unattributed time (what becomes actionable once it has a name)",
     )]
