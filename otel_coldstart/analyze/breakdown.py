@@ -139,6 +139,7 @@ class ShardRead:
     start_ns: int
     # Why read_bytes is unknown (coldstart.cache.storage_read_unknown), e.g. "filesystem:nfs4".
     read_unknown: str | None = None
+    span_id: str | None = None  # the file span's id: which span of the start-up this read is
 
     @property
     def state(self) -> str | None:
@@ -306,31 +307,41 @@ def group_startups(spans: Iterable[Span]) -> list[tuple[Span, list[Span]]]:
     A span belongs to the root among its ancestors; failing that (its parent chain passes
     through a span that is missing, or ends at a foreign root such as vLLM's), to the root of
     the same trace and process, or to the trace's only root. Parent cycles are cut.
-    """
-    spans = list(spans)
-    by_id = {s.span_id: s for s in spans}
-    roots = [s for s in spans if s.is_root]
-    members: dict[str, list[Span]] = {r.span_id: [] for r in roots}
-    roots_by_trace: dict[str, list[Span]] = defaultdict(list)
-    for r in roots:
-        roots_by_trace[r.trace_id].append(r)
 
+    Span ids are unique only within a trace (Zipkin's and Jaeger's 64-bit ids repeat across
+    services, a replayed trace set repeats them all): every lookup is by (trace id, span id),
+    done trace by trace, so the cost stays linear whatever the ids.
+    """
+    traces: dict[str, list[Span]] = defaultdict(list)
+    for span in spans:
+        traces[span.trace_id].append(span)
+    grouped: list[tuple[Span, list[Span]]] = []
+    for trace_spans in traces.values():
+        roots = [s for s in trace_spans if s.is_root]
+        if roots:
+            grouped.extend(_group_trace(trace_spans, roots))
+    grouped.sort(key=lambda pair: (pair[0].start_ns, pair[0].trace_id, pair[0].span_id))
+    return grouped
+
+
+def _group_trace(spans: list[Span], roots: list[Span]) -> list[tuple[Span, list[Span]]]:
+    """group_startups for the spans of one trace."""
+    by_id = {s.span_id: s for s in spans}
+    members: dict[int, list[Span]] = {id(r): [] for r in roots}
     owners: dict[str, Span | None] = {}
     for span in spans:
         if span.is_root:
             continue
         owner = _root_ancestor(span, by_id, owners)
         if owner is None:
-            candidates = roots_by_trace.get(span.trace_id, [])
-            same_process = [r for r in candidates if _process_key(r) == _process_key(span)]
+            same_process = [r for r in roots if _process_key(r) == _process_key(span)]
             if len(same_process) == 1:
                 owner = same_process[0]
-            elif len(candidates) == 1:
-                owner = candidates[0]
+            elif len(roots) == 1:
+                owner = roots[0]
         if owner is not None:
-            members[owner.span_id].append(span)
-    roots.sort(key=lambda r: (r.start_ns, r.span_id))
-    return [(r, members[r.span_id]) for r in roots]
+            members[id(owner)].append(span)
+    return [(r, members[id(r)]) for r in roots]
 
 
 def _root_ancestor(span: Span, by_id: dict[str, Span], memo: dict[str, Span | None]) -> Span | None:
@@ -589,4 +600,5 @@ def _shard_read(span: Span) -> ShardRead:
         resident_ratio=float(ratio) if isinstance(ratio, (int, float)) else None,
         thread_id=span.thread_id,
         start_ns=span.start_ns,
+        span_id=span.span_id,
     )

@@ -47,6 +47,7 @@ def complete_killed(spans: Iterable[Span]) -> list[Span]:
     ended = {(s.trace_id, s.span_id) for s in others if s.is_root}
     present = {(s.trace_id, s.span_id) for s in others}
     latest: dict[tuple[str, str], Span] = {}
+    stall_events: dict[tuple[str, str], list[SpanEvent]] = {}  # per start-up: linear in the records
     for record in records:
         if record.parent_id is None or (record.trace_id, record.parent_id) in ended:
             continue
@@ -54,11 +55,10 @@ def complete_killed(spans: Iterable[Span]) -> list[Span]:
         best = latest.get(key)
         if best is None or (record.end_ns, _seq(record)) > (best.end_ns, _seq(best)):
             latest[key] = record
+        stall_events.setdefault(key, []).extend(e for e in record.events if e.name == semconv.EVENT_STALL)
     rebuilt: list[Span] = []
     for (trace_id, root_id), record in sorted(latest.items()):
-        stall_events = [e for r in records if r.trace_id == trace_id and r.parent_id == root_id for e in r.events
-                        if e.name == semconv.EVENT_STALL]
-        rebuilt.extend(_rebuild(record, root_id, present, stall_events))
+        rebuilt.extend(_rebuild(record, root_id, present, stall_events[(trace_id, root_id)]))
     return others + rebuilt
 
 

@@ -52,11 +52,11 @@ def rows(b: Breakdown) -> tuple[list[Row], int]:
                f"model.startup {format_seconds(b.duration_ns)}")]
     spans = sorted(b.spans, key=lambda s: -s.duration_ns)[:MAX_ROWS]
     hidden = len(b.spans) - len(spans)
-    shards = {s.start_ns: s for s in b.shards}
+    shards = {s.span_id: s for s in b.shards}  # spans of one start-up: one trace
     items: list[Row] = []
     for span in spans:
         start, end = span.start_ns - origin, span.end_ns - origin
-        shard = shards.get(span.start_ns) if span.phase == semconv.PHASE_DESERIALIZE else None
+        shard = shards.get(span.span_id) if span.phase == semconv.PHASE_DESERIALIZE else None
         if shard is not None:
             state = shard.state
             label = shard.name + (f" ({state})" if state else "")
