@@ -6,7 +6,9 @@ to other hosts with the ``Authorization`` header built from URL credentials, and
 ``ftp://``. Here:
 
 - the whole request, redirects included, ends by ``deadline`` (a timer shuts the socket
-  down, so no single blocking read outlives it);
+  down, so no single blocking read outlives it). The timer holds the socket itself, not the
+  connection: over HTTP/1.0 or with ``Connection: close``, ``getresponse()`` hands the
+  socket to the response and leaves the connection with none;
 - only http and https are followed, at most ``MAX_REDIRECTS`` times, and credentials are
   sent to the origin they were given for only (scheme, host and port);
 - a body is read up to the bytes ``budget`` has left, which the caller shares between all
@@ -106,7 +108,7 @@ def _get_once(parts, headers: dict, deadline: float, budget: ByteBudget) -> tupl
     try:
         connection.connect()
         # From here on one timer bounds everything: headers and body, however slowly sent.
-        watchdog = threading.Timer(_remaining(deadline), _shut_down, (connection,))
+        watchdog = threading.Timer(_remaining(deadline), _shut_down, (connection.sock,))
         watchdog.daemon = True
         watchdog.start()
         connection.request("GET", path, headers=headers)
@@ -150,8 +152,9 @@ def _get_once(parts, headers: dict, deadline: float, budget: ByteBudget) -> tupl
         connection.close()
 
 
-def _shut_down(connection: http.client.HTTPConnection) -> None:
-    sock = connection.sock
+def _shut_down(sock: socket.socket | None) -> None:
+    # The response's file object keeps the descriptor open after the connection let go of
+    # it: shutting the socket down ends a read blocked in either.
     if sock is not None:
         try:
             sock.shutdown(socket.SHUT_RDWR)

@@ -244,3 +244,43 @@ def test_chunked_answer_without_length_is_capped(capsys):
     finally:
         server.close()
     assert code == 7 and "2 MiB limit" in err
+
+
+# Issue 25.4: over HTTP/1.0, or with `Connection: close`, http.client hands the socket to the
+# response at getresponse(), so the connection has none left when the deadline fires; the
+# deadline must hold all the same. Each server drips for at most DRIP_FOR_S, then hangs up:
+# a request that outlives the deadline shows in the time taken (it cannot hang the suite).
+DRIP_FOR_S = 12
+
+
+def _dripping(status_and_headers: bytes, headers_too: bool):
+    def behaviour(conn, stop):
+        ended = time.monotonic() + DRIP_FOR_S
+        if headers_too:
+            payload, head = status_and_headers + b"X-Slow: " + b"a" * 100000, b""
+        else:
+            payload, head = b" " * 100000, status_and_headers + b"\r\n"
+        if head:
+            conn.sendall(head)
+        for byte in payload:
+            if stop.wait(0.2) or time.monotonic() > ended:
+                return
+            conn.sendall(bytes([byte]))
+    return behaviour
+
+
+@pytest.mark.parametrize("status_and_headers", [
+    b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n",
+], ids=["http-1.0", "connection-close"])
+@pytest.mark.parametrize("headers_too", [False, True], ids=["body", "headers"])
+def test_the_deadline_holds_when_the_response_owns_the_socket(capsys, status_and_headers, headers_too):
+    server = _RawServer(_dripping(status_and_headers, headers_too))
+    try:
+        started = time.monotonic()
+        code, _, err = run(capsys, "analyze", "--jaeger", server.url, "--trace-id", "abc", "--timeout", "1.5")
+        elapsed = time.monotonic() - started
+    finally:
+        server.close()
+    assert code == 9 and "no answer within 1.5 s" in err
+    assert elapsed < DRIP_FOR_S - 4, elapsed  # cut off at ~1.5 s, not when the server gave up
