@@ -1,19 +1,150 @@
-"""Repairs for traces whose parent links cannot be trusted: duplicate span ids, cycles.
+"""Repairs for traces that cannot be trusted as they are: spans that cannot be true,
+duplicate span ids, parent loops.
 
-Real exports contain both (Jaeger returns the same span twice; its converter's golden
-file gives two different spans one id; a buggy exporter can write a parent loop). The
-analysis needs a forest, so: exact copies are dropped, a different span reusing an id is
-renamed ``<id>#2`` (its children stay with the first), and a parent loop is cut at the
-span where it was found. Missing parents are left as they are (the breakdown treats such
-spans as top level) and counted. Each repair is reported as a one-line warning.
+Spans that cannot be true (:func:`validate`): an end before the start, a time after 2100 or
+a span longer than a year (an end of 2**63-1 ns made a 7.4-billion-second start-up), an
+all-zero trace or span id (W3C: invalid, never exported by an SDK), a negative size, byte
+count, call count or busy time, a resident ratio outside 0..1. Such a span is left out (its
+time would be counted as true), a value that cannot be true is dropped from its span, and a
+``model.startup`` root whose own times cannot be true is timed from the spans of its trace
+and marked not ready (``coldstart.end_reason`` ``untimed``): it never reads as a ready
+start-up. One warning line per kind names the spans; the CLI reports them as input left out
+(exit 12).
+
+Parent links (:func:`repair`): real exports contain both duplicates and loops (Jaeger
+returns the same span twice; its converter's golden file gives two different spans one id;
+a buggy exporter can write a parent loop). The analysis needs a forest, so: exact copies are
+dropped, a different span reusing an id is renamed ``<id>#2`` (its children stay with the
+first), and a parent loop is cut at the span where it was found. Missing parents are left as
+they are (the breakdown treats such spans as top level) and counted. Each repair is reported
+as a one-line warning.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections import defaultdict
 from typing import Iterable
 
+from .. import semconv
 from .model import Span
+
+LATEST_NS = 4_102_444_800 * 10**9  # 2100-01-01: no trace of ours is written after it
+LONGEST_NS = 366 * 24 * 3600 * 10**9  # a span longer than a year is no part of a start-up
+# Values that are sizes, byte or call counts, or durations: never negative.
+NON_NEGATIVE = (semconv.FILE_SIZE, semconv.BYTES, semconv.IO_READ_BYTES, semconv.CACHE_STORAGE_READ_BYTES,
+                semconv.CACHE_STORAGE_READ_AFTER_SPAN_BYTES, semconv.COPY_PINNED_BYTES, semconv.COPY_PAGEABLE_BYTES,
+                semconv.CALLS, semconv.BUSY_S, semconv.THROUGHPUT, semconv.PROGRESS_BYTES_LOADED,
+                semconv.PROGRESS_BYTES_EXPECTED)
+RATIOS = (semconv.CACHE_RESIDENT_RATIO, semconv.CACHE_SETTLED_RESIDENT_RATIO)
+NAMED = 3  # spans named per warning line; the rest are counted
+
+
+def _untrue_times(span: Span) -> str | None:
+    if span.end_ns < span.start_ns:
+        return "end before start"
+    if span.end_ns > LATEST_NS:
+        return "a time after 2100"
+    if span.end_ns - span.start_ns > LONGEST_NS:
+        return "longer than a year"
+    return None
+
+
+def _zero(identifier: str) -> bool:
+    return not identifier.strip("0")
+
+
+def _untrue_values(span: Span) -> list[str]:
+    attributes = span.attributes
+    bad = []
+    for key in NON_NEGATIVE:
+        value = attributes.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+            bad.append(key)
+    for key in RATIOS:
+        value = attributes.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not 0 <= value <= 1:
+            bad.append(key)
+    return bad
+
+
+def validate(spans: Iterable[Span]) -> tuple[list[Span], list[str]]:
+    """``spans`` without what cannot be true, and one line per kind of problem naming the
+    spans it concerns (empty when every span can be true)."""
+    kept: list[Span] = []
+    left_out: dict[str, list[Span]] = defaultdict(list)  # why -> spans
+    values_dropped: dict[str, list[Span]] = defaultdict(list)  # attribute -> spans
+    untimed_roots: list[tuple[Span, str]] = []
+    for span in spans:
+        if _zero(span.trace_id) or _zero(span.span_id):
+            left_out["an all-zero trace or span id"].append(span)
+            continue
+        why = _untrue_times(span)
+        if why is not None:
+            if span.is_root:
+                untimed_roots.append((span, why))
+            else:
+                left_out[why].append(span)
+            continue
+        if span.attributes:
+            bad = _untrue_values(span)
+            if bad:
+                for key in bad:
+                    values_dropped[key].append(span)
+                span = dataclasses.replace(span, attributes={k: v for k, v in span.attributes.items() if k not in bad})
+        kept.append(span)
+    notes = [f"{len(items)} span(s) left out, {why}: {_names(items)}" for why, items in left_out.items()]
+    notes += [f"{key} dropped from {len(items)} span(s) where it was "
+              f"{'outside 0..1' if key in RATIOS else 'negative'}: {_names(items)}"
+              for key, items in values_dropped.items()]
+    if untimed_roots:
+        repaired, lost = _time_roots(untimed_roots, kept)
+        kept += repaired
+        if repaired:
+            notes.append(f"{len(repaired)} model.startup root(s) whose own times cannot be true "
+                         f"({_reasons(untimed_roots, repaired)}) timed from the spans of their trace and reported "
+                         f"not ready: {_names(repaired)}")
+        if lost:
+            notes.append(f"{len(lost)} model.startup root(s) left out, their times cannot be true and their trace "
+                         f"has no other span to time them by: {_names(lost)}")
+    return kept, notes
+
+
+def _names(items: list[Span]) -> str:
+    shown = ", ".join(f"{s.name or '(no name)'} {s.span_id} (trace {s.trace_id})" for s in items[:NAMED])
+    return shown + (f" and {len(items) - NAMED} more" if len(items) > NAMED else "")
+
+
+def _reasons(untimed: list[tuple[Span, str]], repaired: list[Span]) -> str:
+    ids = {(s.trace_id, s.span_id) for s in repaired}
+    return ", ".join(sorted({why for s, why in untimed if (s.trace_id, s.span_id) in ids}))
+
+
+def _time_roots(untimed: list[tuple[Span, str]], kept: list[Span]) -> tuple[list[Span], list[Span]]:
+    """Each root to the last end of the other spans of its trace, from its own start where
+    that can be true, else from their first start: the start-up is shown, honestly marked,
+    instead of as 0 ms and ready."""
+    wanted = {s.trace_id for s, _ in untimed}
+    by_trace: dict[str, list[Span]] = defaultdict(list)
+    for span in kept:
+        if span.trace_id in wanted:
+            by_trace[span.trace_id].append(span)
+    repaired, lost = [], []
+    for root, _ in untimed:
+        others = by_trace.get(root.trace_id, [])
+        if not others:
+            lost.append(root)
+            continue
+        first, last = min(s.start_ns for s in others), max(s.end_ns for s in others)
+        # The root's start stands when it can be true: before its first span (the process
+        # starts before the plugin does), by less than a year.
+        start = root.start_ns if first - LONGEST_NS < root.start_ns <= first else first
+        end = last
+        attributes = dict(root.attributes)
+        attributes[semconv.READY] = False
+        attributes[semconv.END_REASON] = semconv.END_UNTIMED
+        repaired.append(dataclasses.replace(root, start_ns=start, end_ns=end, attributes=attributes))
+    return repaired, lost
 
 
 def repair(spans: Iterable[Span]) -> tuple[list[Span], list[str]]:

@@ -23,7 +23,7 @@ from typing import Any, BinaryIO, Callable, Iterator
 
 from .._regular_files import is_regular_file, open_regular_fd
 from ._values import TraceReadError
-from .integrity import repair
+from .integrity import repair, validate
 from .interrupted import complete_killed
 from .model import Span
 from .read_jaeger import is_jaeger_envelope, is_jaeger_trace, spans_from_jaeger_envelope, spans_from_jaeger_trace
@@ -82,7 +82,12 @@ def read_trace(path: str, max_bytes: int = DEFAULT_MAX_BYTES, progress: Progress
             raise TraceReadError(f"{path}: {exc}", exc.kind) from None
     if floor is not None:
         return ReadResult([], "floor", [], [], floor)
-    warnings = [f"{where} skipped" for where in skipped]
+    try:
+        spans, untrue = _validated(spans)
+    except TraceReadError as exc:
+        raise TraceReadError(f"{path}: {exc}", exc.kind) from None
+    warnings = [f"{where} skipped" for where in skipped] + untrue
+    skipped += untrue  # left out or repaired: the report is made from less than the file says
     if repair_links:
         spans, repairs = repair(complete_killed(spans))  # a killed start-up, rebuilt from its progress records
         warnings += repairs
@@ -103,18 +108,28 @@ def _read_handle(handle: BinaryIO, size: int, max_bytes: int, path: str,
     if first.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark, as some Windows tools write
         first = first[3:]
     lines_mode = False
-    if first.strip() and size > len(first) and _complete_json(first):
-        lines_mode = bool(handle.read(4096).strip())
+    sample = first  # a line that shows the file's kind of lines
+    if size > len(first):
+        if first.strip() and _complete_json(first):
+            lines_mode = bool(handle.read(4096).strip())
+        else:
+            # A first line that is not JSON (or blank): junk before JSON Lines (a log line, the
+            # tail of a batch cut by a rotation), or one document spread over lines. JSON Lines
+            # when a line after it is a whole trace of its own.
+            found = _trace_line(handle, probe)
+            if found is not None:
+                lines_mode, sample = True, found
         handle.seek(rest_start)
     spans: list[Span] = []
     formats: set = set()
     skipped: list[str] = []
     if lines_mode:
-        # A bad line (a truncated last batch, a line from another tool) is left out with a
-        # warning naming it; the other lines still make a report (docs/cli.md: exit 12).
+        # A bad line (a truncated last batch, a line from another tool, the first line or any
+        # other) is left out with a warning naming it; the other lines still make a report
+        # (docs/cli.md: exit 12).
         last_report = time.monotonic()
         done = 0
-        fast = b'"resourceSpans"' in first  # OTLP lines: try the typed decoder first
+        fast = b'"resourceSpans"' in sample  # OTLP lines: try the typed decoder first
         for number, line in enumerate(_lines(handle, first, max_bytes), start=1):
             done += len(line)
             if progress is not None and time.monotonic() - last_report >= PROGRESS_EVERY_S:
@@ -163,6 +178,29 @@ def _lines(handle: BinaryIO, first: bytes, max_bytes: int) -> Iterator[bytes]:
         if len(line) > max_bytes:
             raise TraceReadError(f"a JSON line is over the {max_bytes / 2**20:.0f} MiB limit", "too_large")
         yield line
+
+
+TRACE_LINE_PROBE = 8  # lines looked at after a first line that is not JSON
+
+
+def _trace_line(handle: BinaryIO, limit: int) -> bytes | None:
+    """The first of the next few lines that is a trace on its own (JSON of a trace's shape),
+    or None: a line of a document spread over lines is never a whole trace."""
+    for _ in range(TRACE_LINE_PROBE):
+        line = handle.readline(limit + 1)
+        if not line:
+            return None
+        if not line.strip() or len(line) > limit:
+            continue
+        try:
+            doc = json.loads(line)
+            if isinstance(doc, (dict, list)) and doc:
+                for _ in _spans(doc, set(), ""):
+                    break
+                return line
+        except (ValueError, RecursionError, TraceReadError):
+            continue
+    return None
 
 
 def _complete_json(line: bytes) -> bool:
@@ -214,6 +252,14 @@ def _spans(doc: Any, formats: set, where: str) -> Iterator[Span]:
     raise TraceReadError(f"{where}not a trace: expected OTLP, Jaeger or Zipkin JSON, got {shape}")
 
 
+def _validated(spans: list[Span]) -> tuple[list[Span], list[str]]:
+    """integrity.validate, and a refusal when no span at all can be true."""
+    kept, untrue = validate(spans)
+    if spans and not kept:
+        raise TraceReadError(f"no span in it can be true ({untrue[0]})")
+    return kept, untrue
+
+
 def read_documents(docs: list, source: str) -> ReadResult:
     """Parsed JSON documents (e.g. live API answers) into repaired spans."""
     formats: set = set()
@@ -221,7 +267,8 @@ def read_documents(docs: list, source: str) -> ReadResult:
     try:
         for doc in docs:
             spans.extend(_spans(doc, formats, ""))
+        spans, untrue = _validated(spans)
     except TraceReadError as exc:
         raise TraceReadError(f"{source}: {exc}", exc.kind) from None
     repaired, warnings = repair(complete_killed(spans))
-    return ReadResult(repaired, "+".join(sorted(formats)), warnings)
+    return ReadResult(repaired, "+".join(sorted(formats)), untrue + warnings, untrue)

@@ -254,6 +254,7 @@ def load_live(args: argparse.Namespace) -> Inputs:
     startups = _select(breakdowns(result.spans), args.trace_id)
     return Inputs([{"source": source, "format": result.format, "spans": len(result.spans),
                     "startups": len(startups), "warnings": list(result.warnings)}], startups,
+                  skipped=[f"{source}: {where}" for where in result.skipped],
                   spans=len(result.spans), explanation=None if startups else explain_no_startup(result.spans))
 
 
