@@ -162,6 +162,10 @@ PROGRESS_BYTES_EXPECTED_SOURCE = "coldstart.progress.bytes_expected_source"
 EXPECTED_FROM_INDEX = "index"
 EXPECTED_FROM_FILES_OPENED = "files_opened"
 
+# --- failures (OpenTelemetry's own names: the analyzer reads them on any span) --------------
+EXCEPTION_EVENT = "exception"  # the event an exception is recorded as
+EXCEPTION_TYPE = "exception.type"  # its attribute naming the type
+
 # --- metrics ------------------------------------------------------------------------------
 METRIC_STARTUP_DURATION = "model.startup.duration"
 METRIC_PHASE_DURATION = "model.startup.phase.duration"
@@ -293,6 +297,7 @@ PROGRESS_IDLE_S = "coldstart.progress.idle_s"  # seconds since the last sign of 
 # INTERRUPTED and END_PHASE (with the attributes above) are also what the analyzer sets on
 # a killed start-up it rebuilt: spans open at the last progress record end there.
 END_KILLED = "killed"  # end_reason the analyzer gives a root it rebuilt from progress records
+END_UNTIMED = "untimed"  # end_reason the analyzer gives a root whose own times cannot be true
 # The stall watchdog: one event per stall, on the open span (and the next progress record).
 EVENT_STALL = "coldstart.stall"
 STALL_IDLE_S = "coldstart.stall.idle_s"  # seconds without progress when the stall was recorded

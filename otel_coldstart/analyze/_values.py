@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import math
+import re
 import string
 
 MAX_UNIX_NS = 2**63 - 1  # what OTLP's fixed64 / int64 nanoseconds can hold
@@ -153,3 +154,19 @@ def as_list(value: object) -> list:
 
 def as_dict(value: object) -> dict:
     return value if isinstance(value, dict) else {}
+
+
+_TYPE_PREFIX = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*:")
+
+
+def failure_type(recorded: object, exception_type: object, message: object) -> str | None:
+    """What a failed span failed with, from the first of: the ``error.type`` attribute, the
+    exception event's ``exception.type``, the status message (its leading ``Type:`` when it
+    has one, as the OTel SDKs write ``f"{type}: {message}"``, else the message itself)."""
+    for value in (recorded, exception_type):
+        if isinstance(value, str) and value.strip():
+            return value.strip()[:120]
+    if isinstance(message, str) and message.strip():
+        match = _TYPE_PREFIX.match(message)
+        return match.group(1) if match else message.strip()[:120]
+    return None

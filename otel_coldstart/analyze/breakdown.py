@@ -36,12 +36,14 @@ class PhaseTime:
     phase: str
     busy_ns: int
     spans: int
-    bytes: int
+    bytes: int  # of the spans that did not fail
     # Device-work phases: the bytes whose time is known and that time (bandwidth_sample).
     timed_bytes: int = 0
     timed_ns: int = 0
     # h2d/d2h: the bound no real bandwidth passes (the host link's); None where there is none.
     bound_bps: float | None = None
+    failed: int = 0  # spans of the phase that failed (status error): a read that raised
+    failed_busy_ns: int = 0  # their share of busy_ns
 
     def share_of(self, total_ns: int) -> float:
         return self.busy_ns / total_ns if total_ns > 0 else 0.0
@@ -50,12 +52,14 @@ class PhaseTime:
     def throughput(self) -> float | None:
         """Bytes per second: for copies and casts, over the device time of queued work and
         the host time of synchronous work (``bandwidth_sample``), None where no byte's time is
-        known; for other phases, over the phase's busy time."""
+        known; for other phases, over the busy time of the spans that did not fail (a read
+        that raised moved no bytes it could be judged by)."""
         if self.phase in DEVICE_WORK_PHASES:
             return self.timed_bytes / (self.timed_ns / 1e9) if self.timed_bytes > 0 and self.timed_ns > 0 else None
-        if self.bytes <= 0 or self.busy_ns <= 0:
+        busy = self.busy_ns - self.failed_busy_ns
+        if self.bytes <= 0 or busy <= 0:
             return None
-        return self.bytes / (self.busy_ns / 1e9)
+        return self.bytes / (busy / 1e9)
 
     @property
     def untimed_bytes(self) -> int:
@@ -140,10 +144,15 @@ class ShardRead:
     # Why read_bytes is unknown (coldstart.cache.storage_read_unknown), e.g. "filesystem:nfs4".
     read_unknown: str | None = None
     span_id: str | None = None  # the file span's id: which span of the start-up this read is
+    failed: bool = False  # the read raised (its span's status is error): no cache or speed evidence
+    error_type: str | None = None  # what it raised (error.type, the exception event, the status)
 
     @property
     def state(self) -> str | None:
-        """cold | partial | warm | None: the one verdict (verdicts.shard_cache_state)."""
+        """cold | partial | warm | None: the one verdict (verdicts.shard_cache_state); None
+        for a read that failed: it says nothing about the page cache."""
+        if self.failed:
+            return None
         return verdicts.shard_cache_state(self.cache_state, self.read_bytes, self.size)
 
     @property
@@ -247,6 +256,8 @@ class Breakdown:
             what = f"uncaught {kind if isinstance(kind, str) else 'exception'} before ready()"
         elif reason == semconv.END_UNINSTRUMENTED:
             what = "uninstrument() before ready()"
+        elif reason == semconv.END_UNTIMED:
+            what = "the root's own times cannot be true; timed from its spans"
         else:
             what = "process exited before ready()"
         phase = self.end_phase
@@ -274,6 +285,12 @@ class Breakdown:
     @property
     def cold_shards(self) -> tuple[ShardRead, ...]:
         return tuple(s for s in self.shards if s.cold)
+
+    @property
+    def read_shards(self) -> tuple[ShardRead, ...]:
+        """The checkpoint reads that did not fail: the evidence for cold rates, speeds and
+        savings (a failed read is listed, marked, and counted nowhere else)."""
+        return tuple(s for s in self.shards if not s.failed)
 
     @property
     def graph_captures(self) -> int:
@@ -432,15 +449,22 @@ def compute_breakdown(root: Span, members: Sequence[Span], foreign: Sequence[Spa
     nbytes: dict[str, int] = defaultdict(int)
     timed_bytes: dict[str, int] = defaultdict(int)
     timed_ns: dict[str, int] = defaultdict(int)
+    failed: dict[str, int] = defaultdict(int)
+    failed_busy: dict[str, int] = defaultdict(int)
     for span in window:
         covered_by_children = sum(
             c.busy_ns for c in children.get(span.span_id, ()) if _same_thread(span, c)
         )
         phase = span.phase
         assert phase is not None
-        busy[phase] += max(0, span.busy_ns - covered_by_children)
+        own = max(0, span.busy_ns - covered_by_children)
+        busy[phase] += own
         count[phase] += 1
-        nbytes[phase] += _span_bytes(span)
+        if span.status == "error":  # its time counts; its bytes say nothing about a speed
+            failed[phase] += 1
+            failed_busy[phase] += own
+        else:
+            nbytes[phase] += _span_bytes(span)
         if phase in DEVICE_WORK_PHASES and (sample := bandwidth_sample(span)) is not None:
             timed_bytes[phase] += sample[0]
             timed_ns[phase] += sample[1]
@@ -451,7 +475,7 @@ def compute_breakdown(root: Span, members: Sequence[Span], foreign: Sequence[Spa
     phases = tuple(
         sorted(
             (PhaseTime(p, busy[p], count[p], nbytes[p], timed_bytes[p], timed_ns[p],
-                       bound if p in LINK_PHASES else None) for p in busy),
+                       bound if p in LINK_PHASES else None, failed.get(p, 0), failed_busy.get(p, 0)) for p in busy),
             key=lambda p: (-p.busy_ns, p.phase),
         )
     )
@@ -601,4 +625,6 @@ def _shard_read(span: Span) -> ShardRead:
         thread_id=span.thread_id,
         start_ns=span.start_ns,
         span_id=span.span_id,
+        failed=span.status == "error",
+        error_type=kind if isinstance(kind := attrs.get(semconv.ERROR_TYPE), str) else None,
     )

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from ._values import (TraceReadError, as_dict, as_list, coerce_string, duration_ns, finite_float, hex_id,
-                      int64, unix_ns)
+from .. import semconv
+from ._values import (TraceReadError, as_dict, as_list, coerce_string, duration_ns, failure_type, finite_float,
+                      hex_id, int64, unix_ns)
 from .model import Span
 
 
@@ -63,6 +64,11 @@ def _span(raw: dict, resource: dict) -> Span:
     length = duration_ns(raw.get("duration"), f"span {span_id} duration", 1000)
     attrs = tags(raw.get("tags"))
     error = attrs.get("error") is True or attrs.get("otel.status_code") == "ERROR"
+    if error:  # OTLP's status and exception event, as Jaeger's converter writes them: a tag and a log
+        kind = failure_type(attrs.get(semconv.ERROR_TYPE), _exception_type(raw.get("logs")),
+                            attrs.get("otel.status_description"))
+        if kind is not None:
+            attrs[semconv.ERROR_TYPE] = kind
     return Span(
         trace_id=trace_id,
         span_id=span_id,
@@ -74,6 +80,14 @@ def _span(raw: dict, resource: dict) -> Span:
         resource=resource,
         status="error" if error else ("ok" if attrs.get("otel.status_code") == "OK" else "unset"),
     )
+
+
+def _exception_type(logs: Any) -> Any:
+    for log in as_list(logs):
+        fields = tags(as_dict(log).get("fields"))
+        if fields.get("event") == semconv.EXCEPTION_EVENT and fields.get(semconv.EXCEPTION_TYPE) is not None:
+            return fields[semconv.EXCEPTION_TYPE]
+    return None
 
 
 def _parent(raw: dict, trace_id: str) -> str | None:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import sys
 from typing import Any, Iterator
 
-from ._values import TraceReadError, as_dict, as_list, finite_float, hex_id, int64, unix_ns
+from .. import semconv
+from ._values import TraceReadError, as_dict, as_list, failure_type, finite_float, hex_id, int64, unix_ns
 from .model import Span, SpanEvent
 
 _STATUS = {0: "unset", 1: "ok", 2: "error", "STATUS_CODE_UNSET": "unset",
@@ -45,7 +46,11 @@ def _span(raw: dict, resource: dict) -> Span:
     if not span_id:
         raise TraceReadError("OTLP span without a spanId")
     parent = raw.get("parentSpanId")
-    status = _STATUS.get(as_dict(raw.get("status")).get("code", 0), "unset")
+    raw_status = as_dict(raw.get("status"))
+    status = _STATUS.get(raw_status.get("code", 0), "unset")
+    attrs = attributes(raw.get("attributes"))
+    if status == "error":
+        with_failure(attrs, _exception_type(raw.get("events")), raw_status.get("message"))
     return Span(
         trace_id=hex_id(raw.get("traceId"), 32),
         span_id=span_id,
@@ -53,11 +58,29 @@ def _span(raw: dict, resource: dict) -> Span:
         name=str(raw.get("name") or ""),
         start_ns=unix_ns(raw.get("startTimeUnixNano"), f"span {span_id} startTimeUnixNano"),
         end_ns=unix_ns(raw.get("endTimeUnixNano"), f"span {span_id} endTimeUnixNano"),
-        attributes=attributes(raw.get("attributes")),
+        attributes=attrs,
         resource=resource,
         status=status,
         events=_our_events(raw.get("events"), span_id) if raw.get("events") else (),
     )
+
+
+def with_failure(attrs: dict, exception_type: object, message: object) -> dict:
+    """A failed span's attributes with ``error.type`` filled in where the span says its type
+    only in its exception event or status message (_values.failure_type)."""
+    kind = failure_type(attrs.get(semconv.ERROR_TYPE), exception_type, message)
+    if kind is not None:
+        attrs[semconv.ERROR_TYPE] = kind
+    return attrs
+
+
+def _exception_type(events: Any) -> Any:
+    for item in as_list(events):
+        if isinstance(item, dict) and item.get("name") == semconv.EXCEPTION_EVENT:
+            found = attributes(as_dict(item).get("attributes")).get(semconv.EXCEPTION_TYPE)
+            if found is not None:
+                return found
+    return None
 
 
 MAX_EVENTS_PER_SPAN = 64  # ours are one per stall (at most 16); a hostile file gets no more

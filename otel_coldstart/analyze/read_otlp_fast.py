@@ -15,7 +15,7 @@ UNSET = object()  # replaced by msgspec.UNSET below when msgspec is installed
 
 from ._values import TraceReadError, finite_float, hex_id, unix_ns
 from .model import Attributes, Span
-from .read_otlp import _STATUS, any_value
+from .read_otlp import _STATUS, any_value, with_failure
 
 try:
     import msgspec
@@ -48,6 +48,7 @@ if msgspec is not None:  # typed structs: the decoder fills them without buildin
 
     class Status(msgspec.Struct):
         code: Union[int, str] = 0
+        message: Union[str, None] = None
 
     class SpanStruct(msgspec.Struct):
         traceId: Union[str, None] = None
@@ -184,11 +185,14 @@ def spans_from_line(line: bytes) -> "list[Span] | None":
                 else:
                     parent = None
                 status = _STATUS.get(raw.status.code, "unset") if raw.status is not None else "unset"
+                attrs = _attributes(raw.attributes)
+                if status == "error":  # rare: a failed read; its type where only the message says it
+                    attrs = with_failure(dict(attrs), None, raw.status.message)
                 spans.append(Span(
                     trace_id, span_id, parent, _intern(raw.name) if raw.name else "",
                     start if (start := raw.startTimeUnixNano) is not UNSET
                     else unix_ns(None, f"span {span_id} startTimeUnixNano"),
                     end if (end := raw.endTimeUnixNano) is not UNSET
                     else unix_ns(None, f"span {span_id} endTimeUnixNano"),
-                    _attributes(raw.attributes), resource, status))
+                    attrs, resource, status))
     return spans

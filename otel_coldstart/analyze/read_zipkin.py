@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from ._values import TraceReadError, as_dict, coerce_string, duration_ns, hex_id, unix_ns
+from .. import semconv
+from ._values import TraceReadError, as_dict, coerce_string, duration_ns, failure_type, hex_id, unix_ns
 from .model import Span
 
 
@@ -43,6 +44,11 @@ def _span(raw: dict, shared_ids: set) -> Span:
              for k, v in as_dict(raw.get("tags")).items() if isinstance(k, str)}  # v2 tags are strings
     if raw.get("kind"):
         attrs.setdefault("span.kind", str(raw["kind"]).lower())
+    if "error" in attrs:  # Zipkin's failure: an "error" tag holding the message
+        message = raw["tags"].get("error")
+        kind = failure_type(attrs.get(semconv.ERROR_TYPE), None, message if message not in ("true", "") else None)
+        if kind is not None:
+            attrs[semconv.ERROR_TYPE] = kind
     service = as_dict(raw.get("localEndpoint")).get("serviceName")
     return Span(
         trace_id=hex_id(raw.get("traceId"), 32),

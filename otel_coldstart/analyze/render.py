@@ -47,15 +47,14 @@ def render_text(breakdown: Breakdown, out: TextIO) -> None:
         index_width = column_width([f"#{s.index}" for s in breakdown.shards if s.index is not None], minimum=4)
         for shard, name in zip(breakdown.shards, names):
             index = f"#{shard.index}" if shard.index is not None else "  "
-            evidence = ""
-            if shard.read_bytes is not None:
-                evidence = f", {format_bytes(shard.read_bytes)} read from storage"
-            elif shard.read_unknown:
-                evidence = f", storage reads unknown ({shard.read_unknown})"
             out.write(
                 f"    {index:<{index_width}}{fit(name, name_width):<{name_width}}{format_bytes(shard.size):>11}"
-                f"{format_seconds(shard.duration_ns):>10}  {_t(shard.state or 'cache ?')}{evidence}\n"
+                f"{format_seconds(shard.duration_ns):>10}  {_t(shard_state_text(shard))}\n"
             )
+        failed = len(breakdown.shards) - len(breakdown.read_shards)
+        if failed:
+            out.write(f"    {failed} checkpoint read(s) failed: listed, and left out of cold rates, "
+                      "throughput and savings\n")
     if breakdown.context:
         out.write("  context (spans that are not ours):\n")
         for item in breakdown.context[:5]:
@@ -83,6 +82,19 @@ def column_width(values: Sequence[str], minimum: int) -> int:
 def fit(value: str, width: int) -> str:
     """``value`` cut to leave two spaces before the next column."""
     return value if len(value) <= width - 2 else value[: width - 5] + "..."
+
+
+def shard_state_text(shard) -> str:
+    """What a checkpoint read tells: its cache state and the bytes storage delivered, or
+    that it failed and with what (then nothing else: a failed read is no evidence)."""
+    if shard.failed:
+        return f"FAILED ({shard.error_type})" if shard.error_type else "FAILED"
+    evidence = ""
+    if shard.read_bytes is not None:
+        evidence = f", {format_bytes(shard.read_bytes)} read from storage"
+    elif shard.read_unknown:
+        evidence = f", storage reads unknown ({shard.read_unknown})"
+    return (shard.state or "cache ?") + evidence
 
 
 def dominant_line(b: Breakdown) -> str:

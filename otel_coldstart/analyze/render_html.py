@@ -34,7 +34,7 @@ h3{font-size:15px} table{border-collapse:collapse;margin:8px 0 16px}
 td,th{padding:3px 10px;border-bottom:1px solid #eee;text-align:left;font-size:13px}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
 tr.hl td{background:#fff7d6} .cold{color:#b3261e;font-weight:bold} .partial{color:#b36b00}
-.warm{color:#2b6a9e} .muted{color:#666} .chart{display:flex;height:26px;width:900px;border:1px solid #ccc}
+.warm{color:#2b6a9e} .failed{color:#b3261e;font-weight:bold;text-decoration:underline} .muted{color:#666} .chart{display:flex;height:26px;width:900px;border:1px solid #ccc}
 .chart div{height:100%} .barcell{width:320px} .barcell div{height:12px}
 .finding{border-left:4px solid #d62728;padding:4px 12px;margin:10px 0;background:#fafafa}
 .finding.minor{border-color:#aaa} .finding.notable{border-color:#ff9f1c}
@@ -150,11 +150,12 @@ def _startup(b: Breakdown, w, link) -> None:
           "<th class=\"num\">size</th><th class=\"num\">time</th><th>cache</th>"
           "<th class=\"num\">read from storage</th></tr></thead><tbody>\n")
         for s in b.shards:
-            state = s.state or "?"
+            state = "failed" if s.failed else s.state or "?"
+            shown = f"failed ({s.error_type})" if s.failed and s.error_type else state
             w(f"<tr data-state=\"{_e(state)}\"><td>{'' if s.index is None else s.index}</td>"
               f"<td title=\"{_e(s.path or '')}\">{_e(s.name)}</td><td class=\"num\">{_e(format_bytes(s.size))}</td>"
-              f"<td class=\"num\">{_e(format_seconds(s.duration_ns))}</td><td class=\"{_e(state)}\">{_e(state)}</td>"
-              f"<td class=\"num\">{_e(format_bytes(s.read_bytes))}</td></tr>\n")
+              f"<td class=\"num\">{_e(format_seconds(s.duration_ns))}</td><td class=\"{_e(state)}\">{_e(shown)}</td>"
+              f"<td class=\"num\">{'-' if s.failed else _e(format_bytes(s.read_bytes))}</td></tr>\n")
         w("</tbody></table>\n")
 
 
@@ -173,7 +174,7 @@ def _fleet(results: Sequence[Breakdown], w) -> None:
     w("</tbody></table>\n")
     shards: dict[str, list] = defaultdict(list)
     for b in results:
-        for s in b.shards:
+        for s in b.read_shards:  # a failed read is no evidence of the cache
             shards[s.name].append(s)
     if shards:
         w("<h3>Cold rate per checkpoint file</h3>\n<table class=\"data coldrate\"><thead><tr><th>file</th>"

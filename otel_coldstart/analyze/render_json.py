@@ -43,7 +43,7 @@ class ShardRows:
 def _shard(r, origin: int) -> dict:
     return {"path": r.path, "index": r.index, "count": r.count, "size_bytes": r.size, "format": r.format,
             "duration_s": _s(r.duration_ns), "read_bytes": r.read_bytes, "read_unknown": r.read_unknown,
-            "cache_state": r.state,
+            "cache_state": r.state, "failed": r.failed, "error_type": r.error_type,
             "recorded_cache_state": r.cache_state, "resident_ratio": r.resident_ratio,
             "thread_id": r.thread_id, "offset_s": _s(r.start_ns - origin)}
 

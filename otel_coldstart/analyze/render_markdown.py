@@ -73,8 +73,10 @@ def _startup(b: Breakdown, out: TextIO) -> None:
         out.write("| shard | size | time | cache | read from storage |\n|---|---:|---:|---|---:|\n")
         for r in b.shards:
             name = (r.path or "<bytes>").rsplit("/", 1)[-1]
+            state = f"**failed** ({_cell(r.error_type or 'error')})" if r.failed else (r.state or "?")
+            read = "-" if r.failed else format_bytes(r.read_bytes)
             out.write(f"| {_cell(name)} | {format_bytes(r.size)} | {format_seconds(r.duration_ns)} | "
-                      f"{r.state or '?'} | {format_bytes(r.read_bytes)} |\n")
+                      f"{state} | {read} |\n")
         out.write("\n")
     if b.context:
         out.write("Context (spans that are not ours): " + "; ".join(

@@ -35,7 +35,7 @@ def _rate(nbytes: int, ns: int) -> float | None:
 
 
 def check(breakdown: Breakdown, floor: StorageFloor | None = None) -> list[Finding]:
-    sized = [s for s in breakdown.shards if s.size]
+    sized = [s for s in breakdown.read_shards if s.size]
     cold = [s for s in sized if s.cold]
     if not cold:
         return []

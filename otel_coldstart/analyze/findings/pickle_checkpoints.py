@@ -20,13 +20,13 @@ PICKLE_FORMATS = (semconv.FORMAT_TORCH_ZIP, semconv.FORMAT_TORCH_LEGACY)
 
 
 def _safetensors_rate(breakdown: Breakdown, cold: bool) -> float | None:
-    safe = [s for s in breakdown.shards if s.format == semconv.FORMAT_SAFETENSORS and s.size and s.cold == cold]
+    safe = [s for s in breakdown.read_shards if s.format == semconv.FORMAT_SAFETENSORS and s.size and s.cold == cold]
     time = sum(s.duration_ns for s in safe)
     return sum(s.size or 0 for s in safe) / (time / 1e9) if safe and time > 0 else None
 
 
 def check(breakdown: Breakdown, floor: StorageFloor | None = None) -> list[Finding]:
-    pickles = [s for s in breakdown.shards if s.format in PICKLE_FORMATS]
+    pickles = [s for s in breakdown.read_shards if s.format in PICKLE_FORMATS]
     if not pickles:
         return []
     spent = sum(s.duration_ns for s in pickles)

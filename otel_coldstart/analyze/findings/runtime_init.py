@@ -19,7 +19,7 @@ SMALL_MODEL_BYTES = 2 << 30
 def check(breakdown: Breakdown, floor=None) -> list[Finding]:
     init = breakdown.phase(semconv.PHASE_RUNTIME_INIT)
     total = breakdown.duration_ns
-    weights = sum(s.size or 0 for s in breakdown.shards)
+    weights = sum(s.size or 0 for s in breakdown.read_shards)
     if init is None or total <= 0 or init.share_of(total) < MIN_SHARE or weights > SMALL_MODEL_BYTES:
         return []
     return [Finding.about(
