@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -221,6 +222,55 @@ class Stall:
     thread: str | None  # the waiting thread's header line
     top_frames: tuple[str, ...]  # innermost first
     threads: int  # threads in the recorded stacks
+    # When the waiting thread waits on other threads (a pool, a future, a queue): the threads
+    # that were in the user's code then, each (header, frames innermost first down to the
+    # innermost frame of user code): where the work it waited for actually was.
+    workers: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+
+# A frame as inflight.format_stacks writes it: "function (path:line)".
+_FRAME = re.compile(r"^(?P<function>.*) \((?P<path>.*):(?P<line>\d+)\)$")
+# Paths that are not the user's code: the standard library, installed packages, frozen
+# modules, otel-coldstart itself (judged from the path alone: the trace was recorded
+# elsewhere, so this machine's sys.path says nothing).
+_NOT_USER_CODE = re.compile(r"[/\\](?:site|dist)-packages[/\\]|[/\\]lib(?:64)?[/\\]python\d[\d.]*[/\\]"
+                            r"|[/\\]Lib[/\\]|^<|[/\\]otel_coldstart[/\\]")
+# Where a thread waits for other threads: locks and conditions, queues, futures and pools.
+_WAITS_ON_OTHERS = re.compile(r"[/\\](?:threading|queue)\.py$|[/\\]concurrent[/\\]futures[/\\]"
+                              r"|[/\\]multiprocessing[/\\]")
+WORKER_FRAMES = 4
+
+
+def _frame_path(frame: str) -> str | None:
+    match = _FRAME.match(frame)
+    return match.group("path") if match else None
+
+
+def is_user_frame(frame: str) -> bool:
+    path = _frame_path(frame)
+    return bool(path) and not _NOT_USER_CODE.search(path)
+
+
+def waits_on_other_threads(frames: list[str]) -> bool:
+    """The thread's innermost frame is a wait on a lock, condition, queue, future or pool."""
+    path = _frame_path(frames[0]) if frames else None
+    return bool(path) and bool(_WAITS_ON_OTHERS.search(path))
+
+
+def _workers(blocks: list[tuple[str, list[str]]]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The other threads that were in user code, each down to its innermost user frame."""
+    found = []
+    for header, frames in blocks[1:]:
+        if header.startswith("thread otel-coldstart"):
+            continue
+        first_user = next((i for i, frame in enumerate(frames) if is_user_frame(frame)), None)
+        if first_user is None:
+            continue  # an idle pool thread, a library's own thread
+        shown = frames[:first_user + 1]
+        if len(shown) > WORKER_FRAMES:
+            shown = shown[:WORKER_FRAMES - 1] + [shown[-1]]
+        found.append((header, tuple(shown)))
+    return tuple(found)
 
 
 def stalls(breakdown: Breakdown, frames: int = 4) -> list[Stall]:
@@ -240,7 +290,7 @@ def stalls(breakdown: Breakdown, frames: int = 4) -> list[Stall]:
             found[event.time_ns] = Stall(
                 max(0, event.time_ns - root.start_ns), float(idle) if isinstance(idle, (int, float)) else None,
                 phase if isinstance(phase, str) else span.phase, span.name, header, tuple(lines[:frames]),
-                len(blocks))
+                len(blocks), _workers(blocks) if waits_on_other_threads(lines) else ())
     return [found[t] for t in sorted(found)]
 
 
@@ -269,7 +319,8 @@ def interruption_document(breakdown: Breakdown) -> dict:
         }
     document["stalls"] = [
         {"offset_s": s.at_ns / 1e9, "idle_s": s.idle_s, "phase": s.phase, "span": s.span_name, "thread": s.thread,
-         "top_frames": list(s.top_frames), "threads": s.threads}
+         "top_frames": list(s.top_frames), "threads": s.threads,
+         "workers": [{"thread": header, "frames": list(lines)} for header, lines in s.workers]}
         for s in stalls(breakdown)
     ]
     return document

@@ -11,6 +11,7 @@ from .units import format_bytes, format_seconds
 
 # interrupted.py (three dataclasses, 2 ms to import) is imported only for a start-up that was
 # killed or stalled: the summary printed after every ready() has neither.
+WORKERS_SHOWN = 4  # worker threads printed per stall (the JSON report has them all)
 
 
 def _was_killed(breakdown: Breakdown) -> bool:
@@ -85,3 +86,11 @@ def _stall(stall, out: TextIO) -> None:
               f"where it waited ({_t(stall.thread or 'thread ?')}, {stall.threads} thread(s) recorded):\n")
     for frame in stall.top_frames:
         out.write(f"      {_t(frame)}\n")
+    if stall.workers:
+        out.write("    it waited on other threads; in your code then:\n")
+        for header, frames in stall.workers[:WORKERS_SHOWN]:
+            out.write(f"      {_t(header)}:\n")
+            for frame in frames:
+                out.write(f"          {_t(frame)}\n")
+        if len(stall.workers) > WORKERS_SHOWN:
+            out.write(f"      ... and {len(stall.workers) - WORKERS_SHOWN} more thread(s) in your code\n")
