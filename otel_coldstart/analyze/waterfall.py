@@ -9,9 +9,11 @@ from dataclasses import dataclass
 
 from .. import semconv
 from .breakdown import Breakdown
+from .labels import distinct_labels, shorten
 from .units import format_seconds
 
 MAX_ROWS = 400  # the longest spans; a 1M-span trace still gives a readable picture
+LABEL_CHARS = 46  # the label column (render_svg.LABEL_W): longer labels are cut in the middle
 PALETTE = {"import": "#8c564b", "runtime_init": "#9467bd", "download": "#17becf", "deserialize": "#1f77b4",
            "allocate": "#bcbd22", "pin": "#e377c2", "h2d": "#ff7f0e", "d2h": "#ffbb78", "d2d": "#c49c94",
            "h2h": "#f7b6d2", "cast": "#2ca02c", "compile": "#7f7f7f", "graph_capture": "#ff9896",
@@ -31,7 +33,7 @@ def phase_colour(phase: str | None) -> str:
 
 @dataclass(frozen=True)
 class Row:
-    label: str  # what the row is: a shard's file name, a phase, a foreign span's name
+    label: str  # what the row is: a shard's file name and state, a phase, a foreign span's name (fits LABEL_CHARS)
     kind: str  # root | shard | phase | foreign
     phase: str | None
     state: str | None  # cold | partial | warm for checkpoint reads
@@ -53,25 +55,30 @@ def rows(b: Breakdown) -> tuple[list[Row], int]:
     spans = sorted(b.spans, key=lambda s: -s.duration_ns)[:MAX_ROWS]
     hidden = len(b.spans) - len(spans)
     shards = {s.span_id: s for s in b.shards}  # spans of one start-up: one trace
+    # Shard labels are cut in the middle against each other (labels.py): the shard number,
+    # the end of the name and the state always show.
+    names = sorted({s.name for s in b.shards})
+    short = dict(zip(names, distinct_labels(names, LABEL_CHARS - len(" (partial)"))))
     items: list[Row] = []
     for span in spans:
         start, end = span.start_ns - origin, span.end_ns - origin
         shard = shards.get(span.span_id) if span.phase == semconv.PHASE_DESERIALIZE else None
         if shard is not None:
-            state = shard.state
-            label = shard.name + (f" ({state})" if state else "")
+            state = "failed" if shard.failed else shard.state
+            label = short[shard.name] + (f" ({state})" if state else "")
             colour = STATE_COLOURS.get(state or "", phase_colour(span.phase))
-            tip = f"{shard.path or shard.name}: deserialize, {state or 'cache state unknown'}"
+            tip = f"{shard.path or shard.name}: deserialize, " + (
+                f"failed ({shard.error_type or 'error'})" if shard.failed else state or "cache state unknown")
             items.append(Row(label, "shard", span.phase, state, start, end, colour,
                              f"{tip}, +{format_seconds(start)} for {format_seconds(end - start)}"))
             continue
         name = span.name[len(semconv.SPAN_PREFIX):] if span.name.startswith(semconv.SPAN_PREFIX) else span.name
-        label = name if name == span.phase else f"{name} [{span.phase}]"
+        label = shorten(name if name == span.phase else f"{name} [{span.phase}]", LABEL_CHARS)
         items.append(Row(label, "phase", span.phase, None, start, end, phase_colour(span.phase),
                          f"{span.name} ({span.phase}) +{format_seconds(start)} for {format_seconds(end - start)}"))
     for c in b.context:
         start, end = max(0, c.start_ns - origin), c.end_ns - origin
-        items.append(Row(c.name, "foreign", None, None, start, end, FOREIGN,
+        items.append(Row(shorten(c.name, LABEL_CHARS), "foreign", None, None, start, end, FOREIGN,
                          f"{c.name} (not an otel-coldstart phase) for {format_seconds(c.duration_ns)}"))
     out += sorted(items, key=lambda r: (r.start_ns, -r.end_ns, r.label))
     return out, hidden

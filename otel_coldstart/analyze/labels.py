@@ -1,0 +1,76 @@
+"""Labels that keep what tells names apart when a name is too long for its column.
+
+Forty-eight shards named ``<100 shared characters>-00017-of-00048.safetensors`` cut to their
+first 46 characters read as one name 48 times. Here the cut goes in the middle: a label
+keeps the start of the name, the part where it differs from its siblings (widened to the
+whole number there: the shard number), and its end (the extension); what is left out
+becomes "…". The full name stays where there is room for it: the tooltip, the HTML files
+table, the JSON report.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+ELLIPSIS = "\u2026"
+MIN_HEAD = 4  # characters of the start kept, so a label still reads as the name it is
+END = 24  # characters of a shared end kept ("-of-00048.safetensors" and the extension)
+
+
+def _common_prefix(names: Sequence[str]) -> int:
+    return len(os.path.commonprefix(list(names))) if len(names) > 1 else 0
+
+
+def _common_suffix(names: Sequence[str]) -> int:
+    return len(os.path.commonprefix([n[::-1] for n in names])) if len(names) > 1 else 0
+
+
+def _widen_to_word(name: str, start: int, end: int) -> tuple[int, int]:
+    """[start, end) widened to whole runs of digits or letters at both edges: "17" of
+    "00017" becomes "00017"."""
+    def same(a: str, b: str) -> bool:
+        return (a.isdigit() and b.isdigit()) or (a.isalpha() and b.isalpha())
+    while 0 < start < len(name) and same(name[start - 1], name[start]):
+        start -= 1
+    while 0 < end < len(name) and same(name[end - 1], name[end]):
+        end += 1
+    return start, end
+
+
+def shorten(name: str, width: int, siblings: Sequence[str] = ()) -> str:
+    """``name`` in at most ``width`` characters, keeping what tells it apart from
+    ``siblings`` (the other names shown beside it) and its end."""
+    if len(name) <= width:
+        return name
+    if width <= MIN_HEAD + 2:
+        return name[:max(0, width - 1)] + ELLIPSIS
+    others = [s for s in siblings if s != name]
+    prefix = min(_common_prefix([name, *others]), len(name)) if others else 0
+    suffix = min(_common_suffix([name, *others]), len(name) - prefix) if others else 0
+    start, end = _widen_to_word(name, prefix, len(name) - suffix)
+    if not others or end <= start:
+        head = max(MIN_HEAD, (width - 1) // 3)  # no siblings: the start, then as much of the end as fits
+        return name[:head] + ELLIPSIS + name[len(name) - (width - 1 - head):]
+    tail_start = max(end, len(name) - min(suffix, END))  # the end of the name, at most END of it
+    middle = name[start:end]
+    tail = name[tail_start:]
+    joined = middle + (tail if tail_start == end else ELLIPSIS + tail)
+    head_room = width - 1 - len(joined)
+    if start <= head_room:  # the start reaches the differing part: no cut before it
+        return name[:start] + joined if start + len(joined) <= width else name[:head_room] + ELLIPSIS + joined
+    if head_room >= MIN_HEAD:
+        return name[:head_room] + ELLIPSIS + joined
+    # The differing part itself is too long: keep its start and the very end.
+    room = width - 2 - MIN_HEAD - min(len(tail), END // 2)
+    if room <= 0:
+        return name[:MIN_HEAD] + ELLIPSIS + name[len(name) - (width - 1 - MIN_HEAD):]
+    return name[:MIN_HEAD] + ELLIPSIS + middle[:room] + ELLIPSIS + name[len(name) - min(len(tail), END // 2):]
+
+
+def distinct_labels(names: Sequence[str], width: int) -> list[str]:
+    """Each of ``names`` shortened to ``width`` against the others."""
+    unique = list(dict.fromkeys(names))
+    if all(len(n) <= width for n in unique):
+        return list(names)
+    return [shorten(n, width, unique) for n in names]
