@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import gc
 import math
 import os
+import stat
 import sys
 import time
 from dataclasses import dataclass, field
@@ -271,19 +273,61 @@ def require_startups(inputs: Inputs, trace_id: str | None = None) -> list[Breakd
 
 
 @contextlib.contextmanager
-def output(path: str | None) -> Iterator[TextIO]:
-    """stdout, or a new file: an existing file is never overwritten."""
-    if not path or path == "-":
+def output(path: str | None, what: str = "--output") -> Iterator[TextIO]:
+    """stdout, or a new file: an existing regular file is never overwritten. A device or a
+    FIFO (``/dev/null``, ``/dev/stdout``, ``>(gzip > r.gz)``) is written to: nothing is
+    replaced. Each way it can fail is one line naming ``what`` and the path."""
+    if not path or path == "-" or _is_stdout(path):
         if sys.stdout is None:  # started with stdout closed (`>&-`)
             raise CliError("cannot write the report: stdout is closed (use --output FILE)", EXIT_OUTPUT_FAILED)
         yield sys.stdout  # a closed pipe (`analyze ... | head`) and a full disk: see cli.main
         sys.stdout.flush()
         return
+    handle = _open_output(path, what)
+    with handle:
+        yield handle
+
+
+def _is_stdout(path: str) -> bool:
+    """``-o /dev/stdout`` while stdout is redirected to a file: that file is stdout, not a file
+    to refuse to overwrite."""
     try:
-        handle = open(path, "x", encoding="utf-8")
+        return sys.stdout is not None and os.path.samestat(os.stat(path), os.fstat(sys.stdout.fileno()))
+    except (OSError, ValueError, AttributeError):  # no such path, or stdout is not a file descriptor
+        return False
+
+
+def _open_output(path: str, what: str) -> TextIO:
+    try:
+        kind = os.stat(path).st_mode
+    except FileNotFoundError:
+        kind = None
+    except OSError as exc:
+        raise _unwritable(path, what, exc) from None
+    if kind is not None and stat.S_ISDIR(kind):
+        raise CliError(f"{what} {path} is a directory; give a file name", EXIT_OUTPUT_FAILED)
+    try:
+        if kind is not None and (stat.S_ISCHR(kind) or stat.S_ISFIFO(kind)):
+            # Not a file to overwrite. A FIFO nobody reads would block the open forever:
+            # non-blocking, it fails at once (ENXIO) instead.
+            fd = os.open(path, os.O_WRONLY | (os.O_NONBLOCK if stat.S_ISFIFO(kind) else 0))
+            if stat.S_ISFIFO(kind):
+                os.set_blocking(fd, True)
+            return open(fd, "w", encoding="utf-8")
+        return open(path, "x", encoding="utf-8")
     except FileExistsError:
         raise CliError(f"{path} exists; not overwriting it", EXIT_WOULD_OVERWRITE) from None
     except OSError as exc:
-        raise CliError(f"cannot write {path}: {exc.strerror or exc}", EXIT_INPUT_UNREADABLE) from None
-    with handle:
-        yield handle
+        raise _unwritable(path, what, exc) from None
+
+
+def _unwritable(path: str, what: str, exc: OSError) -> CliError:
+    if exc.errno == errno.ENXIO:
+        why = "a FIFO that no process is reading"
+    elif exc.errno == errno.ENOENT:
+        why = f"the directory {os.path.dirname(path) or '.'} does not exist"
+    elif exc.errno == errno.ENOTDIR:
+        why = "a part of the path is a file, not a directory"
+    else:
+        why = f"cannot write there ({exc.strerror or exc})"
+    return CliError(f"{what} {path}: {why}", EXIT_OUTPUT_FAILED)

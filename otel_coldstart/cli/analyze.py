@@ -8,19 +8,17 @@ import os
 import sys
 
 from .._regular_files import open_regular
-from ..analyze.breakdown import by_trace
 from ..analyze.budgets import check_budgets, parse_budget_file, parse_budget_specs, unknown_budget_keys, valid_budget_keys
 from ..analyze.findings import find
-from ..analyze.render import render_findings_text, render_ranks_text, render_text
-from ..analyze.render_json import analysis_document, render_json
-from ..analyze.render_markdown import render_markdown
-from ..analyze.render_svg import render_svg
 from ..analyze.interrupted import is_killed
-from ..analyze.render_html import render_html, trace_link
+from ..analyze.render_html import trace_link
+from ..analyze.render_svg import render_svg
+from ..analyze.renderers import ANALYZE
+from ..analyze.report import Budget, Report
 from ._inputs import (add_file_arguments, add_live_arguments, check_live_arguments, expand_paths, load_files,
                       load_live, output, require_startups)
-from .errors import (EXIT_BUDGET_EXCEEDED, EXIT_INPUT_UNREADABLE, EXIT_STARTUP_KILLED, EXIT_USAGE,
-                     EXIT_WOULD_OVERWRITE, CliError)
+from .errors import (EXIT_BUDGET_EXCEEDED, EXIT_INPUT_UNREADABLE, EXIT_OUTPUT_FAILED, EXIT_STARTUP_KILLED,
+                     EXIT_USAGE, EXIT_WOULD_OVERWRITE, CliError)
 
 MAX_BUDGET_FILE_BYTES = 1 << 20
 
@@ -34,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "the reference for per-byte findings")
     add_file_arguments(parser)
     add_live_arguments(parser)
-    parser.add_argument("--format", choices=("text", "markdown", "json", "html"), default="text",
+    parser.add_argument("--format", choices=tuple(ANALYZE), default="text",
                         help="report format (default %(default)s; json: schema otel-coldstart.analysis/1; "
                              "html: one self-contained page with waterfalls, phase chart and findings)")
     parser.add_argument("--trace-url", metavar="TEMPLATE",
@@ -78,31 +76,20 @@ def run(args: argparse.Namespace) -> int:
     if live:
         check_live_arguments(args)
     budget = _budget(args)
+    if args.waterfall:
+        check_waterfall_directory(args.waterfall)
     inputs = load_live(args) if live else load_files(expand_paths(args.files), args)
     results = require_startups(inputs, args.trace_id)
     unknown = unknown_budget_keys(budget, {p.phase for b in results for p in b.phases})
     if unknown:
         raise CliError(f"unknown budget key(s): {', '.join(unknown)}; valid keys: "
                        f"{', '.join(valid_budget_keys({p.phase for b in results for p in b.phases}))}", EXIT_USAGE)
-    findings = find(results, inputs.floor)
     violations = check_budgets(results, budget)
-    link = trace_link(args.trace_url, args.jaeger, args.tempo)
+    report = Report(results, find(results, inputs.floor), inputs.sources, inputs.skipped, inputs.floor,
+                    Budget(budget, violations) if budget else None,
+                    trace_link(args.trace_url, args.jaeger, args.tempo))
     with output(args.output) as out:
-        if args.format == "json":
-            budget_doc = None
-            if budget:
-                budget_doc = {"limits_s": {k: v / 1e9 for k, v in sorted(budget.items())},
-                              "exceeded": [{"trace_id": v.trace_id, "rank": v.rank, "key": v.key,
-                                            "limit_s": v.limit_ns / 1e9, "actual_s": v.actual_ns / 1e9}
-                                           for v in violations]}
-            render_json(analysis_document(results, findings, inputs.sources, budget_doc, skipped=inputs.skipped,
-                                          floor=inputs.floor), out)
-        elif args.format == "html":
-            render_html(results, findings, out, link=link, skipped=inputs.skipped)
-        elif args.format == "markdown":
-            render_markdown(results, findings, out)
-        else:
-            _text(results, findings, out)
+        ANALYZE[args.format](report, out)
     kept = _write_waterfalls(results, args.waterfall, args.force) if args.waterfall else 0
     for violation in violations:
         print(f"otel-coldstart: over budget: {violation.describe()}", file=sys.stderr)
@@ -116,18 +103,12 @@ def run(args: argparse.Namespace) -> int:
     return inputs.exit_code(code)
 
 
-def _text(results, findings, out) -> None:
-    for number, (trace_id, group) in enumerate(by_trace(results).items()):
-        if number:
-            out.write("\n")
-        for index, item in enumerate(group):
-            if index:
-                out.write("\n")
-            render_text(item, out)
-        if len(group) > 1:
-            render_ranks_text(group, out)
-    out.write("\n")
-    render_findings_text(findings, out)
+def check_waterfall_directory(directory: str) -> None:
+    """``--waterfall`` names a directory (made if missing): a path that is something else is
+    the caller's mistake, found before anything is read."""
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise CliError(f"--waterfall {directory}: not a directory (the waterfalls are written into one, "
+                       "an SVG file per start-up)", EXIT_USAGE)
 
 
 def _write_waterfalls(results, directory: str, force: bool) -> int:
@@ -137,7 +118,8 @@ def _write_waterfalls(results, directory: str, force: bool) -> int:
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as exc:
-        raise CliError(f"cannot create {directory}: {exc.strerror or exc}", EXIT_INPUT_UNREADABLE) from None
+        raise CliError(f"--waterfall {directory}: cannot create the directory ({exc.strerror or exc})",
+                       EXIT_OUTPUT_FAILED) from None
     kept = 0
     for b in results:
         rank = f"-rank{b.rank}" if b.rank is not None else ""
@@ -149,7 +131,7 @@ def _write_waterfalls(results, directory: str, force: bool) -> int:
                 kept += 1
                 continue
             os.unlink(path)
-        with output(path) as handle:
-            render_svg(b, handle)
+        with output(path, "--waterfall") as handle:
+            render_svg(Report([b]), handle)
         print(f"otel-coldstart: waterfall written to {path}", file=sys.stderr)
     return kept
