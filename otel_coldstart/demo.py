@@ -169,8 +169,8 @@ def write_report(out) -> None:
     import sys
 
     from .analyze.breakdown import compute_breakdown
-    from .analyze.findings import find
-    from .analyze.render import render_findings_text, render_text
+    from .analyze.render import render_text
+    from .analyze.report import Report
     from .controller import CONTROLLER
 
     session = CONTROLLER.session
@@ -181,8 +181,7 @@ def write_report(out) -> None:
     root = next(r for r in reversed(records) if r.is_root)
     breakdown = compute_breakdown(root, records)
     out.write("[otel-coldstart] start-up breakdown\n")
-    render_text(breakdown, out)
-    render_findings_text(find([breakdown]), out)
+    render_text(Report.of([breakdown]), out)
     if CONTROLLER.trace_file:
         out.write(f"  trace written to {CONTROLLER.trace_file}\n")
         out.write(f"  analyze it again: otel-coldstart analyze {CONTROLLER.trace_file}\n")

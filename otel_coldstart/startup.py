@@ -391,13 +391,12 @@ class Startup:
         if breakdown is None:
             return
         with internal_errors("summary"):
-            from .analyze.findings import find
-            from .analyze.render import render_findings_text, render_text
+            from .analyze.render import render_text
+            from .analyze.report import Report
 
             out = sys.stderr
             out.write("\n[otel-coldstart] start-up breakdown\n")
-            render_text(breakdown, out)
-            render_findings_text(find([breakdown]), out)
+            render_text(Report.of([breakdown]), out)
             dropped = getattr(self.setup.provider, "dropped_spans", 0)
             if isinstance(dropped, int) and dropped > 0:
                 out.write(f"  {dropped} span(s) dropped before export (the export queue was full)\n")

@@ -1,7 +1,12 @@
 """Capacity summary over many start-ups: p50/p95 of the start-up and of each phase, overall
 and per value of a resource attribute (``host.type``, a node's instance type), and the
 autoscaler lead time that implies: a new replica serves only after node provisioning plus
-the p95 start-up, so scale-out must trigger that long before the load arrives."""
+the p95 start-up, so scale-out must trigger that long before the load arrives.
+
+Start-ups that did not reach ready() (killed, SIGTERMed, crashed, exited) are counted apart,
+by how they ended, and left out of the percentiles unless ``include_unready``: a start-up
+killed during deserialize never reached the phases after it, and would pull their
+percentiles (and the lead time) down."""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from typing import NamedTuple, Sequence
 
 from .. import semconv, verdicts
 from .breakdown import Breakdown
+from .report import Unready, split_unready
 from .stats import percentile
 from .units import format_seconds
 
@@ -31,28 +37,32 @@ class Quantiles:
 class GroupSummary:
     key: str  # the resource attribute grouped by, or "" for all start-ups
     value: str
-    count: int
+    count: int  # start-ups in the group, ready or not
     ready: int
-    total: Quantiles
-    phases: dict[str, Quantiles]  # phases present in the group, missing counts as 0
+    total: Quantiles | None  # None: no start-up counted (none reached ready())
+    phases: dict[str, Quantiles]  # phases present in the counted start-ups, missing counts as 0
+    unready: Unready = Unready()  # start-ups that did not reach ready(), by end reason
+    counted: int = 0  # start-ups the percentiles are made of (the ready ones, or all)
 
     @property
     def p95_caveat(self) -> str | None:
-        if self.count >= MIN_FOR_P95:
+        if self.counted >= MIN_FOR_P95 or not self.counted:
             return None
-        return (f"p95 of {self.count} start-up(s): fewer than {MIN_FOR_P95}, so it is close to the slowest "
+        return (f"p95 of {self.counted} start-up(s): fewer than {MIN_FOR_P95}, so it is close to the slowest "
                 "seen, not a percentile")
 
     @property
     def dominant_phase(self) -> str | None:
         """The phase whose p50 is the largest, when it dominates the p50 start-up: the one
         rule (verdicts.dominant_phase) over the medians; None when none does."""
+        if self.total is None:
+            return None
         top = verdicts.dominant_phase((_Median(name, q.p50_ns) for name, q in self.phases.items()),
                                       self.total.p50_ns)
         return top.phase if top is not None else None
 
-    def lead_time_ns(self, provisioning_ns: int = 0) -> int:
-        return provisioning_ns + self.total.p95_ns
+    def lead_time_ns(self, provisioning_ns: int = 0) -> int | None:
+        return None if self.total is None else provisioning_ns + self.total.p95_ns
 
     def warm_pool(self, ramp_per_min: float, provisioning_ns: int = 0) -> "WarmPool":
         return WarmPool(ramp_per_min, self.lead_time_ns(provisioning_ns), provisioning_ns, self.total.p95_ns)
@@ -92,14 +102,19 @@ def _quantiles(values: Sequence[int]) -> Quantiles:
     return Quantiles(int(percentile(values, 0.5)), int(percentile(values, 0.95)), max(values))
 
 
-def summarize_group(key: str, value: str, results: Sequence[Breakdown]) -> GroupSummary:
-    names = sorted({p.phase for b in results for p in b.phases})
+def summarize_group(key: str, value: str, results: Sequence[Breakdown],
+                    include_unready: bool = False) -> GroupSummary:
+    counted, unready = split_unready(results, include_unready)
     phases = {}
-    for name in names:
-        phases[name] = _quantiles([b.phase(name).busy_ns if b.phase(name) else 0 for b in results])
-    phases[semconv.UNATTRIBUTED] = _quantiles([b.unattributed_ns for b in results])
-    return GroupSummary(key, value, len(results), sum(1 for b in results if b.ready),
-                        _quantiles([b.duration_ns for b in results]), phases)
+    total = None
+    if counted:
+        busy = [{p.phase: p.busy_ns for p in b.phases} for b in counted]
+        for name in sorted({name for times in busy for name in times}):
+            phases[name] = _quantiles([times.get(name, 0) for times in busy])
+        phases[semconv.UNATTRIBUTED] = _quantiles([b.unattributed_ns for b in counted])
+        total = _quantiles([b.duration_ns for b in counted])
+    return GroupSummary(key, value, len(results), len(results) - unready.count, total, phases, unready,
+                        len(counted))
 
 
 def resource_value(b: Breakdown, key: str) -> str:
@@ -116,16 +131,18 @@ def known_keys(results: Sequence[Breakdown]) -> list[str]:
     return sorted(keys)
 
 
-def capacity_summary(results: Sequence[Breakdown],
-                     keys: Sequence[str] = DEFAULT_GROUP_KEYS) -> list[GroupSummary]:
-    """The summary of all start-ups first, then one per (key, value), slowest p95 first."""
+def capacity_summary(results: Sequence[Breakdown], keys: Sequence[str] = DEFAULT_GROUP_KEYS,
+                     include_unready: bool = False) -> list[GroupSummary]:
+    """The summary of all start-ups first, then one per (key, value), slowest p95 first
+    (groups with no start-up counted last)."""
     if not results:
         raise ValueError("no start-ups to summarise")
-    summaries = [summarize_group("", "all", results)]
+    summaries = [summarize_group("", "all", results, include_unready)]
     for key in keys:
         groups: dict[str, list[Breakdown]] = defaultdict(list)
         for b in results:
             groups[resource_value(b, key)].append(b)
-        per_key = [summarize_group(key, value, group) for value, group in groups.items()]
-        summaries.extend(sorted(per_key, key=lambda s: (-s.total.p95_ns, s.value)))
+        per_key = [summarize_group(key, value, group, include_unready) for value, group in groups.items()]
+        summaries.extend(sorted(per_key, key=lambda s: (s.total is None, -(s.total.p95_ns if s.total else 0),
+                                                         s.value)))
     return summaries

@@ -1,18 +1,41 @@
-"""Renderers: a breakdown in, text out. They write to a file object and never compute."""
+"""The text report: what ``analyze`` prints and the summary printed when a start-up ends.
+``render_text(report, out)`` is the format's renderer (analyze/report.py: one signature for
+every format); the functions below it write its parts. They never compute."""
 
 from __future__ import annotations
 
-from typing import Sequence, TextIO
+from typing import TYPE_CHECKING, Sequence, TextIO
 
 from .. import semconv
 from ..verdicts import DOMINANT_MIN_SHARE
-from .breakdown import Breakdown, bandwidth_warnings
+from .breakdown import Breakdown, bandwidth_warnings, by_trace
 from .escape import terminal_text as _t  # every string from a trace: no control characters
+from .labels import distinct_labels, shorten
 from .render_interrupted import render_killed_text, render_stalls_text, state_text
 from .units import format_bytes, format_rate, format_seconds  # noqa: F401 - re-exported
 
+if TYPE_CHECKING:  # pragma: no cover
+    from .report import Report
 
-def render_text(breakdown: Breakdown, out: TextIO) -> None:
+
+def render_text(report: "Report", out: TextIO) -> None:
+    """Every start-up (the ranks of a multi-process start-up together, with a line per rank),
+    then the findings."""
+    groups = list(by_trace(report.startups).values())
+    for number, group in enumerate(groups):
+        if number:
+            out.write("\n")
+        for index, item in enumerate(group):
+            if index:
+                out.write("\n")
+            render_startup_text(item, out)
+        if len(group) > 1:
+            render_ranks_text(group, out)
+    out.write("\n")
+    render_findings_text(report.findings, out)
+
+
+def render_startup_text(breakdown: Breakdown, out: TextIO) -> None:
     """One screen: the phases, their shares, the dominant one flagged, unattributed shown."""
     total = breakdown.duration_ns
     state = state_text(breakdown) or breakdown.end_description
@@ -27,7 +50,7 @@ def render_text(breakdown: Breakdown, out: TextIO) -> None:
     for item in breakdown.phases:
         flag = "  <- dominant" if dominant is not None and item is dominant else ""
         out.write(
-            f"  {fit(_t(item.phase), width):<{width}}{format_seconds(item.busy_ns):>10}"
+            f"  {shorten(_t(item.phase), width - 2):<{width}}{format_seconds(item.busy_ns):>10}"
             f"{item.share_of(total) * 100:>7.1f}%{format_bytes(item.bytes or None):>12}"
             f"{format_rate(item.throughput) + ('!' if item.above_bound else ''):>14}{item.spans:>7}{flag}\n"
         )
@@ -44,11 +67,12 @@ def render_text(breakdown: Breakdown, out: TextIO) -> None:
         out.write("  shards:\n")
         names = [_t(shard.name) for shard in breakdown.shards]
         name_width = column_width(names, minimum=40)
+        names = distinct_labels(names, name_width - 2)  # cut in the middle: the shard number and the end show
         index_width = column_width([f"#{s.index}" for s in breakdown.shards if s.index is not None], minimum=4)
         for shard, name in zip(breakdown.shards, names):
             index = f"#{shard.index}" if shard.index is not None else "  "
             out.write(
-                f"    {index:<{index_width}}{fit(name, name_width):<{name_width}}{format_bytes(shard.size):>11}"
+                f"    {index:<{index_width}}{name:<{name_width}}{format_bytes(shard.size):>11}"
                 f"{format_seconds(shard.duration_ns):>10}  {_t(shard_state_text(shard))}\n"
             )
         failed = len(breakdown.shards) - len(breakdown.read_shards)
@@ -60,7 +84,7 @@ def render_text(breakdown: Breakdown, out: TextIO) -> None:
         for item in breakdown.context[:5]:
             inside = f" contains {_t(', '.join(item.phases_inside))}" if item.phases_inside else ""
             where = " (encloses the start-up)" if item.encloses_root else ""
-            out.write(f"    {_t(item.name)[:40]:<40}{format_seconds(item.duration_ns):>10}{where}{inside}\n")
+            out.write(f"    {shorten(_t(item.name), 38):<40}{format_seconds(item.duration_ns):>10}{where}{inside}\n")
     out.write(f"  {_t(dominant_line(breakdown))}\n")
     render_stalls_text(breakdown, out)
     if unattributed_share >= 50:
@@ -70,6 +94,19 @@ def render_text(breakdown: Breakdown, out: TextIO) -> None:
         )
 
 
+def columns(rows: Sequence[Sequence[str]], right: set[int] = frozenset()) -> list[str]:
+    """Rows of cells as lines, each column as wide as its widest cell and two spaces from the
+    next: however long a value gets ("+3.79 s" beside "3058.47x"), columns never run
+    together. ``right``: the columns aligned right (numbers)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))] if rows else []
+    lines = []
+    for row in rows:
+        cells = [cell.rjust(width) if i in right else cell.ljust(width) for i, (cell, width) in
+                 enumerate(zip(row, widths))]
+        lines.append("  ".join(cells).rstrip())
+    return lines
+
+
 MAX_COLUMN = 60  # a longer name (a generated phase name, a deep path) is cut, not the table
 
 
@@ -77,11 +114,6 @@ def column_width(values: Sequence[str], minimum: int) -> int:
     """Wide enough for the longest value plus two spaces, within [minimum, MAX_COLUMN]."""
     longest = max((len(v) for v in values), default=0)
     return max(minimum, min(longest + 2, MAX_COLUMN))
-
-
-def fit(value: str, width: int) -> str:
-    """``value`` cut to leave two spaces before the next column."""
-    return value if len(value) <= width - 2 else value[: width - 5] + "..."
 
 
 def shard_state_text(shard) -> str:

@@ -23,6 +23,7 @@ from .capacity import summarize_group
 from .render import dominant_line, saving_text
 from .render_interrupted import render_killed_text, render_stalls_text, state_text
 from .render_svg import svg_waterfall
+from .report import Report
 from .units import format_bytes, format_rate, format_seconds
 from .waterfall import STATE_COLOURS, phase_colour
 
@@ -67,12 +68,24 @@ def trace_link(template: str | None, jaeger: str | None = None, tempo: str | Non
     return None
 
 
-def render_html(results: Sequence[Breakdown], findings: Sequence, out: TextIO, *, link=None,
-                skipped: Sequence[str] = (), title: str = "otel-coldstart start-up report") -> None:
+TITLE = "otel-coldstart start-up report"
+
+
+def page_head(title: str) -> str:
+    """The opening of every self-contained page (analyze, compare, capacity): its CSP and style."""
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">"
+            f"<title>{_e(title)}</title><style>{STYLE}</style></head><body>\n")
+
+
+def page_end() -> str:
+    return f"<script>{SCRIPT}</script>\n</body></html>\n"
+
+
+def render_html(report: Report, out: TextIO) -> None:
+    results, findings, link, skipped, title = report.startups, report.findings, report.link, report.skipped, TITLE
     w = out.write
-    w("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-      f"<meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">"
-      f"<title>{_e(title)}</title><style>{STYLE}</style></head><body>\n")
+    w(page_head(title))
     w(f"<h1>{_e(title)}</h1>\n<p class=\"muted\">{len(results)} start-up(s) in "
       f"{len(by_trace(results))} trace(s).</p>\n")
     if skipped:
@@ -99,7 +112,7 @@ def render_html(results: Sequence[Breakdown], findings: Sequence, out: TextIO, *
         w(f"<div id=\"trace-{_e(trace_id)}\"></div>\n")
         for b in group:
             _startup(b, w, link)
-    w(f"<script>{SCRIPT}</script>\n</body></html>\n")
+    w(page_end())
 
 
 def _startup(b: Breakdown, w, link) -> None:
@@ -162,8 +175,13 @@ def _startup(b: Breakdown, w, link) -> None:
 def _fleet(results: Sequence[Breakdown], w) -> None:
     summary = summarize_group("", "all", results)
     w(f"<h2>Across {summary.count} start-ups</h2>\n")
+    if summary.unready.count:
+        w(f"<p class=\"partial not-ready\">not ready: {summary.unready.count} ({_e(summary.unready.describe())}): "
+          "left out of the percentiles below</p>\n")
+    if summary.total is None:
+        return
     caveat = " (p95 of fewer than 20 start-ups: read it as the slowest seen, not a percentile)" \
-        if summary.count < 20 else ""
+        if summary.counted < 20 else ""
     w(f"<p>total p50 {_e(format_seconds(summary.total.p50_ns))}, p95 {_e(format_seconds(summary.total.p95_ns))}"
       f", max {_e(format_seconds(summary.total.max_ns))}{_e(caveat)}</p>\n")
     w("<table class=\"data fleet\"><thead><tr><th>phase</th><th class=\"num\">p50</th><th class=\"num\">p95</th>"

@@ -10,6 +10,7 @@ from .. import semconv
 from .breakdown import Breakdown
 from .findings import Finding
 from .interrupted import interruption_document
+from .report import Report
 
 SCHEMA = "otel-coldstart.analysis/1"
 
@@ -98,28 +99,36 @@ def finding_to_dict(f: Finding) -> dict:
             "trace_id": f.trace_id, "rank": f.rank, "phase": f.phase}
 
 
-def analysis_document(results: Sequence[Breakdown], findings: Sequence[Finding],
-                      sources: Sequence[dict], budget: dict | None = None, *,
-                      skipped: Sequence[str] = (), floor=None) -> dict:
+def analysis_document(report: Report) -> dict:
+    floor = report.floor
     doc = {
         "schema": SCHEMA,
-        "sources": list(sources),
-        "skipped": list(skipped),
+        "sources": list(report.sources),
+        "skipped": list(report.skipped),
         "storage_floor": None if floor is None else {
             "source": floor.source, "cold_bytes_per_s": floor.cold_bytes_per_s,
             "warm_bytes_per_s": floor.warm_bytes_per_s},
-        "startups": [startup_to_dict(b) for b in results],
-        "findings": [finding_to_dict(f) for f in findings],
+        "startups": [startup_to_dict(b) for b in report.startups],
+        "findings": [finding_to_dict(f) for f in report.findings],
     }
-    if budget is not None:
-        doc["budget"] = budget
+    if report.budget is not None:
+        doc["budget"] = {"limits_s": {k: v / 1e9 for k, v in sorted(report.budget.limits_ns.items())},
+                         "exceeded": [{"trace_id": v.trace_id, "rank": v.rank, "key": v.key,
+                                       "limit_s": v.limit_ns / 1e9, "actual_s": v.actual_ns / 1e9}
+                                      for v in report.budget.exceeded]}
     return doc
 
 
 PRETTY_LIMIT = 2000  # shards beyond which the document is written compact (C encoder, 5x faster)
 
 
-def render_json(doc: dict, out: TextIO) -> None:
+def render_json(report: Report, out: TextIO) -> None:
+    write_json(analysis_document(report), out)
+
+
+def write_json(doc: dict, out: TextIO) -> None:
+    """A JSON document, indented unless it holds more than PRETTY_LIMIT shards (then compact
+    and streamed: each shard encoded as it is written)."""
     shards = sum(len(s["shards"]) for s in doc.get("startups", ()))
     if shards <= PRETTY_LIMIT:
         json.dump(doc, out, indent=2, allow_nan=False, default=str)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import io
-from typing import Sequence, TextIO
+from typing import TextIO
 
 from .breakdown import Breakdown, bandwidth_warnings, by_trace
 from .escape import markdown_code, markdown_fence, markdown_text
-from .findings import Finding
+from .report import Report
 from .render_interrupted import render_killed_text, render_stalls_text, state_text
 from .render import dominant_line, saving_text
 from .units import format_bytes, format_rate, format_seconds
@@ -17,8 +17,9 @@ def _cell(text: object) -> str:
     return markdown_text(text)  # everything here may come from a trace
 
 
-def render_markdown(results: Sequence[Breakdown], findings: Sequence[Finding], out: TextIO) -> None:
-    for trace_id, group in by_trace(results).items():
+def render_markdown(report: Report, out: TextIO) -> None:
+    findings = report.findings
+    for trace_id, group in by_trace(report.startups).items():
         out.write(f"## Start-up trace {markdown_code(trace_id)}\n\n")
         if len(group) > 1:
             out.write("| rank | total | dominant phase | host |\n|---|---:|---|---|\n")

@@ -15,6 +15,7 @@ import html
 
 from .. import semconv
 from .breakdown import Breakdown
+from .report import Report
 from .units import format_seconds
 from .waterfall import FOREIGN, STATE_COLOURS, nice_step, phase_colour, rows, tick_label
 
@@ -25,7 +26,6 @@ def escape(text: str) -> str:
 ROW, LABEL_W, CHART_W, TOP, RIGHT_PAD = 18, 300, 900, 48, 80
 MIN_BAR_W = 3.0  # a 20 us span on a 60 s axis still shows
 CHAR_W = 6.2  # average width of an 11 px sans-serif character, for placing duration labels
-LABEL_CHARS = 46
 
 
 def svg_waterfall(b: Breakdown, *, standalone: bool = True) -> str:
@@ -63,7 +63,7 @@ def svg_waterfall(b: Breakdown, *, standalone: bool = True) -> str:
         x0 = x(row.start_ns)
         bar_w = max(MIN_BAR_W, x(row.end_ns) - x0)
         x0 = min(x0, LABEL_W + CHART_W - bar_w)
-        label = row.label if len(row.label) <= LABEL_CHARS else row.label[:LABEL_CHARS - 1] + "\u2026"
+        label = row.label  # already fits: cut in the middle by waterfall.rows
         state = f' data-state="{row.state}"' if row.state else ""
         w(f'<g class="row {row.kind}"{state}>')
         w(f'<text class="label" x="{LABEL_W - 6}" y="{y + 13}" text-anchor="end">{escape(label)}</text>')
@@ -109,5 +109,8 @@ def svg_waterfall(b: Breakdown, *, standalone: bool = True) -> str:
     return "".join(parts)
 
 
-def render_svg(b: Breakdown, out: TextIO) -> None:
-    out.write(svg_waterfall(b))
+def render_svg(report: Report, out: TextIO) -> None:
+    """The waterfall of the report's one start-up (``analyze --waterfall`` writes one file per
+    start-up)."""
+    (startup,) = report.startups
+    out.write(svg_waterfall(startup))

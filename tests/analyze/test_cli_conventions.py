@@ -17,7 +17,7 @@ import pytest
 
 import otel_coldstart
 from analyze_records import child, only, root, shard
-from otel_coldstart.analyze.render import render_text
+from otel_coldstart.analyze.render import render_startup_text
 from otel_coldstart.cli import _inputs, build_parser
 
 pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
@@ -143,7 +143,7 @@ def test_long_phase_names_keep_the_table_aligned():
              shard(r, 0, 600, 700, 1 << 20, "warm", 0)]
     b = only(spans)
     out = io.StringIO()
-    render_text(b, out)
+    render_startup_text(b, out)
     lines = out.getvalue().splitlines()
     header = next(line for line in lines if line.lstrip().startswith("phase"))
     rows = [line for line in lines if line.lstrip().split(" ")[0] in
@@ -163,7 +163,7 @@ def test_long_shard_names_keep_the_shard_table_aligned():
     long_path = "/ckpt/" + "very-long-shard-name-" * 3 + "00002.safetensors"
     b = replace(b, shards=(b.shards[0], replace(b.shards[1], path=long_path)))
     out = io.StringIO()
-    render_text(b, out)
+    render_startup_text(b, out)
     rows = [line for line in out.getvalue().splitlines() if line.startswith("    #")]
     assert len(rows) == 2
     size_ends = {row.index("MiB") for row in rows}

@@ -21,7 +21,7 @@ import pytest
 from analyze_records import MS, child, only, root, shard
 from otel_coldstart import semconv
 from otel_coldstart.analyze.findings import find
-from otel_coldstart.analyze.render import render_text
+from otel_coldstart.analyze.render import render_startup_text
 from otel_coldstart.analyze.render_json import startup_to_dict
 
 CHILD = r"""
@@ -78,7 +78,7 @@ def test_failed_reads_of_a_real_startup_are_marked_in_every_format(tmp_path):
     assert "FAILED (" in lines["truncated.safetensors"] and "SafetensorError" in lines["truncated.safetensors"]
     assert "FAILED (" in lines["a-directory.safetensors"]
     assert "FAILED (" in lines["truncated.pt"]
-    assert "warm" in lines["good.safetensors"] or "cold" in lines["good.safetensors"]
+    assert "FAILED" not in lines["good.safetensors"] and "read from storage" in lines["good.safetensors"]
     assert "4 checkpoint read(s) failed" in text.stdout
 
     document = json.loads(_cli("analyze", trace, "--format", "json").stdout)
@@ -95,7 +95,8 @@ def test_failed_reads_of_a_real_startup_are_marked_in_every_format(tmp_path):
     markdown = _cli("analyze", trace, "--format", "markdown").stdout
     assert markdown.count("**failed**") == 4 and "FileNotFoundError" in markdown
     html = _cli("analyze", trace, "--format", "html").stdout
-    assert html.count('data-state="failed"') == 4 and "failed (FileNotFoundError)" in html
+    assert html.count('<tr data-state="failed">') == 4 and "failed (FileNotFoundError)" in html
+    assert html.count('<g class="row shard" data-state="failed">') == 4  # the waterfall says so too
 
 
 def test_a_failed_read_is_no_evidence_of_cache_speed_or_savings():
@@ -115,5 +116,5 @@ def test_a_failed_read_is_no_evidence_of_cache_speed_or_savings():
     assert not [f for f in find([b]) if f.rule == "cold_cache"]  # a cold verdict on a failed read saves nothing
     assert startup_to_dict(b)["cold_shards"] == []
     out = io.StringIO()
-    render_text(b, out)
+    render_startup_text(b, out)
     assert "FAILED (OSError)" in out.getvalue() and "cold" not in out.getvalue().split("shards:")[1].split("\n")[1]

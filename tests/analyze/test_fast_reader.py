@@ -104,6 +104,7 @@ def test_big_json_is_streamed_with_the_same_content(tmp_path, monkeypatch):
     from otel_coldstart.analyze import render_json as rj
     from otel_coldstart.analyze.breakdown import breakdowns
     from otel_coldstart.analyze.findings import find
+    from otel_coldstart.analyze.report import Report
     bench = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
     sys.path.insert(0, bench)
     try:
@@ -115,9 +116,9 @@ def test_big_json_is_streamed_with_the_same_content(tmp_path, monkeypatch):
     results = breakdowns(read_trace(path).spans)
     findings = find(results)
     streamed = io.StringIO()
-    rj.render_json(rj.analysis_document(results, findings, []), streamed)
+    rj.render_json(Report(results, findings), streamed)
     assert "\n  " not in streamed.getvalue()  # compact
     monkeypatch.setattr(rj, "PRETTY_LIMIT", 10**9)
     pretty = io.StringIO()
-    rj.render_json(rj.analysis_document(results, findings, []), pretty)
+    rj.render_json(Report(results, findings), pretty)
     assert json.loads(streamed.getvalue()) == json.loads(pretty.getvalue())

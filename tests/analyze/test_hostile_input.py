@@ -75,7 +75,8 @@ def test_hostile_documents_never_raise(tmp_path, capsys, name, command):
     path.write_text(json.dumps(HOSTILE_DOCUMENTS[name], allow_nan=True))
     argv = {"analyze": ["analyze", str(path)], "analyze-json": ["analyze", "--format", "json", str(path)],
             "analyze-markdown": ["analyze", "--format", "markdown", str(path)],
-            "compare": ["compare", str(path), str(path)], "capacity": ["capacity", str(path)]}[command]
+            "compare": ["compare", str(path), str(path), "--include-unready"],  # these roots say no ready()
+            "capacity": ["capacity", str(path), "--include-unready"]}[command]
     code, out, err = _run(capsys, *argv)
     assert code == 0, err
     if command == "analyze-json":
@@ -188,8 +189,10 @@ def test_budget_file_that_is_a_device_is_refused(capsys, trace_file):
 
 @pytest.mark.parametrize("command", ["analyze", "compare", "capacity", "floor"])
 def test_closed_stdout_is_one_line_and_exit_10(tmp_path, trace_file, command):
-    argv = {"analyze": ["analyze", trace_file], "compare": ["compare", trace_file, trace_file],
-            "capacity": ["capacity", trace_file], "floor": ["floor", "--repeat", "1", "--only", "warm", trace_file]}
+    # (the trace's root says no ready(): compare and capacity are asked to count it)
+    argv = {"analyze": ["analyze", trace_file], "compare": ["compare", trace_file, trace_file, "--include-unready"],
+            "capacity": ["capacity", trace_file, "--include-unready"],
+            "floor": ["floor", "--repeat", "1", "--only", "warm", trace_file]}
     result = _cli(*argv[command], stdout=subprocess.DEVNULL, pass_fds=())
     assert result.returncode == 0  # the control: an open stdout works
     closed = subprocess.run(
@@ -203,8 +206,8 @@ def test_closed_stdout_is_one_line_and_exit_10(tmp_path, trace_file, command):
 def test_full_stdout_is_one_line_and_exit_10(trace_file, command):
     if not os.path.exists("/dev/full"):
         pytest.skip("no /dev/full")
-    argv = {"analyze": ["analyze", trace_file], "compare": ["compare", trace_file, trace_file],
-            "capacity": ["capacity", trace_file]}
+    argv = {"analyze": ["analyze", trace_file], "compare": ["compare", trace_file, trace_file, "--include-unready"],
+            "capacity": ["capacity", trace_file, "--include-unready"]}
     with open("/dev/full", "w") as full:
         result = _cli(*argv[command], stdout=full)
     assert result.returncode == 10, result.stderr
@@ -233,7 +236,8 @@ def test_terminal_text_has_no_control_characters(capsys, tmp_path):
     path = tmp_path / "t.json"
     path.write_text(json.dumps(_otlp({"coldstart.phase": {"stringValue": HOSTILE_PHASE}},
                                      child_name="x\x1b[2J\x1bc")))
-    for argv in (["analyze", str(path)], ["compare", str(path), str(path)], ["capacity", str(path)]):
+    for argv in (["analyze", str(path)], ["compare", str(path), str(path), "--include-unready"],
+                 ["capacity", str(path), "--include-unready"]):
         code, out, err = _run(capsys, *argv)
         assert code == 0
         assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out, argv

@@ -17,8 +17,9 @@ from otel_coldstart.analyze.breakdown import breakdowns
 from otel_coldstart.analyze.interrupted import complete_killed, killed, parse_stacks, stalls
 from otel_coldstart.analyze.integrity import repair
 from otel_coldstart.analyze.model import Span, SpanEvent
-from otel_coldstart.analyze.render import render_text
+from otel_coldstart.analyze.render import render_startup_text
 from otel_coldstart.analyze.render_markdown import render_markdown
+from otel_coldstart.analyze.report import Report
 from otel_coldstart.inflight import format_stacks
 
 TRACE = "ab" * 16
@@ -89,14 +90,14 @@ def test_a_killed_start_up_is_rebuilt_from_its_latest_record():
     assert [o.name for o in item.open] == ["coldstart.load", "coldstart.deserialize"]
     assert (item.bytes_loaded, item.bytes_expected) == (600, 1000)
     out = io.StringIO()
-    render_text(breakdown, out)
+    render_startup_text(breakdown, out)
     text = out.getvalue()
     assert "(KILLED: no end, last sign of life at +5.00 s)" in text
     assert ("killed (no end) during deserialize at +5.00 s: in coldstart.deserialize "
             "(shard #1 model-00002-of-00002.safetensors) for 2.00 s") in text
     assert "checkpoint bytes loaded: 600 B of 1000 B (60%)" in text
     markdown = io.StringIO()
-    render_markdown([breakdown], [], markdown)
+    render_markdown(Report([breakdown]), markdown)
     assert "(**KILLED: no end, last sign of life at +5.00 s**, rank 3)" in markdown.getvalue()
     assert "killed (no end) during deserialize" in markdown.getvalue()
     # Phases add up to the root: the rebuilt spans obey the breakdown invariant.
@@ -132,7 +133,7 @@ def test_a_stall_on_a_record_lands_on_the_open_span_and_is_rendered():
     assert (stall.at_ns, stall.idle_s, stall.phase, stall.threads) == (4 * S, 2.5, "deserialize", 2)
     assert stall.top_frames == ("fetch (/srv/app.py:12)", "main (/srv/app.py:30)")
     out = io.StringIO()
-    render_text(breakdown, out)
+    render_startup_text(breakdown, out)
     assert "stalled at +4.00 s in deserialize (coldstart.deserialize): no progress for 2.50 s" in out.getvalue()
     assert "      fetch (/srv/app.py:12)\n" in out.getvalue()
 
@@ -156,7 +157,7 @@ def test_hostile_progress_records_never_raise_and_never_make_time_run_backwards(
     assert all(s.name != semconv.SPAN_PROGRESS for s in spans)
     assert all(0 <= s.start_ns <= s.end_ns for s in spans)
     for breakdown in breakdowns(repair(spans)[0]):
-        render_text(breakdown, io.StringIO())
+        render_startup_text(breakdown, io.StringIO())
 
 
 def test_stacks_are_bounded_and_read_back():
@@ -235,4 +236,4 @@ def test_span_events_of_any_shape_read_or_fail_cleanly(tmp_path_factory, events)
     assert all(e.name.startswith("coldstart.") for e in read.events)
     for breakdown in breakdowns([read]):
         stalls(breakdown)
-        render_text(breakdown, io.StringIO())
+        render_startup_text(breakdown, io.StringIO())

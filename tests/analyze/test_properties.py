@@ -197,7 +197,8 @@ def test_hostile_names_in_every_renderer_and_compare(phase, name, source):
         with open(path, "w") as handle:
             json.dump(doc, handle)
         for argv, fmt in ((["analyze", path], "text"), (["analyze", path, "--format", "markdown"], "markdown"),
-                          (["compare", path, path], "text"), (["capacity", path], "text")):
+                          (["compare", path, path, "--include-unready"], "text"),
+                          (["capacity", path, "--include-unready"], "text")):
             out, errors = io.StringIO(), io.StringIO()
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(errors):
                 code = main(argv)

@@ -16,8 +16,9 @@ import pytest
 from analyze_records import child, data_file, only, root
 from otel_coldstart.analyze.breakdown import breakdowns
 from otel_coldstart.analyze.readers import read_trace_file
-from otel_coldstart.analyze.render import render_text
+from otel_coldstart.analyze.render import render_startup_text
 from otel_coldstart.analyze.render_svg import render_svg
+from otel_coldstart.analyze.report import Report
 from otel_coldstart.cli import main
 
 pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
@@ -109,7 +110,7 @@ def test_svg_shows_gaps_context_and_caps_rows(tmp_path):
         child(r, "coldstart.cast", "cast", i * 0.001, i * 0.001 + 0.0005) for i in range(600)]
     path = tmp_path / "w.svg"
     with open(path, "w") as handle:
-        render_svg(only(spans), handle)
+        render_svg(Report([only(spans)]), handle)
     text = path.read_text()
     ET.parse(path)
     assert "Load weights" in text and "unattributed" in text and "200 shorter spans not shown" in text
@@ -120,7 +121,7 @@ def test_compare_reports_what_got_slower(capsys, tmp_path):
     assert code == 0 and "total" in out and ("slower in B" in out or "nothing got slower" in out)
     code, out, _ = run(capsys, "compare", WARM, COLD, "--format", "json")
     doc = json.loads(out)
-    assert doc["schema"] == "otel-coldstart.compare/2"
+    assert doc["schema"] == "otel-coldstart.compare/3"
     rows = {r["phase"]: r for r in doc["rows"]}
     assert rows["deserialize"]["delta_s"] == pytest.approx(rows["deserialize"]["b_s"] - rows["deserialize"]["a_s"])
     set_dir = tmp_path / "set"
@@ -134,7 +135,7 @@ def test_compare_reports_what_got_slower(capsys, tmp_path):
 def test_capacity_p50_p95_per_instance_type_and_lead_time(capsys, tmp_path):
     code, out, _ = run(capsys, "capacity", COLD, WARM, "--provisioning", "90s", "--format", "json")
     doc = json.loads(out)
-    assert code == 0 and doc["schema"] == "otel-coldstart.capacity/1"
+    assert code == 0 and doc["schema"] == "otel-coldstart.capacity/2"
     overall = doc["groups"][0]
     assert overall["startups"] == 2 and overall["total"]["p50_s"] <= overall["total"]["p95_s"]
     assert overall["lead_time_s"] == pytest.approx(90 + overall["total"]["p95_s"])
@@ -157,7 +158,7 @@ def test_context_spans_show_in_text():
     load = child(r, "Load weights", None, 100, 900)
     spans = [r, load, child(load, "coldstart.deserialize", "deserialize", 150, 800)]
     text = io.StringIO()
-    render_text(only(spans), text)
+    render_startup_text(only(spans), text)
     assert "context (spans that are not ours):" in text.getvalue()
     assert "Load weights" in text.getvalue() and "contains deserialize" in text.getvalue()
 

@@ -18,9 +18,10 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from analyze_records import MS, aggregate, child, only, root, shard
 from otel_coldstart import semconv, verdicts
 from otel_coldstart.analyze.findings import find
-from otel_coldstart.analyze.render import render_findings_text, render_text
+from otel_coldstart.analyze.render import render_findings_text, render_startup_text
 from otel_coldstart.analyze.render_json import analysis_document
 from otel_coldstart.analyze.render_markdown import render_markdown
+from otel_coldstart.analyze.report import Report
 from otel_coldstart.metrics import StartupMetrics
 
 pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
@@ -74,7 +75,7 @@ def test_one_trace_one_answer_everywhere(dominant):
     assert len(cold_paths) == 2
 
     summary = io.StringIO()
-    render_text(b, summary)
+    render_startup_text(b, summary)
     text = summary.getvalue()
     if dominant:
         assert "dominant phase: cast" in text and text.count("<- dominant") == 1
@@ -92,14 +93,14 @@ def test_one_trace_one_answer_everywhere(dominant):
     findings_text = io.StringIO()
     render_findings_text(findings, findings_text)
 
-    doc = json.loads(json.dumps(analysis_document([b], findings, [])))
+    doc = json.loads(json.dumps(analysis_document(Report([b], findings))))
     startup = doc["startups"][0]
     assert startup["dominant_phase"] == expected_dominant and startup["largest_phase"] == "cast"
     assert startup["graph_captures"] == 8 and startup["cold_shards"] == cold_paths
     assert [s["cache_state"] for s in startup["shards"]] == ["cold", "cold", "warm"]
 
     markdown = io.StringIO()
-    render_markdown([b], findings, markdown)
+    render_markdown(Report([b], findings), markdown)
     md = markdown.getvalue()
     assert ("Dominant phase: cast" in md) == dominant
     assert ("Dominant phase: none" in md) == (not dominant)

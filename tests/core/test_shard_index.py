@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 from otel_coldstart import semconv
 from otel_coldstart.analyze.breakdown import breakdowns
-from otel_coldstart.analyze.render import render_text
+from otel_coldstart.analyze.render import render_startup_text
 
 
 def test_a_file_without_index_or_shard_name_gets_its_place_among_all_files(traced, small_checkpoint, tmp_path):
@@ -52,6 +52,6 @@ def test_the_table_never_shows_two_first_shards(traced, small_checkpoint, tmp_pa
     otel_coldstart.ready()
     (breakdown,) = breakdowns(traced.records())
     out = io.StringIO()
-    render_text(breakdown, out)
+    render_startup_text(breakdown, out)
     rows = [line.split()[0] for line in out.getvalue().splitlines() if line.startswith("    #")]
     assert rows == ["#0", "#1", "#2", "#3"]

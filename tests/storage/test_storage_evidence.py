@@ -321,13 +321,13 @@ def test_sampled_residency_agrees_with_the_whole_file(big_file, pattern):
 
 def _shard_line(traced) -> tuple:
     from otel_coldstart.analyze.breakdown import compute_breakdown
-    from otel_coldstart.analyze.render import render_text
+    from otel_coldstart.analyze.render import render_startup_text
 
     records = traced.records()
     root = next(r for r in reversed(records) if r.is_root)
     breakdown = compute_breakdown(root, records)
     out = io.StringIO()
-    render_text(breakdown, out)
+    render_startup_text(breakdown, out)
     (shard,) = breakdown.shards
     return shard, [ln for ln in out.getvalue().splitlines() if os.path.basename(shard.path or "") in ln]
 
