@@ -26,6 +26,9 @@ class TraceReadError(Exception):
         super().__init__(" ".join(str(message).split()))
         self.kind = kind
 
+    def __reduce__(self):  # kept whole when a reading process hands it back (cli/_inputs.py)
+        return type(self), (str(self), self.kind)
+
 
 def hex_id(value: object, width: int, *, allow_base64: bool = False) -> str:
     """Lowercase hex, zero-padded to ``width`` (16 for spans, 32 for traces).

@@ -13,13 +13,14 @@ the phases can add up to more than the wall time; the ratio is reported as paral
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from .. import semconv, verdicts
-from .model import Span
+from .model import Attributes, Span
 
 TOTAL = "total"  # the whole start-up (the root span), beside the phases and unattributed
 
@@ -126,9 +127,10 @@ def link_of(spans: Iterable[Span]) -> tuple[str | None, float | None]:
     return None, semconv.LINK_BOUND_UNKNOWN_BPS
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ShardRead:
-    """One checkpoint file read, with its cold-cache evidence."""
+    """One checkpoint file read, with its cold-cache evidence. Treated as immutable; not
+    declared frozen for the same reason as model.Span (a fleet has 160,000 of them)."""
 
     path: str | None
     index: int | None
@@ -207,6 +209,7 @@ class Breakdown:
     gaps: tuple[Gap, ...] = ()  # unattributed stretches on the root thread, in time order
     context: tuple[ContextSpan, ...] = ()  # foreign spans, longest first
     link: str | None = None  # the host<->device link the start-up recorded (runtime_init)
+    slim_cache: str | None = None  # set by slim(), which drops the shards: what `cache` said of them
 
     @property
     def trace_id(self) -> str:
@@ -295,6 +298,22 @@ class Breakdown:
     @property
     def graph_captures(self) -> int:
         return verdicts.capture_count(self.spans)
+
+    @property
+    def cache(self) -> str | None:
+        """The start-up's cache verdict: ``cold`` when a checkpoint read was cold or partial,
+        ``warm`` when it had reads with a cache state and all were warm, None without any."""
+        if not self.shards:
+            return self.slim_cache
+        if any(s.cold for s in self.shards):
+            return semconv.CACHE_COLD
+        return semconv.CACHE_WARM if any(s.state for s in self.shards) else None
+
+    def slim(self) -> "Breakdown":
+        """This start-up as compare and capacity read it (phases, root, cache verdict),
+        without its spans and shards: a fleet of 10,000 is then held, and handed between
+        processes, at a third of the size."""
+        return dataclasses.replace(self, spans=(), gaps=(), context=(), shards=(), slim_cache=self.cache)
 
     def phase(self, name: str) -> PhaseTime | None:
         for item in self.phases:
@@ -420,13 +439,17 @@ def _same_thread(a: Span, b: Span) -> bool:
     return ta is None or tb is None or ta == tb
 
 
-def compute_breakdown(root: Span, members: Sequence[Span], foreign: Sequence[Span] = ()) -> Breakdown:
+def compute_breakdown(root: Span, members: Sequence[Span], foreign: Sequence[Span] = (),
+                      context: bool = True) -> Breakdown:
     """The breakdown of one start-up: ``root`` and the spans :func:`group_startups` gave it.
-    ``foreign`` are other spans of the trace (not members) that may enclose the root."""
-    window = [s for s in members if s.phase is not None and verdicts.in_startup_window(s, root)]
-    after_ready = sum(
-        1 for s in members if s.start_ns >= root.end_ns or s.attributes.get(semconv.AFTER_READY)
-    )
+    ``foreign`` are other spans of the trace (not members) that may enclose the root;
+    ``context=False`` leaves out the spans that are not ours (what compare and capacity do
+    not read)."""
+    start, end = root.start_ns, root.end_ns  # verdicts.in_startup_window, inlined: it runs for every span
+    window = [s for s in members if s.phase is not None and s.start_ns >= start and s.end_ns <= end]
+    after_ready = sum(1 for s in members if s.start_ns >= end or (
+        semconv.AFTER_READY in getattr(s.attributes, "_index", s.attributes)
+        and s.attributes.get(semconv.AFTER_READY)))
     by_id = {s.span_id: s for s in members}
     by_id[root.span_id] = root
 
@@ -452,9 +475,8 @@ def compute_breakdown(root: Span, members: Sequence[Span], foreign: Sequence[Spa
     failed: dict[str, int] = defaultdict(int)
     failed_busy: dict[str, int] = defaultdict(int)
     for span in window:
-        covered_by_children = sum(
-            c.busy_ns for c in children.get(span.span_id, ()) if _same_thread(span, c)
-        )
+        kids = children.get(span.span_id)
+        covered_by_children = sum(c.busy_ns for c in kids if _same_thread(span, c)) if kids else 0
         phase = span.phase
         assert phase is not None
         own = max(0, span.busy_ns - covered_by_children)
@@ -494,14 +516,16 @@ def compute_breakdown(root: Span, members: Sequence[Span], foreign: Sequence[Spa
         after_ready=after_ready,
         spans=tuple(window),
         gaps=_gaps(root, [s for s in top_level if _same_thread(root, s)]),
-        context=_context(root, members, foreign, by_id),
+        context=_context(root, members, foreign, by_id) if context else (),
         link=link,
     )
 
 
-def breakdowns(spans: Iterable[Span]) -> list[Breakdown]:
+def breakdowns(spans: Iterable[Span], context: bool = True) -> list[Breakdown]:
     spans = list(spans)
     groups = group_startups(spans)
+    if not context:
+        return [compute_breakdown(root, members, context=False) for root, members in groups]
     # Foreign spans: unphased ones no start-up claimed. Only unphased spans can be foreign,
     # so only their ids are looked up (no set of every claimed id: 60 MB at 1M spans).
     unphased = {(s.trace_id, s.span_id): s for s in spans if s.phase is None}
@@ -591,34 +615,33 @@ def _span_bytes(span: Span) -> int:
     return value if isinstance(value, int) and value > 0 else 0
 
 
-def _int_attr(span: Span, key: str) -> int | None:
-    return verdicts.int_value(span.attributes.get(key))
-
-
-def _storage_read_bytes(span: Span) -> int | None:
+def _storage_read_bytes(attrs: Mapping[str, Any]) -> int | None:
     """Bytes of the file that came from storage during the start-up: the per-file figure
     (every thread, reads after the span included), else, in traces written before it existed,
     the span's own per-thread counter; None where the trace says no honest figure exists."""
-    figure = _int_attr(span, semconv.CACHE_STORAGE_READ_BYTES)
-    if figure is not None or semconv.CACHE_STORAGE_READ_UNKNOWN in span.attributes:
+    figure = verdicts.int_value(attrs.get(semconv.CACHE_STORAGE_READ_BYTES))
+    if figure is not None or semconv.CACHE_STORAGE_READ_UNKNOWN in attrs:
         return figure
-    return _int_attr(span, semconv.IO_READ_BYTES)
+    return verdicts.int_value(attrs.get(semconv.IO_READ_BYTES))
 
 
 def _shard_read(span: Span) -> ShardRead:
     attrs = span.attributes
+    if attrs.__class__ is Attributes:  # a dict's own get, sixteen times (a fleet has 160,000 shards)
+        attrs = attrs.to_dict()
     path = attrs.get(semconv.FILE_PATH)
     fmt = attrs.get(semconv.FILE_FORMAT)
     state = attrs.get(semconv.CACHE_STATE)
     ratio = attrs.get(semconv.CACHE_RESIDENT_RATIO)
+    int_value = verdicts.int_value
     return ShardRead(
         path=path if isinstance(path, str) else None,
-        index=_int_attr(span, semconv.SHARD_INDEX),
-        count=_int_attr(span, semconv.SHARD_COUNT),
-        size=_int_attr(span, semconv.FILE_SIZE),
+        index=int_value(attrs.get(semconv.SHARD_INDEX)),
+        count=int_value(attrs.get(semconv.SHARD_COUNT)),
+        size=int_value(attrs.get(semconv.FILE_SIZE)),
         format=fmt if isinstance(fmt, str) else None,
         duration_ns=span.duration_ns,
-        read_bytes=_storage_read_bytes(span),
+        read_bytes=_storage_read_bytes(attrs),
         read_unknown=unknown if isinstance(unknown := attrs.get(semconv.CACHE_STORAGE_READ_UNKNOWN), str) else None,
         cache_state=state if isinstance(state, str) else None,
         resident_ratio=float(ratio) if isinstance(ratio, (int, float)) else None,

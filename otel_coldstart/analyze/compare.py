@@ -98,16 +98,9 @@ def _median(values: Sequence[int]) -> int:
 
 
 def cache_mix(side: Sequence[Breakdown]) -> CacheMix:
-    cold = warm = unknown = 0
-    for b in side:
-        states = [s.state for s in b.shards if s.state]
-        if any(s.cold for s in b.shards):
-            cold += 1
-        elif states:
-            warm += 1
-        else:
-            unknown += 1
-    return CacheMix(cold, warm, unknown)
+    verdicts = [b.cache for b in side]
+    cold, warm = verdicts.count(semconv.CACHE_COLD), verdicts.count(semconv.CACHE_WARM)
+    return CacheMix(cold, warm, len(verdicts) - cold - warm)
 
 
 def delta(key: str, a_values: Sequence[int], b_values: Sequence[int]) -> PhaseDelta:

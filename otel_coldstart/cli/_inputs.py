@@ -9,6 +9,7 @@ import contextlib
 import errno
 import gc
 import math
+import multiprocessing
 import os
 import stat
 import sys
@@ -16,11 +17,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator, TextIO
 
+from ..analyze import assemble
+from ..analyze.assemble import Assembler, TraceResult, analyse_trace
 from ..analyze.breakdown import Breakdown, breakdowns
-from ..analyze.integrity import repair
-from ..analyze.interrupted import complete_killed
+from ..analyze.integrity import Notes
+from ..analyze.readers import (DEFAULT_MAX_BYTES, BatchReader, FileFacts, Part, TraceReadError, read_documents,
+                               reread, split_lines_file)
 from ..analyze.storage_floor import StorageFloor, combine
-from ..analyze.readers import DEFAULT_MAX_BYTES, ReadResult, TraceReadError, read_documents, read_trace
+from .. import semconv
 from ..sources import DEFAULT_LIMIT, DEFAULT_TIMEOUT_S
 from ._run_notes import explain_no_startup, untraced_warnings
 from .errors import (EXIT_INPUT_TOO_LARGE, EXIT_INPUT_UNREADABLE, EXIT_NO_STARTUP, EXIT_NOT_A_TRACE,
@@ -96,10 +100,8 @@ def expand_paths(paths: list[str]) -> list[str]:
 
 
 def _select(startups: list[Breakdown], trace_id: str | None) -> list[Breakdown]:
-    if not trace_id:
-        return startups
-    wanted = trace_id.lower().lstrip("0")
-    return [b for b in startups if b.trace_id.lstrip("0").startswith(wanted)]
+    wanted = _trace_filter(trace_id)
+    return startups if wanted is None else [b for b in startups if wanted(b.trace_id)]
 
 
 MAX_INPUT_MB_LIMIT = 1 << 20  # 1 TiB: beyond any trace; keeps the byte count an int
@@ -112,62 +114,252 @@ def check_number(value: float, option: str, upper: float) -> None:
         raise CliError(f"{option} must be a positive number of at most {upper:.0f}, not {value!r}", EXIT_USAGE)
 
 
-def load_files(paths: list[str], args: argparse.Namespace, *, keep_going: bool = True) -> Inputs:
+MAX_JOBS = 4  # processes reading inputs at once, at most (--jobs)
+PARALLEL_FROM_BYTES = 16 << 20  # smaller inputs are read in this process: forking costs more
+
+
+def add_jobs_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--jobs", type=int, default=None, metavar="N",
+                        help=f"processes that read the inputs at once (default: one per CPU, at most {MAX_JOBS}, "
+                             "for inputs over 16 MiB; 1: all in this process)")
+
+
+@dataclass
+class _InputFacts:
+    """What reading one input (or some of its parts) found."""
+
+    facts: FileFacts = field(default_factory=FileFacts)
+    spans: int = 0
+    roots: set = field(default_factory=set)  # (trace id, span id) of the roots read
+    launch_notes: list[str] = field(default_factory=list)
+    explanation: str | None = None
+    error: TraceReadError | None = None
+    split: bool = False  # read in parts (split_lines_file): its own verdicts were left to the merge
+
+
+@dataclass
+class _Outcome:
+    results: dict[str, TraceResult]
+    where: dict  # trace id -> where it was read (assemble.Where)
+    inputs: dict[int, _InputFacts]
+
+
+def _read_slices(paths: list[str], slices: list[tuple[int, Part | None]], max_bytes: int, trace_id: str | None,
+                 slim: bool, show_progress: bool) -> _Outcome:
+    """Read some inputs (or parts of them) and analyse their traces (analyze/assemble.py):
+    in this process, or in one of the processes load_files starts."""
+    wanted = _trace_filter(trace_id)
+    assembler = Assembler(lambda spans: analyse_trace(spans, slim),
+                          lambda where, traces: [span for index, batches in where.items()
+                                                 for span in reread(paths[index], batches, traces)],
+                          assemble.CHUNK_SPANS)
+    found: dict[int, _InputFacts] = {}
+    with paused_gc():
+        for index, part in slices:
+            item = found.setdefault(index, _InputFacts(split=part is not None))
+            reader = BatchReader(paths[index], max_bytes, part=part)
+            reader.facts = item.facts
+            try:
+                with progress_reporter(paths[index]) if show_progress else contextlib.nullcontext() as report:
+                    reader.progress = report
+                    for batch in reader:
+                        spans = batch.spans if wanted is None else [s for s in batch.spans if wanted(s.trace_id)]
+                        item.spans += len(batch.spans)
+                        item.roots.update((s.trace_id, s.span_id) for s in spans if s.is_root)
+                        launches = _launch_spans(batch.spans)
+                        if launches:
+                            item.launch_notes += untraced_warnings(launches)
+                            item.explanation = item.explanation or explain_no_startup(launches)
+                        assembler.add(index, spans, batch.offset, batch.length)
+            except TraceReadError as exc:
+                item.error = item.error or exc
+            assembler.close_chunk()  # the end of an input: what it held is analysed now
+        results = assembler.finish(keep_where=True)
+    return _Outcome(results, assembler.where, found)
+
+
+def _jobs(paths: list[str], args: argparse.Namespace, slim: bool) -> int:
+    jobs = getattr(args, "jobs", None)
+    if jobs is not None:
+        if not 1 <= jobs <= 64:
+            raise CliError(f"--jobs must be between 1 and 64, not {jobs}", EXIT_USAGE)
+        return jobs if slim else 1
+    if not slim or sum(_size(p) for p in paths) < PARALLEL_FROM_BYTES:
+        return 1  # analyze keeps every start-up's spans: handing them between processes costs more
+    return max(1, min(os.cpu_count() or 1, MAX_JOBS))
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def _plan(paths: list[str], jobs: int, max_bytes: int) -> list[list[tuple[int, Part | None]]]:
+    """The inputs shared out between ``jobs`` processes, about equal bytes each: whole files,
+    and a big JSON Lines file in parts (readers.split_lines_file)."""
+    slices: list[tuple[int, int, Part | None]] = []  # (bytes, input, part)
+    total = sum(_size(p) for p in paths)
+    for index, path in enumerate(paths):
+        size = _size(path)
+        parts = split_lines_file(path, jobs, max_bytes) if jobs > 1 and size > total / jobs / 2 else None
+        if parts and len(parts) > 1:
+            slices += [(part.end - part.start, index, part) for part in parts]
+        else:
+            slices.append((size, index, None))
+    groups: list[list[tuple[int, Part | None]]] = [[] for _ in range(jobs)]
+    loads = [0] * jobs
+    for size, index, part in sorted(slices, key=lambda s: -s[0]):
+        least = loads.index(min(loads))
+        groups[least].append((index, part))
+        loads[least] += size
+    return [sorted(group, key=lambda s: (s[0], s[1].start if s[1] else 0)) for group in groups if group]
+
+
+def load_files(paths: list[str], args: argparse.Namespace, *, keep_going: bool = True,
+               slim: bool = False) -> Inputs:
     """Read every file; a file that cannot be read is left out with a warning naming it
     (and a bad JSON line is left out of its file) while the rest still make a report.
-    Duplicate ids, parent loops and missing parents are checked across all files at once:
-    a torchrun rank's file points at the launcher's span in a sibling file."""
+
+    The analysis is done trace by trace as the inputs are read (analyze/assemble.py), so a
+    fleet's worth of start-ups never sits in memory as spans: duplicate ids, parent loops and
+    missing parents are still checked across all the files, since a trace split over
+    several (a torchrun rank's file points at the launcher's span in a sibling file) is put
+    together before it is analysed. ``slim``: keep only what compare and capacity read; then
+    big inputs are read by several processes at once (``--jobs``), each a share of the files
+    (a big JSON Lines file in parts), and a trace that crosses their shares is put together
+    and analysed again here."""
     check_number(args.max_input_mb, "--max-input-mb", MAX_INPUT_MB_LIMIT)
     max_bytes = int(args.max_input_mb * 2**20)
-    results: list[tuple[str, ReadResult]] = []
-    floors: list[StorageFloor] = []
+    trace_id = getattr(args, "trace_id", None)
+    jobs = _jobs(paths, args, slim)
+    if jobs == 1:
+        outcomes = [_read_slices(paths, [(index, None) for index in range(len(paths))], max_bytes, trace_id, slim,
+                                 True)]
+    else:
+        groups = _plan(paths, jobs, max_bytes)
+        with multiprocessing.get_context("fork").Pool(len(groups)) as pool:
+            outcomes = pool.starmap(_read_slices, [(paths, group, max_bytes, trace_id, slim, False)
+                                                   for group in groups])
+    return _merge(paths, outcomes, keep_going, slim)
+
+
+def _merge(paths: list[str], outcomes: list[_Outcome], keep_going: bool, slim: bool) -> Inputs:
+    """One Inputs from what each process read: per input, its facts; per trace, its result
+    (a trace read by several processes analysed again here from all of its spans)."""
     inputs = Inputs([], [])
-    with paused_gc():
-        for path in paths:
-            try:
-                with progress_reporter(path) as report:
-                    result = read_trace(path, max_bytes, progress=report, repair_links=False)
-            except TraceReadError as exc:
-                error = CliError(str(exc), _EXIT_FOR_KIND.get(exc.kind, EXIT_NOT_A_TRACE))
+    per_input: dict[int, _InputFacts] = {}
+    for outcome in outcomes:
+        for index, item in outcome.inputs.items():
+            merged = per_input.setdefault(index, _InputFacts(split=item.split))
+            merged.facts.formats |= item.facts.formats
+            merged.facts.skipped += item.facts.skipped
+            merged.facts.floor = merged.facts.floor or item.facts.floor
+            merged.spans += item.spans
+            merged.roots |= item.roots
+            merged.launch_notes += item.launch_notes
+            merged.explanation = merged.explanation or item.explanation
+            merged.error = merged.error or item.error
+    results: dict[str, TraceResult] = {}
+    crossing: dict[str, dict] = {}
+    for outcome in outcomes:
+        for trace_id, result in outcome.results.items():
+            if trace_id in results:
+                crossing.setdefault(trace_id, {})
+            results[trace_id] = result
+    if crossing:
+        for outcome in outcomes:
+            for trace_id in crossing:
+                for index, batches in outcome.where.get(trace_id, {}).items():
+                    crossing[trace_id].setdefault(index, []).extend(batches)
+        for trace_id, where in crossing.items():
+            spans = [s for index, batches in where.items() for s in reread(paths[index], batches, {trace_id})]
+            result = analyse_trace(spans, slim)
+            result.source = min(where)
+            results[trace_id] = result
+    read: list[tuple[int, str, _InputFacts]] = []
+    floors: list[StorageFloor] = []
+    for index in sorted(per_input):
+        item, path = per_input[index], paths[index]
+        if item.error is not None:
+            exc = item.error
+            error = CliError(str(exc), _EXIT_FOR_KIND.get(exc.kind, EXIT_NOT_A_TRACE))
+            if not keep_going or len(paths) == 1:
+                raise error from None
+            inputs.first_error = inputs.first_error or error
+            inputs.skipped.append(str(exc))
+            print(f"otel-coldstart: warning: {exc}; file skipped", file=sys.stderr)
+            continue
+        if item.facts.floor is not None:
+            floors.append(item.facts.floor)
+            inputs.sources.append({"source": path, "format": "floor", "spans": 0, "startups": 0, "warnings": []})
+            continue
+        if item.split:
+            if not item.spans and item.facts.skipped and not item.facts.formats:
+                error = CliError(f"{path}: {item.facts.skipped[0]}", EXIT_NOT_A_TRACE)  # no line of it read
                 if not keep_going or len(paths) == 1:
-                    raise error from None
+                    raise error
                 inputs.first_error = inputs.first_error or error
-                inputs.skipped.append(str(exc))
-                print(f"otel-coldstart: warning: {exc}; file skipped", file=sys.stderr)
+                inputs.skipped.append(str(error))
                 continue
-            if result.floor is not None:
-                floors.append(result.floor)
-                inputs.sources.append({"source": path, "format": "floor", "spans": 0, "startups": 0,
-                                       "warnings": []})
-                continue
-            for where in result.skipped:
-                inputs.skipped.append(f"{path}: {where}")
-            results.append((path, result))
-        if not results:
-            if inputs.first_error is not None:
-                raise inputs.first_error
-            raise CliError("no trace among the inputs (only storage floor documents)", EXIT_NOT_A_TRACE)
-        spans = [span for _, result in results for span in result.spans]
-        spans, repairs = repair(complete_killed(spans))  # killed start-ups rebuilt across all files
-        startups = _select(breakdowns(spans), getattr(args, "trace_id", None))
-    for path, result in results:
-        for line in [*result.warnings, *untraced_warnings(result.spans)]:
-            print(f"otel-coldstart: warning: {path}: {line}", file=sys.stderr)
-    if not startups:
-        inputs.explanation = explain_no_startup(spans)
-    for line in repairs:
-        where = results[0][0] if len(results) == 1 else f"{len(results)} files together"
-        print(f"otel-coldstart: warning: {where}: {line}", file=sys.stderr)
+            if item.facts.formats == {"otlp"}:
+                item.facts.formats = {"otlp-lines"}
+        for where in item.facts.skipped:
+            inputs.skipped.append(f"{path}: {where}")
+        read.append((index, path, item))
+    if not read:
+        if inputs.first_error is not None:
+            raise inputs.first_error
+        raise CliError("no trace among the inputs (only storage floor documents)", EXIT_NOT_A_TRACE)
+    checks = {index: Notes() for index, *_ in read}
+    repairs = Notes()
+    startups: list[Breakdown] = []
+    for result in results.values():
+        checks.setdefault(result.source, Notes()).merge(result.checks)
+        repairs.merge(result.repairs)
+        startups.extend(result.startups)
+        inputs.spans += result.spans
+    startups.sort(key=lambda b: (b.root.start_ns, b.trace_id, b.root.span_id))
+    if not inputs.spans and any(checks.values()):  # every span read is one that cannot be true
+        first = next(note for notes in checks.values() for note in notes.lines())
+        where = f"{paths[0]}: no span in it" if len(paths) == 1 else "no span in the inputs"
+        raise CliError(f"{where} can be true ({first})", EXIT_NOT_A_TRACE)
     chosen = {(b.trace_id, b.root.span_id) for b in startups}
-    inputs.sources += [{"source": path, "format": result.format, "spans": len(result.spans),
-                        "startups": sum(1 for s in result.spans if s.is_root and (s.trace_id, s.span_id) in chosen),
-                        "warnings": list(result.warnings)} for path, result in results]
-    if repairs:
-        inputs.sources[-1]["warnings"] += repairs
+    for index, path, item in read:
+        untrue = checks[index].lines()
+        warnings = [f"{where} skipped" for where in item.facts.skipped] + untrue
+        for line in [*warnings, *item.launch_notes]:
+            print(f"otel-coldstart: warning: {path}: {line}", file=sys.stderr)
+        inputs.skipped += [f"{path}: {line}" for line in untrue]  # left out or repaired: exit 12
+        inputs.sources.append({"source": path, "format": item.facts.format, "spans": item.spans,
+                               "startups": len(item.roots & chosen), "warnings": warnings})
+    repaired = repairs.lines()
+    where = read[0][1] if len(read) == 1 else f"{len(read)} files together"
+    for line in repaired:
+        print(f"otel-coldstart: warning: {where}: {line}", file=sys.stderr)
+    if repaired:
+        inputs.sources[-1]["warnings"] += repaired
+    if not startups:
+        inputs.explanation = next((item.explanation for _, _, item in read if item.explanation), None)
     inputs.startups = startups
-    inputs.spans = len(spans)
     inputs.floor = combine(floors)
     return inputs
+
+
+def _launch_spans(spans: list) -> list:
+    """The spans that say how a launch went (coldstart.launch.processes_started): looked up in
+    each key layout's index, not span by span (model.Attributes)."""
+    key = semconv.LAUNCH_PROCESSES_STARTED
+    return [s for s in spans if key in getattr(s.attributes, "_index", s.attributes)]
+
+
+def _trace_filter(trace_id: str | None):
+    """--trace-id: a prefix of the trace id, leading zeros ignored; None keeps every trace."""
+    if not trace_id:
+        return None
+    wanted = trace_id.lower().lstrip("0")
+    return lambda found: found.lstrip("0").startswith(wanted)
 
 
 @contextlib.contextmanager

@@ -18,7 +18,8 @@ from ..analyze.escape import markdown_text, terminal_text
 from ..analyze.render import columns
 from ..analyze.report import CapacityReport, Renderer
 from ..analyze.units import format_seconds, parse_duration_ns
-from ._inputs import add_file_arguments, check_number, expand_paths, load_files, output, require_startups
+from ._inputs import (add_file_arguments, add_jobs_argument, check_number, expand_paths, load_files, output,
+                      require_startups)
 from .errors import EXIT_NO_STARTUP, EXIT_USAGE, CliError
 
 HELP = ("p50/p95 start-up per phase and per instance type over many traces, the autoscaler lead time and, "
@@ -29,6 +30,7 @@ MAX_RAMP_PER_MIN = 1e6
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="+", metavar="FILE", help="trace files or directories")
     add_file_arguments(parser)
+    add_jobs_argument(parser)
     parser.add_argument("--by", action="append", default=None, metavar="ATTRIBUTE",
                         help="resource attribute to group by (repeatable; default host.type)")
     parser.add_argument("--provisioning", default="0s", metavar="DURATION",
@@ -90,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(str(exc), EXIT_USAGE) from None
     if args.ramp is not None:
         check_number(args.ramp, "--ramp", MAX_RAMP_PER_MIN)
-    inputs = load_files(expand_paths(args.files), args)
+    inputs = load_files(expand_paths(args.files), args, slim=True)
     results = require_startups(inputs, args.trace_id)
     if args.by:
         known = known_keys(results)

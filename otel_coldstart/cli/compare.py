@@ -12,7 +12,7 @@ import sys
 from ..analyze.compare import compare
 from ..analyze.renderers import COMPARE
 from ..analyze.report import CompareReport, Side, split_unready
-from ._inputs import add_file_arguments, expand_paths, load_files, output, require_startups
+from ._inputs import add_file_arguments, add_jobs_argument, expand_paths, load_files, output, require_startups
 from .errors import EXIT_NO_STARTUP, CliError
 
 HELP = ("Per-phase medians, spread and a verdict (slower / faster / within noise) between two traces "
@@ -23,6 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("a", metavar="A", help="baseline: a trace file or a directory of them")
     parser.add_argument("b", metavar="B", help="candidate: a trace file or a directory of them")
     add_file_arguments(parser)
+    add_jobs_argument(parser)
     parser.add_argument("--include-unready", action="store_true",
                         help="count start-ups that did not reach ready() (killed, SIGTERM, crashed) in the "
                              "statistics; by default they are counted apart, by how they ended")
@@ -32,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _side(name: str, path: str, args: argparse.Namespace):
-    inputs = load_files(expand_paths([path]), args)
+    inputs = load_files(expand_paths([path]), args, slim=True)
     startups = require_startups(inputs, args.trace_id)
     counted, unready = split_unready(startups, args.include_unready)
     if not counted:
