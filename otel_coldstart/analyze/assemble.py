@@ -7,10 +7,12 @@ analysed once all of them are read, and let go; what is kept is the start-ups th
 
 The readers hand over batches (a JSON line, a document) in the order of the inputs. Every
 ``chunk_spans`` spans, and at the end of each input, the chunk is closed: each trace read in
-it is analysed then. A trace that shows up again after its chunk closed (split over files,
-a long start-up in a long Collector file) is analysed again at the end from all of its
-spans: the ones read since are kept from then on, the ones of its first chunk are read again
-from where they lie (readers.reread). The result is exactly what reading everything first
+it is analysed then, except the traces of the last RECENT_BATCHES batches, which are likely
+to go on (one big start-up in one file; the start-ups a Collector file interleaves) and stay
+in the next chunk. A trace that shows up again after it was analysed (split over files, a
+long pause in a long Collector file) is analysed again at the end from all of its spans: the
+ones read since are kept from then on, the ones read before are read again from where they
+lie (readers.reread). The result is exactly what reading everything first
 would give; memory is bounded by a chunk, the traces that cross chunks and the results
 (10,000 start-ups of 60 spans: 150 MB instead of 450 MB, benchmarks/RESULTS-analyzer.md).
 """
@@ -26,6 +28,7 @@ from .interrupted import complete_killed
 from .model import Span
 
 CHUNK_SPANS = 50_000  # about 30 MB of records
+RECENT_BATCHES = 64  # a trace seen in these last batches is not analysed yet when a chunk closes
 
 Where = dict[int, list[tuple[int, int]]]  # input -> batches (offset, length) in it
 
@@ -60,7 +63,9 @@ class Assembler:
     reread: Callable[[Where, set[str]], list[Span]]  # the spans of these traces, read again from there
     chunk_spans: int = CHUNK_SPANS
     _chunk: dict[str, list[Span]] = field(default_factory=dict)  # the open chunk's spans, by trace
-    _count: int = 0
+    _count: int = 0  # spans added since the chunk was last closed
+    _batches: int = 0
+    _last_batch: dict[str, int] = field(default_factory=dict)  # trace -> the batch it was last seen in
     _where: dict[str, Where] = field(default_factory=dict)  # where each trace was read, until it is whole
     _first: dict[str, int] = field(default_factory=dict)  # the input each trace was first read from
     _done: dict[str, TraceResult] = field(default_factory=dict)
@@ -86,15 +91,23 @@ class Assembler:
                     self._chunk[trace_id] = []
                     self._first.setdefault(trace_id, source)
                 self._chunk[trace_id].extend(group)
+                self._last_batch[trace_id] = self._batches
                 self._where.setdefault(trace_id, {}).setdefault(source, []).append((offset, length))
+        self._batches += 1
         self._count += len(spans)
         if self._count >= self.chunk_spans:
             self.close_chunk()
 
-    def close_chunk(self) -> None:
-        """Analyse the traces of the open chunk (the end of an input closes it too)."""
+    def close_chunk(self, everything: bool = False) -> None:
+        """Analyse the traces of the open chunk (the end of an input closes it too), but the
+        ones still being read (seen in the last RECENT_BATCHES batches) unless ``everything``."""
         chunk, self._chunk, self._count = self._chunk, {}, 0
+        recent = self._batches - RECENT_BATCHES
         for trace_id, spans in chunk.items():
+            if not everything and self._last_batch[trace_id] >= recent:
+                self._chunk[trace_id] = spans  # likely to go on: kept, and not counted again
+                continue
+            del self._last_batch[trace_id]
             result = self.analyse(spans)
             result.source = self._first[trace_id]
             self._done[trace_id] = result
@@ -103,7 +116,7 @@ class Assembler:
         """Every trace's result, each trace read again in full where it crossed chunks.
         ``keep_where``: keep where each trace was read (``where``), for a caller that puts
         together traces several assemblers read parts of."""
-        self.close_chunk()
+        self.close_chunk(everything=True)
         for trace_id, later in self._again.items():
             result = self.analyse(self.reread(self._where[trace_id], {trace_id}) + later)
             result.source = self._first[trace_id]

@@ -95,6 +95,7 @@ def test_a_trace_crossing_chunks_of_a_long_file_is_read_again_in_full(fleet, cap
     analysed = []
     original = assemble.analyse_trace
     monkeypatch.setattr(assemble, "CHUNK_SPANS", 97)  # a chunk closes inside almost every start-up
+    monkeypatch.setattr(assemble, "RECENT_BATCHES", 1)  # and the traces still being read are analysed too
     monkeypatch.setattr("otel_coldstart.cli._inputs.analyse_trace",
                         lambda spans, slim=False: analysed.append(len(spans)) or original(spans, slim))
     small_chunks = _json(capsys, "capacity", str(fleet / "all.jsonl"), "--jobs", "1")
