@@ -31,30 +31,15 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from analyzer_scale import _attr, _span  # noqa: E402 - the same OTLP JSON the other benchmark writes
+
 T0 = 1_790_000_000_000_000_000
 MS = 1_000_000
 SHARDS = 16
 HOST_TYPES = ("g5.12xlarge", "p4d.24xlarge", "g6e.xlarge")
 INTERLEAVE = 8  # processes whose batches a Collector file interleaves
-
-
-def _attr(key, value):
-    if isinstance(value, bool):
-        return {"key": key, "value": {"boolValue": value}}
-    if isinstance(value, int):
-        return {"key": key, "value": {"intValue": str(value)}}
-    if isinstance(value, float):
-        return {"key": key, "value": {"doubleValue": value}}
-    return {"key": key, "value": {"stringValue": value}}
-
-
-def _span(trace, span_id, parent, name, start, end, attrs):
-    span = {"traceId": trace, "spanId": f"{span_id:016x}", "name": name, "kind": 1,
-            "startTimeUnixNano": str(start), "endTimeUnixNano": str(end),
-            "attributes": [_attr(k, v) for k, v in attrs.items()], "status": {}}
-    if parent is not None:
-        span["parentSpanId"] = f"{parent:016x}"
-    return span
 
 
 def startup(number: int, rng: random.Random) -> tuple[dict, list[dict]]:

@@ -212,27 +212,8 @@ def _read_part(handle: BinaryIO, part: Part, max_bytes: int, facts: FileFacts) -
     also decides the file is JSON Lines). Lines are numbered from the file's start, counted
     only if one is skipped (the count reads the part's prefix)."""
     handle.seek(part.start)
-
-    def lines() -> Iterator[tuple[int, int, bytes | None]]:
-        offset = part.start
-        while offset < part.end:
-            line = handle.readline(max_bytes + 1)
-            if not line:
-                return
-            length = len(line)
-            if length > max_bytes:
-                while not line.endswith(b"\n"):
-                    line = handle.readline(1 << 20)
-                    if not line:
-                        break
-                    length += len(line)
-                yield offset, length, None
-            else:
-                yield offset, length, line
-            offset += length
-
     number_of = _line_counter(handle, part.start)
-    for offset, length, line in lines():
+    for offset, length, line in _lines_from(handle, part.start, part.end, max_bytes):
         batch = _line_batch(line, part.fast, facts, lambda: number_of(offset), max_bytes)
         if batch is not None:
             yield Batch(batch, offset, length)
@@ -370,8 +351,13 @@ def _lines(handle: BinaryIO, first: bytes, rest_start: int,
     byte-order mark taken off it, so its length in the file is its end). A line over
     ``max_bytes`` is passed over without being held (line None): one bad line, not a bad file."""
     yield 0, rest_start, first
-    offset = rest_start
-    while True:
+    yield from _lines_from(handle, rest_start, None, max_bytes)
+
+
+def _lines_from(handle: BinaryIO, offset: int, end: int | None,
+                max_bytes: int) -> Iterator[tuple[int, int, bytes | None]]:
+    """_lines from ``offset`` (a line's start, where ``handle`` is) to ``end`` or the file's end."""
+    while end is None or offset < end:
         line = handle.readline(max_bytes + 1)
         if not line:
             return

@@ -60,6 +60,15 @@ def aggregate(parent: Span, phase: str, start_ms: float, end_ms: float, busy_ms:
         semconv.BYTES: nbytes, **attrs})
 
 
+def otlp_attr(key: str, value) -> dict:
+    """One OTLP JSON attribute, as the plugin writes it (ints as decimal strings)."""
+    if isinstance(value, bool):
+        return {"key": key, "value": {"boolValue": value}}
+    if isinstance(value, int):
+        return {"key": key, "value": {"intValue": str(value)}}
+    return {"key": key, "value": {"stringValue": value}}
+
+
 def only(spans: list[Span]) -> Breakdown:
     results = breakdowns(spans)
     assert len(results) == 1, results

@@ -189,15 +189,21 @@ def _drip_headers(conn, stop):
         conn.sendall(bytes([byte]))
 
 
-@pytest.mark.parametrize("behaviour", [_drip_body, _drip_headers], ids=["body", "headers"])
-def test_timeout_bounds_the_whole_request_against_a_dripping_server(capsys, behaviour):
+def _timed_fetch(capsys, behaviour) -> tuple[int, str, float]:
+    """analyze --jaeger against a raw server behaving so, with a 1.5 s timeout: exit code,
+    stderr and the seconds it took."""
     server = _RawServer(behaviour)
     try:
         started = time.monotonic()
         code, _, err = run(capsys, "analyze", "--jaeger", server.url, "--trace-id", "abc", "--timeout", "1.5")
-        elapsed = time.monotonic() - started
+        return code, err, time.monotonic() - started
     finally:
         server.close()
+
+
+@pytest.mark.parametrize("behaviour", [_drip_body, _drip_headers], ids=["body", "headers"])
+def test_timeout_bounds_the_whole_request_against_a_dripping_server(capsys, behaviour):
+    code, err, elapsed = _timed_fetch(capsys, behaviour)
     assert code == 9 and "no answer within 1.5 s" in err
     assert elapsed < 15  # cut off at ~1.5 s; generous for a loaded machine
 
@@ -275,12 +281,6 @@ def _dripping(status_and_headers: bytes, headers_too: bool):
 ], ids=["http-1.0", "connection-close"])
 @pytest.mark.parametrize("headers_too", [False, True], ids=["body", "headers"])
 def test_the_deadline_holds_when_the_response_owns_the_socket(capsys, status_and_headers, headers_too):
-    server = _RawServer(_dripping(status_and_headers, headers_too))
-    try:
-        started = time.monotonic()
-        code, _, err = run(capsys, "analyze", "--jaeger", server.url, "--trace-id", "abc", "--timeout", "1.5")
-        elapsed = time.monotonic() - started
-    finally:
-        server.close()
+    code, err, elapsed = _timed_fetch(capsys, _dripping(status_and_headers, headers_too))
     assert code == 9 and "no answer within 1.5 s" in err
     assert elapsed < DRIP_FOR_S - 4, elapsed  # cut off at ~1.5 s, not when the server gave up

@@ -11,6 +11,7 @@ import re
 import pytest
 
 from browser import dump_dom, screenshot, with_clip_check
+from analyze_records import otlp_attr
 from otel_coldstart.analyze.labels import distinct_labels, shorten
 from otel_coldstart.cli import main
 
@@ -21,26 +22,20 @@ PREFIX += "x" * (100 - len(PREFIX))
 NAMES = [f"{PREFIX}-{i:05d}-of-00048.safetensors" for i in range(1, 49)]
 
 
-def _attr(key, value):
-    if isinstance(value, bool):
-        return {"key": key, "value": {"boolValue": value}}
-    if isinstance(value, int):
-        return {"key": key, "value": {"intValue": str(value)}}
-    return {"key": key, "value": {"stringValue": value}}
 
 
 def _trace(tmp_path) -> str:
     trace = "ab" * 16
     spans = [{"traceId": trace, "spanId": f"{1:016x}", "name": "model.startup", "startTimeUnixNano": str(T0),
-              "endTimeUnixNano": str(T0 + 2000 * MS), "attributes": [_attr("coldstart.ready", True)]}]
+              "endTimeUnixNano": str(T0 + 2000 * MS), "attributes": [otlp_attr("coldstart.ready", True)]}]
     for index, path in enumerate(NAMES):
         start = T0 + (10 + index * 40) * MS
         spans.append({"traceId": trace, "spanId": f"{index + 2:016x}", "parentSpanId": f"{1:016x}",
                       "name": "coldstart.deserialize", "startTimeUnixNano": str(start),
                       "endTimeUnixNano": str(start + (30 if index else 35) * MS), "attributes": [
-                          _attr("coldstart.phase", "deserialize"), _attr("coldstart.file.path", path),
-                          _attr("coldstart.file.size", 1 << 20), _attr("coldstart.shard.index", index),
-                          _attr("coldstart.cache.state", "cold" if index == 16 else "warm")]})
+                          otlp_attr("coldstart.phase", "deserialize"), otlp_attr("coldstart.file.path", path),
+                          otlp_attr("coldstart.file.size", 1 << 20), otlp_attr("coldstart.shard.index", index),
+                          otlp_attr("coldstart.cache.state", "cold" if index == 16 else "warm")]})
     path = tmp_path / "long.json"
     path.write_text(json.dumps({"resourceSpans": [{"resource": {"attributes": []},
                                                    "scopeSpans": [{"spans": spans}]}]}))

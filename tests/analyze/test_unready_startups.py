@@ -11,6 +11,7 @@ import re
 
 import pytest
 
+from analyze_records import otlp_attr
 from otel_coldstart.cli import main
 
 T0 = 1_700_000_000_000_000_000
@@ -18,10 +19,6 @@ MS = 1_000_000
 _traces = itertools.count(1)
 
 
-def _attr(key, value):
-    if isinstance(value, bool):
-        return {"key": key, "value": {"boolValue": value}}
-    return {"key": key, "value": {"stringValue": value}}
 
 
 def _startup(phases: list[tuple[str, float]], end: str = "ready", host_type: str = "g5", tail_ms: float = 10) -> dict:
@@ -32,14 +29,14 @@ def _startup(phases: list[tuple[str, float]], end: str = "ready", host_type: str
         spans.append({"traceId": trace, "spanId": f"{number:016x}", "parentSpanId": f"{1:016x}",
                       "name": f"coldstart.{phase}", "startTimeUnixNano": str(cursor),
                       "endTimeUnixNano": str(cursor + int(duration * MS)),
-                      "attributes": [_attr("coldstart.phase", phase)]})
+                      "attributes": [otlp_attr("coldstart.phase", phase)]})
         cursor += int(duration * MS)
-    root_attrs = [_attr("coldstart.ready", end == "ready"), _attr("coldstart.end_reason", end)]
+    root_attrs = [otlp_attr("coldstart.ready", end == "ready"), otlp_attr("coldstart.end_reason", end)]
     if end != "ready" and phases:
-        root_attrs.append(_attr("coldstart.end.phase", phases[-1][0]))
+        root_attrs.append(otlp_attr("coldstart.end.phase", phases[-1][0]))
     spans.insert(0, {"traceId": trace, "spanId": f"{1:016x}", "name": "model.startup", "startTimeUnixNano": str(T0),
                      "endTimeUnixNano": str(cursor + int(tail_ms * MS)), "attributes": root_attrs})
-    return {"resourceSpans": [{"resource": {"attributes": [_attr("host.type", host_type)]},
+    return {"resourceSpans": [{"resource": {"attributes": [otlp_attr("host.type", host_type)]},
                                "scopeSpans": [{"spans": spans}]}]}
 
 

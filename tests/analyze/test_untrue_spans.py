@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from analyze_records import otlp_attr
 from otel_coldstart.cli import main
 
 T0 = 1_700_000_000_000_000_000
@@ -15,12 +16,6 @@ MS = 1_000_000
 TRACE = "ab" * 16
 
 
-def _attr(key, value):
-    if isinstance(value, bool):
-        return {"key": key, "value": {"boolValue": value}}
-    if isinstance(value, int):
-        return {"key": key, "value": {"intValue": str(value)}}
-    return {"key": key, "value": {"stringValue": value}}
 
 
 def _span(span_id, name, start_ms, end_ms, parent="0000000000000001", trace=TRACE, start_ns=None, end_ns=None,
@@ -28,7 +23,7 @@ def _span(span_id, name, start_ms, end_ms, parent="0000000000000001", trace=TRAC
     span = {"traceId": trace, "spanId": span_id, "name": name,
             "startTimeUnixNano": str(start_ns if start_ns is not None else T0 + int(start_ms * MS)),
             "endTimeUnixNano": str(end_ns if end_ns is not None else T0 + int(end_ms * MS)),
-            "attributes": [_attr(k.replace("__", "."), v) for k, v in attrs.items()]}
+            "attributes": [otlp_attr(k.replace("__", "."), v) for k, v in attrs.items()]}
     if parent:
         span["parentSpanId"] = parent
     return span
@@ -44,7 +39,7 @@ def _phase(span_id, phase, start_ms, end_ms, **kw):
 
 
 def _doc(*spans):
-    return {"resourceSpans": [{"resource": {"attributes": [_attr("service.name", "srv")]},
+    return {"resourceSpans": [{"resource": {"attributes": [otlp_attr("service.name", "srv")]},
                                "scopeSpans": [{"spans": list(spans)}]}]}
 
 
