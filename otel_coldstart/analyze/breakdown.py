@@ -615,6 +615,10 @@ def _span_bytes(span: Span) -> int:
     return value if isinstance(value, int) and value > 0 else 0
 
 
+def _int_attr(span: Span, key: str) -> int | None:
+    return verdicts.int_value(span.attributes.get(key))
+
+
 def _storage_read_bytes(attrs: Mapping[str, Any]) -> int | None:
     """Bytes of the file that came from storage during the start-up: the per-file figure
     (every thread, reads after the span included), else, in traces written before it existed,

@@ -88,6 +88,7 @@ def test_a_figure_above_the_link_bound_is_flagged_in_every_renderer():
     from otel_coldstart.analyze.render_html import render_html
     from otel_coldstart.analyze.render_json import startup_to_dict
     from otel_coldstart.analyze.render_markdown import render_markdown
+    from otel_coldstart.analyze.report import Report
 
     root = _root()
     # 1 GB resolved in 10 ms of device time: 100 GB/s over a Gen5 x16 link. Impossible.
@@ -95,10 +96,9 @@ def test_a_figure_above_the_link_bound_is_flagged_in_every_renderer():
     h2d = breakdown.phase(semconv.PHASE_H2D)
     assert h2d.above_bound and h2d.bound_bps == 63.0e9
     warning = "h2d throughput 93.1 GiB/s is above the host link's bound (pcie gen5 x16: 58.7 GiB/s)"
-    for render in (lambda out: render_text(breakdown, out), lambda out: render_markdown([breakdown], [], out),
-                   lambda out: render_html([breakdown], [], out)):
+    for render in (render_text, render_markdown, render_html):  # one signature: render(report, out)
         out = io.StringIO()
-        render(out)
+        render(Report([breakdown]), out)
         assert warning in html.unescape(out.getvalue()) and "!" in out.getvalue()
     (phase,) = [p for p in startup_to_dict(breakdown)["phases"] if p["phase"] == semconv.PHASE_H2D]
     assert phase["throughput_above_link_bound"] is True
