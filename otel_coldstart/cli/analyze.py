@@ -94,7 +94,8 @@ def run(args: argparse.Namespace) -> int:
     for violation in violations:
         print(f"otel-coldstart: over budget: {violation.describe()}", file=sys.stderr)
     if inputs.partial:
-        print(f"otel-coldstart: warning: {len(inputs.skipped)} input(s) left out of this report "
+        print(f"otel-coldstart: warning: {len(inputs.skipped)} part(s) of the input left out or repaired "
+              "(each named above) in this report "
               f"(exit {inputs.exit_code()})", file=sys.stderr)
     # A budget excess (8), then a waterfall that was not written (6), then a killed start-up
     # (11), then inputs left out (12).
