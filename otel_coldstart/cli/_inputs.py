@@ -180,9 +180,11 @@ def _read_slices(paths: list[str], slices: list[tuple[int, Part | None]], max_by
 
 def _jobs(paths: list[str], args: argparse.Namespace, slim: bool) -> int:
     jobs = getattr(args, "jobs", None)
+    if jobs is not None and not 1 <= jobs <= 64:
+        raise CliError(f"--jobs must be between 1 and 64, not {jobs}", EXIT_USAGE)
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return 1  # Windows: the reading processes are forks of this one, with its state
     if jobs is not None:
-        if not 1 <= jobs <= 64:
-            raise CliError(f"--jobs must be between 1 and 64, not {jobs}", EXIT_USAGE)
         return jobs if slim else 1
     if not slim or sum(_size(p) for p in paths) < PARALLEL_FROM_BYTES:
         return 1  # analyze keeps every start-up's spans: handing them between processes costs more
