@@ -32,6 +32,18 @@ def positive_int(attributes: Mapping[str, Any], key: str) -> int:
     return value if value is not None and value > 0 else 0
 
 
+def str_value(attributes: Mapping[str, Any], key: str) -> str | None:
+    """A string attribute; any other type reads as absent."""
+    value = attributes.get(key)
+    return value if isinstance(value, str) else None
+
+
+def number_value(attributes: Mapping[str, Any], key: str) -> float | None:
+    """A numeric attribute as a float; bools and other types read as absent."""
+    value = attributes.get(key)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 # --- cold / partial / warm --------------------------------------------------------------
 
 # Reading from storage at least this share of the bytes asked for means the page cache did

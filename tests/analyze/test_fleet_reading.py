@@ -103,6 +103,7 @@ def test_a_trace_crossing_chunks_of_a_long_file_is_read_again_in_full(fleet, cap
     assert len(analysed) > 120  # traces were analysed from a part, then again from all their spans
 
 
+@pytest.mark.process  # the benchmark runs the CLI in processes of its own
 def test_fleet_benchmark_smoke_runs_and_reports(tmp_path):
     out = tmp_path / "fleet.json"
     done = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "fleet_scale.py"), "--smoke",
