@@ -52,6 +52,7 @@ def test_middle_ellipsis_keeps_the_number_and_the_end():
     assert shorten("short.bin", 40) == "short.bin"  # nothing to cut: nothing cut
 
 
+@pytest.mark.process  # starts a process of its own (the CLI, or headless Chromium)
 def test_text_report_and_waterfall_keep_48_shard_names_apart(tmp_path, capsys):
     trace = _trace(tmp_path)
     assert main(["analyze", trace, "--waterfall", str(tmp_path / "wf")]) == 0
@@ -80,6 +81,7 @@ def test_text_report_and_waterfall_keep_48_shard_names_apart(tmp_path, capsys):
     assert not [line for line in console if "Error" in line]
 
 
+@pytest.mark.process  # starts a process of its own (the CLI, or headless Chromium)
 def test_html_files_table_has_the_full_names_and_the_page_renders(tmp_path, capsys):
     trace = _trace(tmp_path)
     report = tmp_path / "report.html"

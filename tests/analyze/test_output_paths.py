@@ -39,6 +39,7 @@ def test_waterfall_into_a_path_that_is_not_a_directory(capsys, tmp_path):
                                "written into one, an SVG file per start-up)")
 
 
+@pytest.mark.process  # starts a process of its own (the CLI, or headless Chromium)
 def test_output_to_devices_and_to_stdout_works(capsys, tmp_path):
     code, out, err = _run(capsys, "analyze", COLD, "-o", "/dev/null")
     assert code == 0 and out == "" and err == ""
@@ -88,6 +89,7 @@ def test_output_to_a_fifo_nobody_reads_fails_at_once_and_one_that_is_read_works(
     assert code == 0 and received and received[0].startswith("model.startup ")
 
 
+@pytest.mark.process  # starts a process of its own (the CLI, or headless Chromium)
 def test_compare_html_is_a_self_contained_page_that_renders(capsys, tmp_path):
     page = tmp_path / "compare.html"
     code, _, _ = _run(capsys, "compare", WARM, COLD, "--format", "html", "-o", str(page))
