@@ -394,7 +394,7 @@ def finish(setup: ExportSetup, timeout_s: float) -> bool:
 def write_records(path: str, kept: Sequence, resource: dict) -> bool:
     """Write spans the session kept (session._Kept) to ``path`` as one OTLP JSON line: the
     fallback when the configured exporter did not take them. False if it could not."""
-    from . import __version__
+    from .package import __version__
     from .own_tracing import OwnResource, OwnScope
 
     own_resource = OwnResource(resource)
