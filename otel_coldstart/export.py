@@ -43,6 +43,10 @@ class OtlpJsonFile:
     """Appends each batch of finished spans (ours or the SDK's ``ReadableSpan``) as one line
     of OTLP JSON. Creates the file exclusively: an existing file is never overwritten."""
 
+    # Export never waits on a network: the tracer provider may write a full queue from the
+    # thread that filled it rather than drop spans (own_tracing.OwnTracerProvider._on_end).
+    local = True
+
     def __init__(self, path: str) -> None:
         self.path = path
         self._lock = threading.Lock()

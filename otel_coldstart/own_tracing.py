@@ -66,6 +66,9 @@ MAX_QUEUE = 2048  # after the start-up, as the SDK's processor
 # computed from it), so the export queue may hold as many: a burst of user phases is never
 # dropped while the worker catches up. Beyond this, drops are counted on the root.
 MAX_QUEUE_DURING_STARTUP = 1 << 16
+# A thread that fills the queue of a local file sink waits at most this long for the worker's
+# write in progress before writing itself; past it the span stays queued (never dropped).
+LOCAL_BACKPRESSURE_WAIT_S = 5.0
 
 # Variables that change what the SDK's tracer provider or batch processor does. With any of
 # them set, the SDK is used: its reading of them is the definition, not ours.
@@ -517,8 +520,10 @@ class OwnTracerProvider(trace.TracerProvider):
     span waiting, at once when a batch is full (the worker is woken, as the SDK's batch
     processor wakes its own), and from whichever thread calls :meth:`force_flush` (ours:
     the in-flight monitor, the bounded flushes of ``ready()`` and exit). At most
-    ``MAX_QUEUE_DURING_STARTUP`` spans wait during the start-up, ``MAX_QUEUE`` after it;
-    more are dropped and counted (``dropped_spans``), as the SDK drops them."""
+    ``MAX_QUEUE_DURING_STARTUP`` spans wait during the start-up, ``MAX_QUEUE`` after it.
+    Beyond that, a local file sink (``sink.local``) is written by the thread that ends the
+    span (no span is lost to a burst); spans for a network exporter are dropped and counted
+    (``dropped_spans``), as the SDK drops them, since waiting on a network would stall the host."""
 
     def __init__(self, resource: OwnResource, sink) -> None:
         self.resource = resource
@@ -532,6 +537,10 @@ class OwnTracerProvider(trace.TracerProvider):
         self.failed_exports = 0  # batches the sink refused (an exporter that failed)
         self.last_export_ok: bool | None = None
         self._closed = False
+        # The sink writes a local file (export never waits on a network): a full queue is
+        # written by the thread that filled it instead of dropping (see _on_end).
+        self._sink_is_local = bool(getattr(sink, "local", False))
+        self._flushing_thread = 0
         self._worker: threading.Thread | None = None
         self._worker_pid = 0
 
@@ -548,15 +557,26 @@ class OwnTracerProvider(trace.TracerProvider):
             return
         if self._worker is None or self._worker_pid != os.getpid():  # none yet, or forked
             self._start_worker()
+        write_here = False
         with self._lock:
             if len(self._pending) >= self._max_queue:
-                self.dropped_spans += 1
-                return
+                if (not self._sink_is_local or self._flushing_thread == threading.get_ident()
+                        or self.last_export_ok is False or len(self._pending) >= 2 * self._max_queue):
+                    # A network exporter, a span ended inside our own export, a file that
+                    # refuses writes, or a writer stuck past the wait: memory stays bounded.
+                    self.dropped_spans += 1
+                    return
+                # A local file never waits on a network: the thread that outruns the worker
+                # writes a batch itself rather than lose a span (a burst pays for its own
+                # export; a host that ends spans slower than a file takes them never does).
+                write_here = True
             self._pending.append(span)
             waiting = len(self._pending)
             # Wake the worker for the first span (its delay starts) and for a full batch.
             if waiting == 1 or waiting == MAX_EXPORT_BATCH:
                 self._ready.notify()
+        if write_here:
+            self.force_flush(timeout_millis=int(LOCAL_BACKPRESSURE_WAIT_S * 1000))
 
     def export_in_background(self) -> None:
         """The start-up is over: the queue is bounded as the SDK's processor bounds it."""
@@ -572,6 +592,7 @@ class OwnTracerProvider(trace.TracerProvider):
                 self._lock = threading.Lock()
                 self._ready = threading.Condition(self._lock)
                 self._flush_lock = threading.Lock()
+                self._flushing_thread = 0
                 self._pending = []
             self._worker_pid = os.getpid()
             self._worker = threading.Thread(target=self._work, name="otel-coldstart-span-export", daemon=True)
@@ -601,6 +622,7 @@ class OwnTracerProvider(trace.TracerProvider):
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         if not self._flush_lock.acquire(timeout=max(timeout_millis, 0) / 1000):
             return False
+        self._flushing_thread = threading.get_ident()  # a span ended inside an export must not wait on itself
         try:
             while True:
                 with self._lock:
@@ -613,6 +635,7 @@ class OwnTracerProvider(trace.TracerProvider):
                     self.failed_exports += 1
                     return False
         finally:
+            self._flushing_thread = 0
             self._flush_lock.release()
 
     def shutdown(self) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import threading
 import time
 
 import pytest
@@ -267,6 +268,69 @@ def test_a_full_queue_drops_and_counts_as_the_batch_processor_does_after_the_sta
     for _ in range(own_tracing.MAX_QUEUE + 10):
         tracer.start_span("s").end()
     assert provider.dropped_spans == 10
+
+
+class LocalCollecting(Collecting):
+    """A sink that, like the OTLP JSON file, never waits on a network."""
+
+    local = True
+
+
+def test_a_full_queue_for_a_local_file_is_written_by_the_thread_that_fills_it_never_dropped():
+    """The CI run that lost 491 of 20,000 spans after ready(): the worker fell behind a tight
+    loop and the SDK's bound dropped the rest. A local file takes them from the host thread."""
+    sink = LocalCollecting()
+    provider = own_tracing.OwnTracerProvider(own_tracing.OwnResource({}), sink)
+    provider._start_worker = lambda: None  # no worker at all: the host thread must write
+    provider.export_in_background()
+    tracer = provider.get_tracer("t")
+    for i in range(own_tracing.MAX_QUEUE * 3 + 7):
+        tracer.start_span(f"s{i}").end()
+    assert provider.dropped_spans == 0
+    assert len(provider._pending) <= own_tracing.MAX_QUEUE
+    provider.force_flush()
+    assert [s.name for s in sink.into] == [f"s{i}" for i in range(own_tracing.MAX_QUEUE * 3 + 7)]  # in end order
+
+
+def test_a_local_file_that_refuses_writes_drops_and_counts_instead_of_growing():
+    class Refusing(LocalCollecting):
+        def export(self, spans) -> bool:
+            return False
+
+    provider = own_tracing.OwnTracerProvider(own_tracing.OwnResource({}), Refusing())
+    provider._start_worker = lambda: None
+    provider.export_in_background()
+    tracer = provider.get_tracer("t")
+    for _ in range(own_tracing.MAX_QUEUE * 3):
+        tracer.start_span("s").end()
+    assert provider.dropped_spans >= own_tracing.MAX_QUEUE
+    assert len(provider._pending) <= own_tracing.MAX_QUEUE
+
+
+def test_a_span_ended_inside_a_local_export_does_not_wait_on_itself():
+    provider = None
+
+    class EndsSpans(LocalCollecting):
+        def export(self, spans) -> bool:
+            if not self.batches:  # the first write ends spans of its own (an instrumented write)
+                for _ in range(own_tracing.MAX_QUEUE + 1):
+                    provider.get_tracer("inner").start_span("inner").end()
+            return super().export(spans)
+
+    provider = own_tracing.OwnTracerProvider(own_tracing.OwnResource({}), EndsSpans())
+    provider._start_worker = lambda: None
+    provider.export_in_background()
+    tracer = provider.get_tracer("t")
+    done = threading.Event()
+
+    def burst():
+        for _ in range(own_tracing.MAX_QUEUE + 1):
+            tracer.start_span("s").end()
+        done.set()
+
+    threading.Thread(target=burst, daemon=True).start()
+    assert done.wait(20)
+    assert provider.dropped_spans >= 1  # the inner spans beyond the bound, not a deadlock
 
 
 def _wait_for(predicate, timeout_s=10.0):
