@@ -9,10 +9,13 @@ span count grows with shards and phases, never with tensors.
 
 from __future__ import annotations
 
+import itertools
+import os
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Hashable
 
+from opentelemetry import context as _otel_context
 from opentelemetry.trace import SpanContext
 
 from . import probes, semconv
@@ -27,11 +30,101 @@ if TYPE_CHECKING:  # pragma: no cover
 ASYNC_WORK = "async_work"
 
 
+# --- per-thread state -------------------------------------------------------------------------
+
+
+class ThreadState:
+    """What the per-call wrappers keep per thread, reached with one thread-local lookup.
+
+    ``busy``: one of our per-call wrappers is on this thread's stack (a re-entry through a
+    ``__torch_function__`` subclass, ``Module.half`` reaching ``Tensor.half``, counts
+    nothing: patches/_guard.py). ``capturing``: CUDA graph captures open on this thread.
+    ``acc``: this thread's :class:`_Accumulator` for the recorder it last recorded into.
+    ``lock``: guards the additions to this thread's aggregates (see :meth:`Recorder.add`).
+    ``io_mark``: this thread's storage-read counters before its first call since the last
+    container boundary, while calls are not sampled one by one (None: take it at the next
+    call; see :meth:`Recorder.boundary`)."""
+
+    __slots__ = ("busy", "capturing", "acc", "lock", "io_mark")
+
+    def __init__(self) -> None:
+        self.busy = False
+        self.capturing = 0
+        self.acc: _Accumulator | None = None
+        self.lock = threading.RLock()  # re-entrant: a signal handler on this thread may end the start-up mid-add
+        self.io_mark = None
+
+
+_threads = threading.local()
+
+
+def thread_state() -> ThreadState:
+    try:
+        return _threads.state
+    except AttributeError:
+        state = _threads.state = ThreadState()
+        return state
+
+
+def _after_fork_in_child() -> None:
+    # The forking thread's state lives on in the child; its lock may not be held by a thread
+    # that is gone (only this thread ever takes it to add), but a new one costs nothing.
+    state = getattr(_threads, "state", None)
+    if state is not None:
+        state.lock = threading.RLock()
+        state.acc = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _context_getter() -> Callable[[], Any]:
+    """The current OTel Context object, as cheaply as this API version allows: the runtime
+    context's ContextVar directly (a C call) where it is the default contextvars one."""
+    runtime = getattr(_otel_context, "_RUNTIME_CONTEXT", None)
+    variable = getattr(runtime, "_current_context", None)
+    getter = getattr(variable, "get", None)
+    return getter if callable(getter) else _otel_context.get_current
+
+
+_current_context = _context_getter()
+
+
+class _Accumulator:
+    """One thread's view of one recorder: the parent cache and the aggregates it adds to.
+
+    The parent of work done now is a pure function of the OTel context (an immutable object:
+    attaching makes a new one), the thread's pending ``Module.to`` parents and its ambient
+    ``safe_open`` parents; the session bumps ``parent_gen`` whenever one of the latter
+    changes. So the cached parent stands while the context object and the generation are
+    the same ones."""
+
+    __slots__ = ("recorder", "context", "generation", "parent", "parent_key", "slots",
+                 "last", "last_phase", "last_detail")
+
+    def __init__(self, recorder: "Recorder") -> None:
+        self.recorder = recorder
+        self.context = _NOT_LOOKED_UP
+        self.generation = -1
+        self.parent = None
+        self.parent_key = None
+        self.slots: dict[tuple, Aggregate] = {}  # (parent key, phase, detail) -> this thread's aggregate
+        # The aggregate the last call joined, its phase and detail: the next call with the same
+        # parent, phase and (the same object for) detail joins it without a key and a lookup.
+        self.last: Aggregate | None = None
+        self.last_phase = None
+        self.last_detail = None
+
+
+_NOT_LOOKED_UP = object()
+
+
 class Aggregate:
     __slots__ = (
         "phase", "parent", "detail", "thread_id", "thread_name", "calls", "bytes", "busy_ns",
         "first_ns", "last_ns", "read_bytes", "major_faults", "pinned_bytes", "pageable_bytes",
-        "non_blocking_calls", "attributes", "extras", "end_hooks", "settle",
+        "non_blocking_calls", "attributes", "extras", "end_hooks", "settle", "lock", "closed",
     )
 
     def __init__(self, phase: str, parent, detail: Hashable, attributes: dict) -> None:
@@ -62,6 +155,10 @@ class Aggregate:
         # the aggregate back (nothing waits). final_deadline is None until the end of the
         # start-up, then the time.monotonic() by which every held aggregate must be written.
         self.settle: Callable[["Aggregate", float | None], bool] | None = None
+        # The owning thread's lock (ThreadState.lock): its additions and the close that
+        # takes it for writing exclude each other. Closed: taken; later calls start another.
+        self.lock: threading.Lock | None = None
+        self.closed = False
 
     def run_end_hooks(self) -> None:
         """Called once, just before the aggregate becomes a span. A hook may move
@@ -111,6 +208,111 @@ class Recorder:
         self._lock = threading.Lock()
         self._aggregates: dict[tuple, Aggregate] = {}
         self._held: list[tuple[Aggregate, SpanContext | None]] = []  # ended, device work still queued
+        # Sample each call's storage reads (getrusage around it): only once reads are
+        # expected (expect_storage_reads) or were seen at a boundary. Read by every call.
+        self.sample_io = False
+
+    # --- storage reads: per call only where they can happen -------------------------------------
+
+    def expect_storage_reads(self) -> None:
+        """A checkpoint file was not wholly in the page cache when its read began (or its
+        residency is unknown): calls may read it from storage from now on, so each call's
+        reads are counted on its thread, around it, as exactly as before issue 24."""
+        if probes.io_accounting_available():
+            self.sample_io = True
+
+    @staticmethod
+    def mark(state: ThreadState) -> None:
+        """Before a call that is not sampled, the first since this thread's last boundary:
+        the thread's counters now (one syscall per segment, not per call)."""
+        state.io_mark = probes.thread_io()
+
+    def boundary(self) -> None:
+        """A container span starts or ends on this thread: if the thread read from storage
+        since its first call counted without sampling, reads are happening where no file of
+        ours said so (a file read without us, pages evicted meanwhile); count each call's
+        from now on. Those already made are not attributed: nothing says whose they were."""
+        state = thread_state()
+        mark = state.io_mark
+        if mark is None or self.sample_io:
+            return
+        state.io_mark = None  # the next call marks again
+        now = probes.thread_io()
+        if now.read_bytes > mark.read_bytes or now.major_faults > mark.major_faults:
+            self.sample_io = True
+
+    # --- counting calls ---------------------------------------------------------------------------
+
+    def _accumulator(self, state: ThreadState) -> _Accumulator:
+        acc = state.acc
+        if acc is None or acc.recorder is not self:
+            acc = state.acc = _Accumulator(self)
+        return acc
+
+    def _aggregate_for(self, state: ThreadState, acc: _Accumulator, phase: str, detail: Hashable,
+                       detail_attributes: dict | None, start_ns: int) -> Aggregate:
+        """The aggregate this thread's call joins now (the caller holds ``state.lock``)."""
+        context = _current_context()
+        session = self._session
+        generation = getattr(session, "parent_gen", 0)  # read before the parent is worked out
+        if context is not acc.context or generation != acc.generation:
+            parent = session.current_parent()
+            acc.parent, acc.parent_key, acc.last = parent, _parent_key(parent), None
+            acc.context, acc.generation = context, generation
+        key = (acc.parent_key, phase, detail)
+        aggregate = acc.slots.get(key)
+        if aggregate is None or aggregate.closed:
+            aggregate = self._open(state, acc, key, phase, detail, detail_attributes, start_ns)
+        return aggregate
+
+    def _open(self, state: ThreadState, acc: _Accumulator, key: tuple, phase: str, detail: Hashable,
+              detail_attributes: dict | None, start_ns: int) -> Aggregate:
+        full_key = (threading.get_ident(), *key)
+        with self._lock:
+            aggregate = self._aggregates.get(full_key)
+            if aggregate is None or aggregate.closed:
+                aggregate = Aggregate(phase, acc.parent, detail, dict(detail_attributes or {}))
+                aggregate.first_ns = start_ns
+                aggregate.lock = state.lock
+                self._aggregates[full_key] = aggregate
+        slots = acc.slots
+        if len(slots) >= 64:  # many parents over time (a Module.to per layer): drop the written ones
+            for stale in [k for k, a in slots.items() if a.closed]:
+                del slots[stale]
+        slots[key] = aggregate
+        return aggregate
+
+    def count(self, state: ThreadState, phase: str, detail: Hashable, detail_attributes: dict | None,
+              nbytes: int, start_ns: int, end_ns: int, read_bytes: int = 0, major_faults: int = 0) -> None:
+        """Count one call of this thread (``state`` is :func:`thread_state`'s): the per-call
+        path of host casts and copies, safetensors reads and pinning. ``read_bytes`` and
+        ``major_faults`` are the call's own when :attr:`sample_io` is on, else 0.
+
+        :meth:`_aggregate_for` written out: this runs once per intercepted call."""
+        acc = state.acc
+        if acc is None or acc.recorder is not self:
+            acc = self._accumulator(state)
+        context = _current_context()
+        generation = self._session.parent_gen
+        with state.lock:
+            if context is not acc.context or generation != acc.generation:
+                parent = self._session.current_parent()
+                acc.parent, acc.parent_key, acc.last = parent, _parent_key(parent), None
+                acc.context, acc.generation = context, generation
+            aggregate = acc.last
+            if aggregate is None or aggregate.closed or phase is not acc.last_phase or detail is not acc.last_detail:
+                key = (acc.parent_key, phase, detail)
+                aggregate = acc.slots.get(key)
+                if aggregate is None or aggregate.closed:
+                    aggregate = self._open(state, acc, key, phase, detail, detail_attributes, start_ns)
+                acc.last, acc.last_phase, acc.last_detail = aggregate, phase, detail
+            aggregate.calls += 1
+            aggregate.bytes += nbytes
+            aggregate.busy_ns += end_ns - start_ns
+            aggregate.last_ns = end_ns
+            if read_bytes or major_faults:
+                aggregate.read_bytes += read_bytes
+                aggregate.major_faults += major_faults
 
     def add(self, phase: str, detail: Hashable, detail_attributes: dict | None, nbytes: int,
             start_ns: int, end_ns: int, read_bytes: int, major_faults: int,
@@ -118,16 +320,15 @@ class Recorder:
             on_add: Callable[[Aggregate], None] | None = None) -> None:
         """Count one call. ``detail`` splits aggregates within a phase (a cast's dtype pair).
 
-        ``on_add`` runs under the recorder's lock with the aggregate the call joined, to keep
-        per-kind state in ``extras`` or register an end hook (it must be quick)."""
-        parent = self._session.current_parent()
-        key = (threading.get_ident(), _parent_key(parent), phase, detail)
-        with self._lock:
-            aggregate = self._aggregates.get(key)
-            if aggregate is None:
-                aggregate = Aggregate(phase, parent, detail, dict(detail_attributes or {}))
-                aggregate.first_ns = start_ns
-                self._aggregates[key] = aggregate
+        ``on_add`` runs with the aggregate the call joined, under the lock that excludes its
+        closing, to keep per-kind state in ``extras`` or register an end hook (it must be
+        quick)."""
+        state = thread_state()
+        acc = state.acc
+        if acc is None or acc.recorder is not self:
+            acc = self._accumulator(state)
+        with state.lock:
+            aggregate = self._aggregate_for(state, acc, phase, detail, detail_attributes, start_ns)
             aggregate.calls += 1
             aggregate.bytes += nbytes
             aggregate.busy_ns += end_ns - start_ns
@@ -155,13 +356,26 @@ class Recorder:
             return result
 
     def _take(self, parent_key: Hashable | None) -> list[Aggregate]:
+        pid = getattr(self._session, "pid", None)
+        if pid is not None and pid != os.getpid():
+            return []  # a forked child's copy: the parent's to write (and its threads' locks)
         with self._lock:
             if parent_key is None:
                 taken = list(self._aggregates.values())
                 self._aggregates.clear()
-                return taken
-            keys = [k for k in self._aggregates if k[1] == parent_key]
-            return [self._aggregates.pop(k) for k in keys]
+            else:
+                keys = [k for k in self._aggregates if k[1] == parent_key]
+                taken = [self._aggregates.pop(k) for k in keys]
+        for aggregate in taken:
+            # Closed under its thread's lock: a call being added now is either wholly in it or
+            # starts the next aggregate.
+            lock = aggregate.lock
+            if lock is None:
+                aggregate.closed = True
+            else:
+                with lock:
+                    aggregate.closed = True
+        return taken
 
     def take_children(self, pending: "PendingParent") -> list[Aggregate]:
         return self._take(pending)

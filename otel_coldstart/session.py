@@ -20,6 +20,7 @@ process (the original functions).
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
@@ -43,6 +44,11 @@ ACTIVE: "StartupSession | None" = None
 
 _StateT = TypeVar("_StateT")
 
+# Values of StartupSession.parent_gen: each change of a thread's pending or ambient parents
+# takes a value never used before (next() of a count is atomic), so a per-thread parent cached
+# under an older value (recorder.py) can never be taken for current.
+_generations = itertools.count(1)
+
 class AmbientParent:
     """A parent for work done on one thread while a span it encloses is current, without
     making our span the OTel-current one.
@@ -52,12 +58,23 @@ class AmbientParent:
     done while the span that was current at ``__enter__`` is still current (``encloses``)
     hangs under ``span_context``; work inside the host's own spans hangs under those."""
 
-    __slots__ = ("encloses", "span_context", "open")
+    __slots__ = ("encloses", "span_context", "_open", "session")
 
-    def __init__(self, encloses: int, span_context: SpanContext) -> None:
+    def __init__(self, encloses: int, span_context: SpanContext, session: "StartupSession | None" = None) -> None:
         self.encloses = encloses
         self.span_context = span_context
-        self.open = True
+        self._open = True
+        self.session = session
+
+    @property
+    def open(self) -> bool:
+        return self._open
+
+    @open.setter
+    def open(self, value: bool) -> None:
+        self._open = value
+        if self.session is not None:
+            self.session.parents_changed()  # after the change: see recorder._Accumulator
 
 
 def current_span_id() -> int:
@@ -72,8 +89,8 @@ def push_ambient_parent(encloses: int, span_context: SpanContext,
     it with ``.open = False`` from any thread. The stack is per thread and per start-up
     (``session.local``): each entry is closed by its handle, every handle is closed when
     its start-up ends, and a fork or a new start-up begins with none."""
-    entry = AmbientParent(encloses, span_context)
     session = session if session is not None else ACTIVE
+    entry = AmbientParent(encloses, span_context, session)
     if session is None:
         return entry
     stack = getattr(session.local, "ambient", None)
@@ -81,6 +98,7 @@ def push_ambient_parent(encloses: int, span_context: SpanContext,
         stack = session.local.ambient = []
     stack[:] = [e for e in stack if e.open]
     stack.append(entry)
+    session.parents_changed()
     return entry
 
 
@@ -212,6 +230,9 @@ class StartupSession:
         # parents of safe_open handles, graph captures running on the thread, spare CUDA
         # events. A new session starts with none of them.
         self.local = threading.local()
+        # Bumped (after the change) whenever a thread's pending or ambient parents change: the
+        # recorder caches each thread's current parent under it and the OTel context object.
+        self.parent_gen = 0
         # The innermost phase an exception went through last (the first span to end with
         # it): an uncaught exception closes the phases it leaves before the exit ends us.
         self._failed_phase: tuple[BaseException, str] | None = None
@@ -259,6 +280,9 @@ class StartupSession:
             return current
         return self.root_context
 
+    def parents_changed(self) -> None:
+        self.parent_gen = next(_generations)
+
     def parent_span_context(self) -> SpanContext:
         parent = self.current_parent()
         if isinstance(parent, PendingParent):
@@ -280,6 +304,7 @@ class StartupSession:
         if attributes:
             attrs.update(attributes)
         span_name = name or semconv.phase_span_name(phase)
+        self.recorder.boundary()  # storage reads seen since the last one? (recorder.py)
         span = self.tracer.start_span(span_name, context=_context_with_parent(parent), start_time=start)
         token = None
         if make_current:
@@ -296,6 +321,7 @@ class StartupSession:
             return  # ended already (cut short by the end of the start-up, then exited)
         span = container.span
         span_context = span.get_span_context()
+        self.recorder.boundary()
         interrupted = bool(container.attributes.get(semconv.INTERRUPTED))
         self.recorder.flush_children(span_context.span_id, span_context, interrupted=interrupted)
         span.set_attributes(container.attributes)
@@ -406,6 +432,7 @@ class StartupSession:
         if stack is None:
             stack = self.local.pending = []
         stack.append(pending)
+        self.parents_changed()
         return pending
 
     def pop_pending(self, pending: PendingParent) -> None:
@@ -413,6 +440,7 @@ class StartupSession:
         stack = getattr(self.local, "pending", None)
         if stack and stack[-1] is pending:
             stack.pop()
+            self.parents_changed()
         end = time.time_ns()
         children = self.recorder.take_children(pending)
         if not children:

@@ -145,6 +145,10 @@ class FileRead:
                 # Residency first: anything we read ourselves (a format sniff) would warm it.
                 self.stored, self.carries_figure, self.resident_ratio = _storage.start_file_span(
                     session, path, before_open=not opened_unseen)
+                if self.resident_ratio is None or self.resident_ratio < _storage.SETTLE_AT_ONCE_FROM:
+                    # Pages of it may come from storage, in this read or in the casts and copies
+                    # that touch its mapped tensors later: count each call's reads from now on.
+                    session.recorder.expect_storage_reads()
                 self.trusted = (probes.io_accounting_available() and probes.filesystem_trusted(self.stored.fs_type)
                                 if self.stored is not None else probes.read_bytes_trusted(path))
                 size = _size_or(path, size)
@@ -254,13 +258,17 @@ class FileRead:
             end_span({}, [])
 
 
-_local = threading.local()  # .depth: a file read of ours is open on this thread
+class _FileReadsHere(threading.local):
+    depth = 0  # file reads of ours open on this thread; a class default: reading it raises nothing
+
+
+_local = _FileReadsHere()
 
 
 def in_file_read() -> bool:
     """True inside a traced file read on this thread (load_file's own safe_open handle
     must not open a second span for the same file)."""
-    return getattr(_local, "depth", 0) > 0
+    return _local.depth > 0
 
 
 def traced_read(open_read, wrapped, args, kwargs, finish=None):
@@ -274,7 +282,7 @@ def traced_read(open_read, wrapped, args, kwargs, finish=None):
     with internal_errors("file read start"):
         read = open_read()
         io_before = probes.thread_io()
-    _local.depth = getattr(_local, "depth", 0) + 1
+    _local.depth += 1
     try:
         result = wrapped(*args, **kwargs)
     except BaseException as exc:

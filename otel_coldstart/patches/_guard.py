@@ -14,41 +14,104 @@ import os
 import threading
 
 from .. import session as _session
+from ..recorder import ThreadState, _threads, thread_state
 
-_local = threading.local()
+
+class _NotCompiling:
+    _is_compiling_flag = False
+
+
+# torch.compiler (its module-level ``_is_compiling_flag``) once torch is imported (bound by
+# bind_torch, from patch()); read as an attribute on every call, not through is_compiling().
+_compiler = _NotCompiling
+# Per-thread signs that this thread is the one compiling (torch._guards contexts), bound by
+# bind_torch; None where the private API moved (then every thread stands aside, as before).
+_compile_context = None
+_tracing_context = None
 
 
 def _not_compiling() -> bool:
     return False
 
 
-# torch.compiler.is_compiling once torch is imported (bound by bind_torch, from patch()).
+# torch.compiler.is_compiling once torch is imported (kept for callers that ask).
 is_compiling = _not_compiling
 
 
 def bind_torch() -> None:
-    global is_compiling
+    global is_compiling, _compiler, _compile_context, _tracing_context
     import torch
 
     is_compiling = torch.compiler.is_compiling
+    if hasattr(torch.compiler, "_is_compiling_flag"):
+        _compiler = torch.compiler
+    else:  # pragma: no cover - a torch without the flag: ask the function
+        _compiler = _FlagFromFunction(torch.compiler.is_compiling)
+    try:
+        from torch._guards import CompileContext, TracingContext
+
+        _compile_context, _tracing_context = CompileContext.try_get, TracingContext.try_get
+    except Exception:  # pragma: no cover - private API moved
+        _compile_context = _tracing_context = None
+
+
+class _FlagFromFunction:  # pragma: no cover - see bind_torch
+    def __init__(self, function) -> None:
+        self._function = function
+
+    @property
+    def _is_compiling_flag(self) -> bool:
+        return bool(self._function())
+
+
+def _compiling_here() -> bool:
+    """torch's "compiling" flag is process-wide (torch 2.13: set for the whole compile
+    session, whichever thread runs it). Work on a thread that is not compiling is real work
+    and is recorded (issue 23, finding 9); the compiling thread's own calls carry fake or
+    functional tensors and are not. A thread is compiling when it holds a dynamo compile or
+    tracing context (thread-local in torch._guards) or a torch dispatch mode (make_fx,
+    export's tracing)."""
+    if _compile_context is None:
+        return True
+    try:
+        import torch
+
+        return (_compile_context() is not None or _tracing_context() is not None
+                or torch._C._len_torch_dispatch_stack() > 0)
+    except Exception:
+        return True
+
+
+def recording_state(session) -> ThreadState | None:
+    """This thread's state when a per-call event may be recorded now into ``session`` (the
+    caller's read of ``session.ACTIVE``), else None (the call passes through): no start-up
+    open, one of our wrappers already on this thread's stack, a graph capture on this
+    thread, or this thread compiling. One thread-local lookup."""
+    if session is None or session.ended:
+        return None
+    try:
+        state = _threads.state
+    except AttributeError:
+        state = thread_state()
+    if state.busy or state.capturing:
+        return None
+    if _compiler._is_compiling_flag and _compiling_here():
+        return None
+    return state
 
 
 def recording_session() -> "_session.StartupSession | None":
     """The session to report a per-call event to, or None when this call must pass through."""
     session = _session.ACTIVE
-    if session is None or session.ended or getattr(_local, "busy", False) or getattr(_local, "capturing", 0):
-        return None
-    if is_compiling():  # fake tensors flow through our wrappers while dynamo traces
-        return None
-    return session
+    return session if recording_state(session) is not None else None
 
 
 def enter() -> None:
-    _local.busy = True
+    thread_state().busy = True
 
 
 def leave() -> None:
-    _local.busy = False
+    thread_state().busy = False
 
 
 # Captures open in the whole process. While any runs, CUDA event calls from another thread
@@ -85,14 +148,16 @@ def outside_captures(call, *args):
 
 def capture_started() -> None:
     global _open_captures
-    _local.capturing = getattr(_local, "capturing", 0) + 1
+    state = thread_state()
+    state.capturing += 1
     with _count_lock:
         _open_captures += 1
 
 
 def capture_ended() -> None:
     global _open_captures
-    _local.capturing = max(0, getattr(_local, "capturing", 0) - 1)
+    state = thread_state()
+    state.capturing = max(0, state.capturing - 1)
     with _count_lock:
         _open_captures = max(0, _open_captures - 1)
 
@@ -104,7 +169,7 @@ def any_capture_open() -> bool:
 def reset_captures() -> None:
     global _open_captures
     _own_lock_after_fork()
-    _local.capturing = 0
+    thread_state().capturing = 0
     with _count_lock:
         _open_captures = 0
 
@@ -122,7 +187,7 @@ def _after_fork_in_child() -> None:
     _count_lock = threading.RLock()
     _lock_pid = os.getpid()
     _open_captures = 0
-    _local.capturing = 0
+    thread_state().capturing = 0
 
 
 if hasattr(os, "register_at_fork"):

@@ -52,7 +52,7 @@ _WHOLE = 0.999  # "every page is in": the figure at the span's end is final
 # no second measurement: at most 1% of it can have come from storage since (and what the
 # loader's own calls read, the thread counters see). A warm file with a few pages missing
 # (common on a busy machine) would otherwise pay a second residency measurement.
-_SETTLE_AT_ONCE_FROM = 0.99
+_SETTLE_AT_ONCE_FROM = SETTLE_AT_ONCE_FROM = 0.99
 
 
 class StoredFile:

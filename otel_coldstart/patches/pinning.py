@@ -31,6 +31,7 @@ from __future__ import annotations
 import time
 
 from .. import probes, semconv
+from .. import session as _session
 from .._errors import report_internal_error
 from . import _guard
 from ._tensor_bytes import tensor_nbytes
@@ -142,30 +143,46 @@ def _nbytes(obj) -> int:
 
 def _pin_copy(where: str):
     def wrapper(wrapped, instance, args, kwargs):
-        session = _guard.recording_session()
-        if session is None:
+        session = _session.ACTIVE
+        state = _guard.recording_state(session)
+        if state is None:
             return wrapped(*args, **kwargs)
-        _guard.enter()  # UntypedStorage.pin_memory goes through Tensor.pin_memory: count once
+        recorder = session.recorder
+        # The source may be a mmap of a checkpoint: the copy is where its pages fault in
+        # (counted around the call once the start-up expects storage reads: recorder.py).
+        sample = recorder.sample_io
+        io_before = io_after = None
+        state.busy = True  # UntypedStorage.pin_memory goes through Tensor.pin_memory: count once
         try:
+            if sample:
+                io_before = probes.thread_io()
+            elif state.io_mark is None:
+                recorder.mark(state)  # the first call since a boundary (recorder.Recorder.boundary)
             start = time.time_ns()
-            # The source may be a mmap of a checkpoint: the copy is where its pages fault in.
-            io_before = probes.thread_io()
             result = wrapped(*args, **kwargs)
-            io_after = probes.thread_io()
             end = time.time_ns()
+            if sample:
+                io_after = probes.thread_io()
         finally:
-            _guard.leave()
+            state.busy = False
         if result is not instance:
             try:
                 if not (_fake_types and isinstance(result, _fake_types)):
-                    _record(session, semconv.PIN_KIND_COPY, _nbytes(result), start, end,
-                            io_after.read_bytes - io_before.read_bytes,
-                            io_after.major_faults - io_before.major_faults)
+                    if io_before is not None and io_after is not None:
+                        recorder.count(state, semconv.PHASE_PIN, semconv.PIN_KIND_COPY, _COPY_ATTRIBUTES,
+                                       _nbytes(result), start, end, io_after.read_bytes - io_before.read_bytes,
+                                       io_after.major_faults - io_before.major_faults)
+                    else:
+                        recorder.count(state, semconv.PHASE_PIN, semconv.PIN_KIND_COPY, _COPY_ATTRIBUTES,
+                                       _nbytes(result), start, end)
             except Exception:
                 report_internal_error(where)
         return result
 
     return wrapper
+
+
+_COPY_ATTRIBUTES = {semconv.PIN_KIND: semconv.PIN_KIND_COPY}  # copied per aggregate by the recorder
 
 
 def _pinned_alloc(wrapped, instance, args, kwargs):

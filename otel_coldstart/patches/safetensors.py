@@ -29,6 +29,7 @@ from .. import session as _session
 from .._errors import report_internal_error
 from .._regular_files import open_regular
 from ._files import FileRead, in_file_read, traced_read
+from ._files import _local as _file_reads  # .depth: in_file_read() without a call, per tensor
 from ._storage import observe_file
 from ._wrapping import ColdstartWrapper, PatchSet, installed_version
 
@@ -74,7 +75,7 @@ def patch() -> None:
         handle_type = rust.safe_open
         _patches.wrap(handle_type, "__enter__", _enter)
         _patches.wrap(handle_type, "__exit__", _exit)
-        _patches.wrap(handle_type, "get_tensor", _get("get_tensor"))
+        _patches.wrap(handle_type, "get_tensor", _get_tensor)
         _patches.wrap(handle_type, "get_slice", _get("get_slice"))
         _patches.wrap(handle_type, "get_tensors", _get("get_tensors"))
         _wrap_safe_open_names(handle_type)
@@ -242,39 +243,78 @@ def _close_exited(state: "_OpenHandles", handle: "_Handle | None", error: BaseEx
         report_internal_error("safe_open.__exit__")
 
 
+def _get_tensor(wrapped, instance, args, kwargs):
+    """``get_tensor``: once per tensor, so the least that keeps the file's figures (its bytes,
+    last read, and its storage reads where the start-up expects any: recorder.py)."""
+    session = _session.ACTIVE
+    if session is None or _file_reads.depth:  # _files.in_file_read(), written out
+        return wrapped(*args, **kwargs)
+    read = io_before = None
+    try:
+        # A handle's read is opened once (its first tensor); every later call finds it with one
+        # dictionary lookup (atomic: no lock on the per-tensor path).
+        handle = session.state(__name__, _OpenHandles).handles.get(id(instance))
+        read = handle.read if handle is not None else None
+        if read is None:
+            # Once per handle, before _read_for: finding the file reads its header, and those
+            # reads are this file's reads too.
+            io_before = probes.thread_io()
+            read = _read_for(session, instance)
+        elif session.recorder.sample_io:
+            # The tensor's own storage reads, only where the start-up expects any: a file
+            # not wholly in the page cache when its read began (a warm file is judged by
+            # its residency then, and pages are not read one tensor at a time).
+            io_before = probes.thread_io()
+    except Exception:
+        report_internal_error("safe_open.get_tensor")
+    result = wrapped(*args, **kwargs)
+    if read is not None:
+        try:
+            if io_before is None:
+                read.add_io(0, 0, result.nbytes, time.time_ns())
+            else:
+                io_after = probes.thread_io()
+                read.add_io(io_after.read_bytes - io_before.read_bytes,
+                            io_after.major_faults - io_before.major_faults, result.nbytes, time.time_ns())
+        except Exception:
+            report_internal_error("safe_open.get_tensor")
+    return result
+
+
 def _get(method: str):
+    """``get_slice`` (which only finds the handle's file: the slice's ``[...]`` reads) and
+    ``get_tensors`` (every tensor of the file in one call)."""
+    where = f"safe_open.{method}"
+
     def wrapper(wrapped, instance, args, kwargs):
         session = _session.ACTIVE
         if session is None or in_file_read():
             return wrapped(*args, **kwargs)
-        read = None
+        read = io_before = None
         try:
-            # Before _read_for: finding the file reads its header, and those reads are this
-            # file's reads too.
-            io_before = probes.thread_io()
             if method == "get_slice":  # no data yet: the slice's [...] reads it
                 _handle_for(session, instance).know_path(instance)
             else:
+                # Before _read_for: finding the file reads its header, and those reads are
+                # this file's reads too.
+                io_before = probes.thread_io()
                 read = _read_for(session, instance)
         except Exception:
-            report_internal_error(f"safe_open.{method}")
+            report_internal_error(where)
         result = wrapped(*args, **kwargs)
         if method == "get_slice":
             try:
                 _track_slice(session, result, instance)
             except Exception:
                 report_internal_error("safe_open.get_slice")
-        if read is not None:
+        if read is not None and io_before is not None:
             try:
                 io_after = probes.thread_io()
-                if method == "get_tensors":
-                    nbytes = sum(t.nbytes for t in result.values())
-                else:
-                    nbytes = result.nbytes
                 read.add_io(io_after.read_bytes - io_before.read_bytes,
-                            io_after.major_faults - io_before.major_faults, nbytes, time.time_ns())
+                            io_after.major_faults - io_before.major_faults,
+                            sum(t.nbytes for t in result.values()), time.time_ns())
             except Exception:
-                report_internal_error(f"safe_open.{method}")
+                report_internal_error(where)
         return result
 
     return wrapper
@@ -325,12 +365,15 @@ def _slice_getitem(wrapped, instance, args, kwargs):
         report_internal_error("safe_open slice")
     if read is None:
         return wrapped(*args, **kwargs)
-    io_before = probes.thread_io()
+    io_before = probes.thread_io() if session.recorder.sample_io else None  # as get_tensor
     result = wrapped(*args, **kwargs)
     try:
-        io_after = probes.thread_io()
-        read.add_io(io_after.read_bytes - io_before.read_bytes,
-                    io_after.major_faults - io_before.major_faults, result.nbytes, time.time_ns())
+        if io_before is not None:
+            io_after = probes.thread_io()
+            read.add_io(io_after.read_bytes - io_before.read_bytes,
+                        io_after.major_faults - io_before.major_faults, result.nbytes, time.time_ns())
+        else:
+            read.add_io(0, 0, result.nbytes, time.time_ns())
     except Exception:
         report_internal_error("safe_open slice")
     return result

@@ -26,7 +26,12 @@ Every event call is atomic against a CUDA graph capture beginning on any thread
 its clock starts.
 
 These wrappers sit on the hottest paths torch has, so they are removed at ``ready()``:
-after it, ``torch.Tensor.to is`` the original.
+after it, ``torch.Tensor.to is`` the original. While the start-up is open, a call that stays
+in host memory (a host cast, ``.half()``, a host ``copy_``: every call of a CPU start-up and
+most casts of a GPU one) takes a short path (:func:`_host_call`): one thread-local lookup,
+two clock reads, the source's byte count, and an addition to this thread's aggregate
+(recorder.Recorder.count); no plan, no device question, no syscall unless the start-up
+expects storage reads (recorder.py). Calls that may reach a device take the full path below.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ import time
 from .. import probes, semconv
 from .. import session as _session
 from .._errors import report_internal_error
-from ..recorder import ASYNC_WORK
+from ..recorder import ASYNC_WORK, thread_state
 from . import _cuda_copy, _device_windows, _guard
 from ._tensor_bytes import tensor_nbytes
 from ._wrapping import PatchSet, installed_version
@@ -47,7 +52,11 @@ HOT_PATH = True
 
 _patches = PatchSet()
 _fake_types: tuple = ()
-_cast_attributes: dict = {}  # (from dtype, to dtype) -> span attributes
+_real_types: frozenset = frozenset()
+# from dtype -> to dtype -> (detail, span attributes), made once per pair: the recorder keys
+# aggregates by the detail and copies the attributes per aggregate. One object per pair, so
+# the per-call path makes no tuple and the recorder can compare details by identity.
+_casts: dict = {}
 _local = threading.local()  # .spare_events: {(device, stream) key: CUDA event not yet owned by a window}
 # Per start-up device facts live on the Startup (startup.py): ``stream_tails``, (device
 # index, stream id) -> the end event of the latest timed asynchronous work queued there (a
@@ -72,6 +81,9 @@ _dtype_type: type = type(None)  # torch.dtype, bound at patch()
 _strided = None  # torch.strided, bound at patch()
 
 _TENSOR_METHODS = ("to", "cuda", "cpu", "half", "bfloat16", "float")
+# Methods whose result is in host memory when the source is (``.cpu()`` of a host tensor
+# returns it as it is).
+_HOST_ONLY_METHODS = frozenset(("cpu", "half", "bfloat16", "float"))
 _MODULE_METHODS = (("to", None), ("cuda", semconv.PHASE_H2D), ("cpu", semconv.PHASE_D2H),
                    ("half", semconv.PHASE_CAST), ("bfloat16", semconv.PHASE_CAST), ("float", semconv.PHASE_CAST))
 _DEVICE_PHASES = frozenset((semconv.PHASE_H2D, semconv.PHASE_D2H, semconv.PHASE_D2D))
@@ -115,7 +127,10 @@ def unpatch() -> None:
 def _resolve_fake_types() -> None:
     """Tensor types that pass through our wrappers while torch.compile traces; they hold no
     data and must record nothing."""
-    global _fake_types
+    global _fake_types, _real_types
+    import torch
+
+    _real_types = frozenset((torch.Tensor, torch.nn.Parameter))  # never fake: one set lookup
     found = []
     try:
         from torch._subclasses.fake_tensor import FakeTensor
@@ -140,16 +155,92 @@ def _timed_call(wrapped, args, kwargs, from_host: bool):
 
     The guard is held across the call: a ``__torch_function__`` subclass re-enters our
     wrapper, and the inner call must count nothing."""
-    _guard.enter()
+    session = _session.ACTIVE
+    sample = from_host and session is not None and session.recorder.sample_io
+    state = thread_state()
+    state.busy = True
     try:
+        if from_host and not sample and state.io_mark is None and session is not None:
+            session.recorder.mark(state)  # the first call since a boundary (recorder.Recorder.boundary)
         start = time.time_ns()
-        io_before = probes.thread_io() if from_host else None
+        io_before = probes.thread_io() if sample else None
         result = wrapped(*args, **kwargs)
-        io_after = probes.thread_io() if from_host else None
+        io_after = probes.thread_io() if sample else None
         end = time.time_ns()
     finally:
-        _guard.leave()
+        state.busy = False
     return result, start, end, io_before, io_after
+
+
+def _host_call(state, session, wrapped, instance, args, kwargs, where: str, copy_source=None):
+    """A call whose source and result stay in host memory: no device plan, nothing to time
+    but the call; counted with ``_record_tensors``'s rules for two host tensors (cast, or
+    h2h; a ``copy_`` moves what the destination holds, read from the source).
+    ``copy_source``: the source of a ``copy_`` (``instance`` is its destination, which it
+    returns). Written out in one function: it runs once per intercepted call."""
+    recorder = session.recorder
+    sample = recorder.sample_io
+    io_before = io_after = None
+    state.busy = True  # a __torch_function__ subclass comes back through us: count it once
+    try:
+        if sample:
+            io_before = probes.thread_io()
+        elif state.io_mark is None:
+            recorder.mark(state)  # the first call since a boundary (recorder.Recorder.boundary)
+        start = time.time_ns()
+        result = wrapped(*args, **kwargs)
+        end = time.time_ns()
+        if sample:
+            io_after = probes.thread_io()
+    finally:
+        state.busy = False
+    if copy_source is not None:
+        source, destination = copy_source, instance
+    elif result is instance:
+        return result  # a no-op: nothing moved
+    else:
+        source, destination = instance, result
+    try:
+        if not destination.is_cpu:  # not where it was expected (a subclass's own .to): the full rules
+            _record_tensors(session, source, destination, start, end, io_before, io_after, _HOST_TIMED,
+                            copy_source is not None)
+            return result
+        if type(source) not in _real_types and _fake_types and (
+                isinstance(source, _fake_types) or isinstance(destination, _fake_types)):
+            return result  # data-less (a fake mode outside a compile): nothing moved
+        src_dtype, dst_dtype = source.dtype, destination.dtype
+        if src_dtype is dst_dtype:  # torch.dtype objects are singletons
+            phase, detail, detail_attrs = semconv.PHASE_H2H, None, None
+        else:
+            phase = semconv.PHASE_CAST
+            try:
+                detail, detail_attrs = _casts[src_dtype][dst_dtype]
+            except KeyError:
+                detail, detail_attrs = _cast_detail(src_dtype, dst_dtype)
+        if copy_source is not None:
+            nbytes = destination.numel() * source.element_size()
+        elif source.layout is _strided:
+            nbytes = source.nbytes
+        else:
+            nbytes = tensor_nbytes(source)
+        if io_after is None:
+            recorder.count(state, phase, detail, detail_attrs, nbytes, start, end)
+        else:
+            recorder.count(state, phase, detail, detail_attrs, nbytes, start, end,
+                           io_after.read_bytes - io_before.read_bytes, io_after.major_faults - io_before.major_faults)
+    except Exception:
+        report_internal_error(where)
+    return result
+
+
+def _cast_detail(src_dtype, dst_dtype) -> tuple:
+    """(detail, span attributes) of a cast between two dtypes, made once per pair."""
+    try:
+        return _casts[src_dtype][dst_dtype]
+    except KeyError:
+        made = (src_dtype, dst_dtype), {semconv.CAST_FROM: _dtype_name(src_dtype),
+                                        semconv.CAST_TO: _dtype_name(dst_dtype)}
+        return _casts.setdefault(src_dtype, {}).setdefault(dst_dtype, made)
 
 
 class _Plan:
@@ -208,10 +299,22 @@ def _plan(work_device, direction: str | None, queued: bool) -> _Plan:
 
 
 def _tensor_move(method: str):
+    where = f"Tensor.{method}"
+    # The result is in host memory when the source is (.cpu() of a host tensor returns it);
+    # .to / .cuda may name a device, and .to(dtype, ...) does not.
+    host_only = method in _HOST_ONLY_METHODS
+
     def wrapper(wrapped, instance, args, kwargs):
-        session = _guard.recording_session()
-        if session is None:
+        session = _session.ACTIVE
+        state = _guard.recording_state(session)
+        if state is None:
             return wrapped(*args, **kwargs)
+        try:  # a host tensor, and a method or arguments that name no device (.to(dtype, ...))
+            host = instance.is_cpu and (host_only or args and type(args[0]) is _dtype_type and "device" not in kwargs)
+        except Exception:
+            host = False  # the full path below looks again, and reports what fails there
+        if host:
+            return _host_call(state, session, wrapped, instance, args, kwargs, where)
         plan = None
         from_host = False
         try:
@@ -252,10 +355,17 @@ def _plan_move(method: str, instance, args, kwargs, from_host: bool) -> _Plan:
 
 
 def _tensor_copy(wrapped, instance, args, kwargs):
-    session = _guard.recording_session()
-    if session is None:
+    session = _session.ACTIVE
+    state = _guard.recording_state(session)
+    if state is None:
         return wrapped(*args, **kwargs)
     source = args[0] if args else kwargs.get("src")
+    try:
+        host = instance.is_cpu and source.is_cpu
+    except Exception:
+        host = False  # not a tensor: the full path reports it, the host's call raises its error
+    if host:
+        return _host_call(state, session, wrapped, instance, args, kwargs, "Tensor.copy_", source)
     plan = None
     from_host = False
     try:
@@ -329,11 +439,7 @@ def _record_tensors(session, source, destination, start, end, io_before, io_afte
     if phase == semconv.PHASE_CAST and not source.is_cpu and source.device != destination.device:
         phase = semconv.PHASE_D2D  # .to("cuda:1", dtype): a copy between GPUs, with its cast
     if cast:
-        detail = (src_dtype, dst_dtype)
-        detail_attrs = _cast_attributes.get(detail)
-        if detail_attrs is None:  # built once per dtype pair; the recorder copies it per aggregate
-            detail_attrs = _cast_attributes[detail] = {semconv.CAST_FROM: _dtype_name(src_dtype),
-                                                       semconv.CAST_TO: _dtype_name(dst_dtype)}
+        detail, detail_attrs = _cast_detail(src_dtype, dst_dtype)
     else:
         detail, detail_attrs = None, None
     pinned = None
