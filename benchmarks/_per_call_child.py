@@ -31,8 +31,9 @@ _NAMES = {"Tensor": ("to", "cuda", "cpu", "half", "bfloat16", "float", "copy_", 
 
 
 def _attributes() -> dict:
-    return {f"{owner}.{name}": vars(_OWNERS[owner]).get(name, getattr(_OWNERS[owner], name))
-            for owner, names in _NAMES.items() for name in names}
+    """Tensor's by their own name (``to``, ``copy_``), the others' as ``Module.to``."""
+    return {(name if owner == "Tensor" else f"{owner}.{name}"): vars(_OWNERS[owner]).get(
+        name, getattr(_OWNERS[owner], name)) for owner, names in _NAMES.items() for name in names}
 
 
 # (name, calls per batch at scale 1, the call). The tensors are tiny (16 elements), so the

@@ -26,6 +26,10 @@ REPO_ROOT = os.path.dirname(BENCH_DIR)
 
 # ~1 GiB of bf16 weights in 4 shards: a TinyLlama-width model cut to 8 layers (75 tensors).
 FULL_SHAPE = demo.LlamaShape(vocab=32000, hidden=2048, intermediate=5632, layers=8, shards=4)
+# 649 MB of bf16 in 4 shards, 75 tensors: the warm load + fp16 cast of issue 24 (~170 ms of
+# load and cast on 2 cores: the per-tensor hooks are a visible share of it).
+SHAPE_650MB = demo.LlamaShape(vocab=32000, hidden=1536, intermediate=4096, layers=8, shards=4)
+SHAPES = {"1gib": FULL_SHAPE, "650mb": SHAPE_650MB}
 # The smoke mode's checkpoint: a few MiB, same structure.
 SMOKE_SHAPE = demo.LlamaShape(vocab=512, hidden=64, intermediate=128, layers=2, shards=4)
 
