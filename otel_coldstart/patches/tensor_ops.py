@@ -303,14 +303,22 @@ def _tensor_move(method: str):
     # The result is in host memory when the source is (.cpu() of a host tensor returns it);
     # .to / .cuda may name a device, and .to(dtype, ...) does not.
     host_only = method in _HOST_ONLY_METHODS
+    is_to = method == "to"
 
     def wrapper(wrapped, instance, args, kwargs):
         session = _session.ACTIVE
         state = _guard.recording_state(session)
         if state is None:
             return wrapped(*args, **kwargs)
-        try:  # a host tensor, and a method or arguments that name no device (.to(dtype, ...))
-            host = instance.is_cpu and (host_only or args and type(args[0]) is _dtype_type and "device" not in kwargs)
+        try:  # a host tensor, and a method or arguments that name no device
+            if host_only:
+                host = instance.is_cpu
+            elif is_to:  # .to(dtype, ...), or .to(None, dtype, ...) as Module.to calls it
+                first = args[0] if args else None
+                host = (first is None or type(first) is _dtype_type) and instance.is_cpu and (
+                    not kwargs or kwargs.get("device") is None and "other" not in kwargs)
+            else:
+                host = False
         except Exception:
             host = False  # the full path below looks again, and reports what fails there
         if host:
