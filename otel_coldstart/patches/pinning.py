@@ -30,12 +30,13 @@ from __future__ import annotations
 
 import time
 
-from .. import probes, semconv
+from .. import semconv
 from .. import session as _session
 from .._errors import report_internal_error
 from . import _guard
 from ._tensor_bytes import tensor_nbytes
 from ._wrapping import ColdstartWrapper, PatchSet, installed_version
+from .tensor_ops import _timed_call
 
 TARGETS = ("torch",)
 HOT_PATH = True
@@ -150,21 +151,9 @@ def _pin_copy(where: str):
         recorder = session.recorder
         # The source may be a mmap of a checkpoint: the copy is where its pages fault in
         # (counted around the call once the start-up expects storage reads: recorder.py).
-        sample = recorder.sample_io
-        io_before = io_after = None
-        state.busy = True  # UntypedStorage.pin_memory goes through Tensor.pin_memory: count once
-        try:
-            if sample:
-                io_before = probes.thread_io()
-            elif state.io_mark is None:
-                recorder.mark(state)  # the first call since a boundary (recorder.Recorder.boundary)
-            start = time.time_ns()
-            result = wrapped(*args, **kwargs)
-            end = time.time_ns()
-            if sample:
-                io_after = probes.thread_io()
-        finally:
-            state.busy = False
+        # Timed as tensor_ops times a call from host memory; the busy flag it holds counts
+        # UntypedStorage.pin_memory, which goes through Tensor.pin_memory, once.
+        result, start, end, io_before, io_after = _timed_call(wrapped, args, kwargs, True)
         if result is not instance:
             try:
                 if not (_fake_types and isinstance(result, _fake_types)):
