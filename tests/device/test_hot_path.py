@@ -286,3 +286,20 @@ def test_copies_on_another_thread_during_a_compile_are_recorded(traced):
     # The compiling thread: at most the compiled function's real run (its graph calls .to).
     elsewhere = [s for s in _aggregates(traced) if s.attributes[semconv.THREAD_ID] != threading.get_ident()]
     assert sum(s.attributes[semconv.CALLS] for s in elsewhere) <= 1
+
+
+def test_a_pin_copy_is_one_aggregate_with_its_bytes(traced):
+    """Tensor.pin_memory's wrapper over a stand-in for the copy (a CPU build cannot pin):
+    timed and counted as tensor_ops times a host call, once however it re-enters."""
+    from otel_coldstart.patches import pinning
+
+    wrapper = pinning._pin_copy("Tensor.pin_memory")
+    source = torch.ones(64, dtype=BF16)
+    with otel_coldstart.phase("pins"):
+        for _ in range(3):
+            assert wrapper(lambda: source.clone(), source, (), {}).dtype == BF16
+        assert wrapper(lambda: source, source, (), {}) is source  # already pinned: nothing
+    otel_coldstart.ready()
+    (pins,) = [s for s in traced.by_phase(semconv.PHASE_PIN) if s.attributes.get(semconv.AGGREGATE)]
+    assert pins.attributes[semconv.CALLS] == 3 and pins.attributes[semconv.BYTES] == 3 * 64 * 2
+    assert pins.attributes[semconv.PIN_KIND] == semconv.PIN_KIND_COPY
