@@ -5,11 +5,24 @@ trace and cost more than the copy. Calls are summed per (thread, parent span, ph
 detail) into an :class:`Aggregate`, written as one leaf span when its parent ends (or when
 the start-up ends) with the calls' count, bytes, busy time and first/last timestamps. So
 span count grows with shards and phases, never with tensors.
+
+The per-call path is the hottest code we run (every intercepted ``.to()``, ``copy_``,
+``get_tensor`` while the start-up is open), so it does the least that keeps the figures true
+(issue 24): one thread-local lookup (:class:`ThreadState`), the parent from a per-thread
+cache checked by identity (the OTel context object and the session's parent generation: no
+context walk per call), the aggregate the thread's last call joined (else one dictionary
+lookup), and additions to it under the owning thread's own lock (uncontended: another
+thread takes it only to close the aggregate when it is written, so a call is in exactly one
+written aggregate). No syscall per call until the start-up expects storage reads
+(:meth:`Recorder.expect_storage_reads`: a checkpoint file under 99% resident when its read
+began, or of unknown residency); from then on each call's reads are counted around it on
+its thread, where a call that reads from storage takes far longer than the two syscalls.
+Container boundaries look at each thread's counters (:meth:`Recorder.boundary`) and switch
+per-call counting on if reads happened anyway.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import threading
 import time
