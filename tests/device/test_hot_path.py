@@ -194,6 +194,20 @@ def test_a_warm_load_makes_no_syscall_per_tensor(traced, tmp_path, getrusage_cal
     assert shard.attributes[semconv.BYTES] == 200 * 64 * 2
 
 
+def test_warm_slices_make_no_syscall_per_slice(traced, tmp_path, getrusage_calls):
+    """get_slice(...)[...] is the per-tensor read of loaders that shard a tensor on load: its
+    wrapper, like get_tensor's, reads the counters per file, not per slice (main read them 600 times)."""
+    path = _warm_shard(tmp_path, 200)
+    with otel_coldstart.phase("load"):
+        with safe_open(path, framework="pt") as handle:
+            parts = [handle.get_slice(key)[:32] for key in handle.keys()]
+    otel_coldstart.ready()
+    assert len(getrusage_calls) < 20, len(getrusage_calls)
+    assert sorted(int(p[0]) for p in parts) == list(range(200))
+    (shard,) = traced.by_phase(semconv.PHASE_DESERIALIZE)
+    assert shard.attributes[semconv.BYTES] == 200 * 32 * 2
+
+
 def _evicted_or_skip(path: str) -> None:
     if not probes.read_bytes_trusted(path):
         pytest.skip(f"no trustworthy per-thread read accounting for {probes.filesystem_type(path)}")
