@@ -17,8 +17,10 @@ written aggregate). No syscall per call until the start-up expects storage reads
 (:meth:`Recorder.expect_storage_reads`: a checkpoint file under 99% resident when its read
 began, or of unknown residency); from then on each call's reads are counted around it on
 its thread, where a call that reads from storage takes far longer than the two syscalls.
-Container boundaries look at each thread's counters (:meth:`Recorder.boundary`) and switch
-per-call counting on if reads happened anyway.
+A container span's start and end look at the counters of the thread it is on
+(:meth:`Recorder.boundary`) and switch per-call counting on if reads happened anyway (a
+worker thread that opens no container is never looked at: its reads stay uncounted until a
+file of ours expects reads).
 """
 
 from __future__ import annotations
