@@ -89,9 +89,12 @@ class Zygote:
                 return self.exits[pid]
         # Hung: its stacks into the failure (faulthandler on SIGUSR1), and kill it, so that its
         # mappings do not keep the next cases' files in the page cache.
-        os.kill(pid, signal.SIGUSR1)
-        time.sleep(1.0)
-        os.kill(pid, signal.SIGKILL)
+        for sent in (signal.SIGUSR1, signal.SIGKILL):
+            try:
+                os.kill(pid, sent)
+            except ProcessLookupError:  # it ended after all, just past the wait: say so below
+                break
+            time.sleep(1.0 if sent == signal.SIGUSR1 else 0)
         stacks = (case_dir / "stderr.txt").read_text()[-6000:]
         raise AssertionError(f"child {pid} did not end within {timeout} s; its threads:\n{stacks}")
 
