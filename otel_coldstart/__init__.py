@@ -172,6 +172,12 @@ def instrument(tracer_provider: "TracerProvider | None" = None,
       stall_after_s: when nothing progresses for this long, record the Python stacks of all
         threads once per stall as a ``coldstart.stall`` event on the open span and log one
         line (default 120; 0 turns it off; ``OTEL_COLDSTART_STALL_AFTER_S``).
+      history_dir: where earlier start-ups of this service are, for the live estimate of the
+        seconds left to ``ready()`` (the ``model.startup.inflight.remaining`` gauge and the
+        progress records): a trace directory, several joined by ``os.pathsep``, or a list
+        (``OTEL_COLDSTART_HISTORY_DIR``; default: the directory this process writes its own
+        trace files to; ``False`` or ``off`` turns the estimate off). Read once, bounded, on
+        the in-flight monitor thread.
 
     An unknown option raises TypeError (naming the valid ones); a bad value raises
     ValueError. Any other failure here is logged and leaves the host running uninstrumented.

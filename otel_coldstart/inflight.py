@@ -31,6 +31,10 @@ written. This module keeps it written, at a cost the host cannot see:
 - **Observable gauges** (``model.startup.inflight.*``), read at collection time from the
   board: nothing is computed unless something scrapes. They report nothing once the
   start-up has ended.
+- **Time to ready** (time_to_ready.py): at its first wake-up after the first record, the
+  thread reads earlier start-ups of the service once (bounded); from then on each record
+  and the ``remaining`` gauge carry the estimate of the seconds left (or, in the record, why
+  there is none).
 
 ``stop()`` (at ``ready()``, exit, SIGTERM or ``uninstrument()``) only sets an event: the
 thread notices within one tick and ends; nothing waits for it.
@@ -130,6 +134,7 @@ class Snapshot:
     opened: int
     done: int
     expected_source: str | None = None  # semconv.EXPECTED_FROM_*: what bytes_expected is made of
+    last_done: tuple | None = None  # (name, attributes, end_ns) of the span of ours that ended last
 
 
 class ProgressBoard:
@@ -154,6 +159,11 @@ class ProgressBoard:
         self._thread: threading.Thread | None = None
         self.stopped = False
         self.prepare = None  # run once at the first tick (see start_for)
+        # Time to ready: where earlier start-ups are (plain values, from start_for), read once on
+        # this thread into an estimate (time_to_ready.LiveEstimate) at its first wake-up.
+        self.history_sources: dict | None = None
+        self.time_to_ready = None
+        self._last_done: tuple | None = None
         # Monitor-thread state.
         self._seq = 0
         self._fingerprint: tuple | None = None
@@ -184,6 +194,7 @@ class ProgressBoard:
                 self._open.pop(span_id, None)
                 self._done += 1
                 self._last_end_ns = end
+                self._last_done = (name, attributes, end)
                 if attributes.get(semconv.PHASE) == semconv.PHASE_DESERIALIZE:
                     self._note_size(attributes)
                     path, nbytes = attributes.get(semconv.FILE_PATH), attributes.get(semconv.BYTES)
@@ -209,7 +220,7 @@ class ProgressBoard:
         now = time.time_ns() if now_ns is None else now_ns
         with self._lock:
             entries = sorted(self._open.values(), key=lambda e: e.start_ns)
-            opened, done, last_end = self._opened, self._done, self._last_end_ns
+            opened, done, last_end, last_done = self._opened, self._done, self._last_end_ns, self._last_done
             loaded = dict(self._loaded)
             sizes = dict(self._sizes)
         for entry in entries:
@@ -225,7 +236,7 @@ class ProgressBoard:
         start = self.session.start_ns
         expected, source = self._expected(sizes)
         return Snapshot(now, max(0, now - start) / 1e9, phase, max(0, now - since) / 1e9, running, tuple(entries),
-                        sum(loaded.values()), expected, opened, done, source)
+                        sum(loaded.values()), expected, opened, done, source, last_done)
 
     def _expected(self, sizes: dict[str, int]) -> tuple[int | None, str | None]:
         """(bytes expected, what they are made of): for each directory of a file seen, what
@@ -286,8 +297,24 @@ class ProgressBoard:
             if prepare is not None:
                 with internal_errors("inflight prepare"):
                     prepare()
+            if self.history_sources is not None:
+                self._read_history()
             with internal_errors("inflight monitor"):
                 self.tick()
+
+    def _read_history(self) -> None:
+        """Earlier start-ups of this service, read once (bounded; time_to_ready.py)."""
+        sources, self.history_sources = self.history_sources, None
+        with internal_errors("inflight history"):
+            from . import time_to_ready
+
+            self.time_to_ready = time_to_ready.LiveEstimate.load(time_to_ready.sources_for(**sources))
+
+    def remaining_s(self, snap: Snapshot) -> float | None:
+        """The time-to-ready estimate for ``snap``, None without one (no history, not read yet)."""
+        live = self.time_to_ready
+        estimate = live.estimate(snap) if live is not None else None
+        return estimate.remaining_s if estimate is not None else None
 
     def tick(self, now_ns: int | None = None, first: bool = False) -> None:
         """One wake-up: notice progress or a stall, and write a record when one is due: the
@@ -381,6 +408,9 @@ class ProgressBoard:
         if snap.bytes_expected is not None:
             attrs[semconv.PROGRESS_BYTES_EXPECTED] = snap.bytes_expected
             attrs[semconv.PROGRESS_BYTES_EXPECTED_SOURCE] = snap.expected_source
+        if self.time_to_ready is not None:
+            with internal_errors("inflight estimate"):
+                attrs.update(self.time_to_ready.record_attributes(snap))
         context = trace.set_span_in_context(NonRecordingSpan(session.root_context))
         span = session.tracer.start_span(semconv.SPAN_PROGRESS, context=context, start_time=snap.now_ns,
                                          attributes=attrs)
@@ -556,16 +586,23 @@ def register_gauges(meter_provider, board: ProgressBoard, labels: dict) -> None:
     meter.create_observable_gauge(
         semconv.METRIC_INFLIGHT_EXPECTED, [observe(lambda s: s.bytes_expected)], unit="By",
         description="Start-ups in flight: checkpoint bytes expected (the index's total_size, else the files seen)")
+    meter.create_observable_gauge(
+        semconv.METRIC_INFLIGHT_REMAINING, [observe(lambda s: source.board.remaining_s(s))], unit="s",
+        description="Start-ups in flight: estimated seconds left to ready(), from earlier start-ups of the "
+                    "service (absent without any)")
 
 
 def start_for(session, *, progress_interval_s: float, stall_after_s: float, flush=None, meter_provider=None,
-              labels: dict | None = None, prepare=None) -> ProgressBoard:
+              labels: dict | None = None, prepare=None, history: dict | None = None) -> ProgressBoard:
     """Attach a board to ``session``, register the gauges where metrics go, start the thread;
     the start-up's end stops it. ``prepare`` runs once on the monitor thread at its first
-    tick (a start-up still running then gets its metrics made, off the host's thread)."""
+    tick (a start-up still running then gets its metrics made, off the host's thread).
+    ``history``: where earlier start-ups are (time_to_ready.sources_for's arguments), read
+    on the monitor thread for the time-to-ready estimate."""
     board = ProgressBoard(session, progress_interval_s=progress_interval_s, stall_after_s=stall_after_s,
                           flush=flush)
     board.prepare = prepare
+    board.history_sources = history
     session.progress = board
     session.on_end(board.stop)
     if meter_provider is not None:

@@ -306,6 +306,15 @@ STALL_SPAN_ID = "coldstart.stall.span_id"  # the open span the start-up waited i
 STALL_THREAD_ID = "coldstart.stall.thread.id"  # the thread that owns it (listed first)
 STALL_STACKS = "coldstart.stall.stacks"  # Python stacks of all threads, innermost frame first, bounded
 
+# --- time to ready, live (time_to_ready.py, _history.py) ----------------------------------
+# On each progress record once the history is read: the estimate of the seconds left to
+# ready(), from earlier start-ups of the same service; without any, no estimate and why.
+PROGRESS_REMAINING_S = "coldstart.progress.remaining_s"  # double: seconds to ready(), estimated
+PROGRESS_REMAINING_HISTORY = "coldstart.progress.remaining_history"  # int: earlier start-ups used (0: none)
+PROGRESS_REMAINING_BASIS = "coldstart.progress.remaining_basis"  # str: where it was matched, or why none
+METRIC_INFLIGHT_REMAINING = "model.startup.inflight.remaining"  # s, gauge: the estimate (absent without one)
+# --- end of time to ready ------------------------------------------------------------------
+
 METRIC_INFLIGHT_ELAPSED = "model.startup.inflight.elapsed"  # s, gauge, by the running coldstart.phase
 METRIC_INFLIGHT_PHASE_ELAPSED = "model.startup.inflight.phase.elapsed"  # s, gauge: time in that phase
 METRIC_INFLIGHT_LOADED = "model.startup.inflight.loaded"  # By, gauge: checkpoint bytes read so far

@@ -48,12 +48,13 @@ class Options:
     """``instrument()``'s options, checked (see :func:`otel_coldstart.instrument`)."""
 
     __slots__ = ("start_at", "output_dir", "summary", "export_timeout_s", "handle_sigterm", "metric_attributes",
-                 "prometheus_port", "progress_interval_s", "stall_after_s")
+                 "prometheus_port", "progress_interval_s", "stall_after_s", "history_dir")
 
     def __init__(self, start_at: str = "process", output_dir: str | None = None, summary: bool | None = None,
                  export_timeout_s: float = 5.0, handle_sigterm: bool = True,
                  metric_attributes: dict | None = None, prometheus_port: int | None = None,
-                 progress_interval_s: float | None = None, stall_after_s: float | None = None) -> None:
+                 progress_interval_s: float | None = None, stall_after_s: float | None = None,
+                 history_dir=None) -> None:
         if start_at not in ("process", "instrument"):
             raise ValueError("start_at must be 'process' or 'instrument'")
         self.start_at = start_at
@@ -66,6 +67,32 @@ class Options:
         self.progress_interval_s = seconds_option(progress_interval_s, ENV_PROGRESS_INTERVAL_S,
                                                   DEFAULT_PROGRESS_INTERVAL_S)
         self.stall_after_s = seconds_option(stall_after_s, ENV_STALL_AFTER_S, DEFAULT_STALL_AFTER_S)
+        self.history_dir = history_directories(history_dir)
+
+
+ENV_HISTORY_DIR = "OTEL_COLDSTART_HISTORY_DIR"
+
+
+def history_directories(value) -> tuple[str, ...] | None:
+    """Where the time-to-ready estimate looks for earlier start-ups: the directories passed
+    (a path, several joined by os.pathsep, or a list), else ``OTEL_COLDSTART_HISTORY_DIR``;
+    ``()`` for the default (the directory of this process's own trace files); None: off
+    (``False``, or the variable set to ``off``). Nothing is read here."""
+    if value is None:
+        text = os.environ.get(ENV_HISTORY_DIR, "").strip()
+        if text.lower() == "off":
+            return None
+        return tuple(p for p in text.split(os.pathsep) if p)
+    if value is False:
+        return None
+    if isinstance(value, (str, os.PathLike)):
+        value = [value]
+    if isinstance(value, (list, tuple)) and value and all(isinstance(p, (str, os.PathLike)) for p in value):
+        paths = tuple(p for item in value for p in os.fspath(item).split(os.pathsep) if p)
+        if paths:
+            return paths
+    raise ValueError(f"history_dir must be a directory (or several joined by {os.pathsep!r}, or a list of them), "
+                     f"or False to turn the time-to-ready estimate off; got {value!r}")
 
 
 class Plan(NamedTuple):
@@ -195,7 +222,25 @@ class Startup:
             self.progress = inflight.start_for(
                 self.session, progress_interval_s=options.progress_interval_s, stall_after_s=options.stall_after_s,
                 flush=flush, meter_provider=metrics_setup.provider if metrics_setup is not None else None,
-                labels=labels, prepare=(lambda: self.make_metrics_later()) if self.metrics_later else None)
+                labels=labels, prepare=(lambda: self.make_metrics_later()) if self.metrics_later else None,
+                history=self._history_sources())
+
+    def _history_sources(self) -> dict | None:
+        """Where the time-to-ready estimate finds earlier start-ups of this service (plain
+        values: the monitor thread reads them, time_to_ready.sources_for): the directories
+        asked for, else the one this process writes its own trace file to."""
+        directories = self.options.history_dir
+        if directories is None:
+            return None
+        own = self.setup.file_path
+        if not directories:
+            directory = (os.path.dirname(own) if own else self.options.output_dir
+                         or os.environ.get("OTEL_COLDSTART_OUTPUT_DIR") or export.DEFAULT_OUTPUT_DIR)
+            directories = (directory,)
+        session = self.session
+        return {"directories": tuple(os.path.abspath(d) for d in directories), "resource": dict(session.resource),
+                "own_file": own, "trace_id": format(session.root_context.trace_id, "032x"),
+                "start_ns": session.start_ns, "main_thread": threading.main_thread().ident}
 
     def make_metrics_later(self):
         """Make the metrics only we push, once, on whichever of our threads needs them first
