@@ -56,6 +56,7 @@ INFLIGHT_ELAPSED = "model_startup_inflight_elapsed_seconds"
 INFLIGHT_PHASE_ELAPSED = "model_startup_inflight_phase_elapsed_seconds"
 INFLIGHT_LOADED = "model_startup_inflight_loaded_bytes"
 INFLIGHT_EXPECTED = "model_startup_inflight_expected_bytes"
+INFLIGHT_REMAINING = "model_startup_inflight_remaining_seconds"  # the time-to-ready estimate
 INFLIGHT_PROCESS = "job, instance, service_name, coldstart_model_name, host_type"
 
 # The filters every query carries; variables named after what they select.
@@ -185,6 +186,8 @@ def build() -> db.Dashboard:
              f"({selector(INFLIGHT_PHASE_ELAPSED)}))")
     loaded_share = (f"max by ({INFLIGHT_PROCESS}) ({selector(INFLIGHT_LOADED)}) / "
                     f"max by ({INFLIGHT_PROCESS}) ({selector(INFLIGHT_EXPECTED)} > 0)")
+    # One series per start-up in flight (the phase label changes as it goes: not a series break).
+    time_to_ready = f"max by ({INFLIGHT_PROCESS}) ({selector(INFLIGHT_REMAINING)})"
 
     return (
         db.Dashboard("Model start-up (otel-coldstart)").uid(UID)
@@ -206,13 +209,19 @@ def build() -> db.Dashboard:
             "current phase first. A stall (no progress for stall_after_s) is in the process's log and trace.",
             stuck, "Time in phase", width=12))
         .with_panel(series_panel(
+            "Time to ready (estimate)",
+            "Seconds left to ready() per start-up in flight, estimated from where it is now and how earlier "
+            "start-ups of the same service went (docs/metrics.md, 'Time to ready'). A service's first start-up "
+            "has no history and so no estimate: it is absent here, not zero.",
+            "s", query(time_to_ready, "{{instance}} {{coldstart_model_name}}"), width=12))
+        .with_panel(series_panel(
             "Checkpoint loaded (share of expected)",
             "Bytes read so far over the index file's total_size (else the files seen), per start-up in flight.",
-            "percentunit", query(loaded_share, "{{instance}} {{coldstart_model_name}}"), width=6))
+            "percentunit", query(loaded_share, "{{instance}} {{coldstart_model_name}}"), width=12))
         .with_panel(series_panel(
             "Start-ups in flight by phase", "How many start-ups are running now, by the phase they are in.",
             "none", query(f"count by (coldstart_phase) ({selector(INFLIGHT_ELAPSED)})", "{{coldstart_phase}}"),
-            stacked=True, width=6))
+            stacked=True, width=12))
 
         .with_row(db.Row("Start-up time"))
         .with_panel(series_panel(

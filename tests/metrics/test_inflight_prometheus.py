@@ -32,6 +32,27 @@ JOB = "otel-coldstart-inflight-test"
 LOADED = "model_startup_inflight_loaded_bytes"
 EXPECTED = "model_startup_inflight_expected_bytes"
 ELAPSED = "model_startup_inflight_elapsed_seconds"
+REMAINING = "model_startup_inflight_remaining_seconds"
+EARLIER_TOTAL_S = 60.0  # the earlier start-up this one's estimate is from (written by the test)
+
+
+def _earlier_startup(path) -> None:
+    """An earlier start-up of the same service (and model) as the app's, as its trace file
+    would hold it: ``load`` from 1 s to 40 s, ``warmup`` to 59 s, ready at 60 s. The app's
+    time-to-ready estimate is made from it (a real one: tests/core/test_time_to_ready*.py)."""
+    start = 1_700_000_000 * 10**9
+    resource = {"attributes": [{"key": k, "value": {"stringValue": v}} for k, v in IDENTITY.items()]}
+
+    def span(name, begin_s, end_s, attributes):
+        return {"traceId": "ab" * 16, "spanId": f"{len(name):016x}", "name": name,
+                "startTimeUnixNano": str(start + int(begin_s * 1e9)), "endTimeUnixNano": str(start + int(end_s * 1e9)),
+                "attributes": [{"key": k, "value": v} for k, v in attributes.items()]}
+
+    spans = [span("coldstart.load", 1, 40, {"coldstart.phase": {"stringValue": "load"}}),
+             span("coldstart.warmup", 40, 59, {"coldstart.phase": {"stringValue": "warmup"}}),
+             span("model.startup", 0, EARLIER_TOTAL_S, {"coldstart.ready": {"boolValue": True}})]
+    path.write_text(json.dumps({"resourceSpans": [{"resource": resource, "scopeSpans": [{"spans": spans}]}]}) + "\n",
+                    encoding="utf-8")
 
 
 def _line(process, timeout_s: float) -> str:
@@ -64,6 +85,9 @@ def running_startup(checkpoint_dir, tmp_path):
     if binary is None:
         pytest.skip("the prometheus binary is not installed (Debian: apt-get install prometheus)")
     directory, _ = checkpoint_dir
+    history = tmp_path / "history"
+    history.mkdir()
+    _earlier_startup(history / "startup-earlier.otlp.jsonl")
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("OTEL_") and k.lower() not in ("traceparent", "tracestate")}
     env.update({
@@ -74,6 +98,7 @@ def running_startup(checkpoint_dir, tmp_path):
         "OTEL_COLDSTART_OUTPUT_DIR": str(tmp_path / "traces"),
         "OTEL_COLDSTART_SUMMARY": "0",
         "OTEL_COLDSTART_TEST_SHARD_PAUSE_S": "1.5",
+        "OTEL_COLDSTART_HISTORY_DIR": str(history),
     })
     err = open(tmp_path / "app-stderr.txt", "w", encoding="utf-8")
     app = subprocess.Popen([sys.executable, os.path.join(HERE, "inflight_app.py"), directory], env=env,
@@ -149,7 +174,13 @@ def test_scrapes_during_one_start_up_see_bytes_grow_and_the_phase_change(running
                 values = [float(item["value"][1]) for item in result["data"]["result"]]
                 assert [v for v in values if math.isfinite(v)], (title, result)
                 checked += 1
-    assert checked >= 6
+    assert checked >= 8
+
+    # The time-to-ready estimate, from the earlier start-up: in warmup (19 s long there), with
+    # ready() 1 s after it; this warmup has only just begun, so about 20 s are left.
+    (remaining,) = _wait_for(base, f'{REMAINING}{{{job}, coldstart_phase="warmup"}}', SCRAPE_TIMEOUT_S, prometheus)
+    assert 5.0 < float(remaining["value"][1]) <= 20.0, remaining
+    assert all(remaining["metric"][key.replace(".", "_")] == value for key, value in IDENTITY.items())
 
     # ready(): the in-flight series stop (Prometheus marks them stale at the next scrape).
     app.stdin.write("\n")
