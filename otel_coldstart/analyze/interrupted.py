@@ -136,6 +136,12 @@ def _rebuild(record: Span, root_id: str, present: set, stall_events: list[SpanEv
     source = record.attributes.get(semconv.PROGRESS_BYTES_EXPECTED_SOURCE)
     if isinstance(source, str):
         root_attrs[semconv.PROGRESS_BYTES_EXPECTED_SOURCE] = source
+    # What the time-to-ready estimate expected at the last sign of life (time_to_ready.py).
+    remaining = record.attributes.get(semconv.PROGRESS_REMAINING_S)
+    if isinstance(remaining, (int, float)) and not isinstance(remaining, bool) and 0 <= remaining < 1e9:
+        root_attrs[semconv.PROGRESS_REMAINING_S] = float(remaining)
+    if _int(record.attributes.get(semconv.PROGRESS_REMAINING_HISTORY)) is not None:
+        root_attrs[semconv.PROGRESS_REMAINING_HISTORY] = record.attributes[semconv.PROGRESS_REMAINING_HISTORY]
     attached = {id(e) for s in open_spans for e in s.events}
     root_events = tuple(e for e in stall_events if id(e) not in attached
                         and not (e.attributes.get(semconv.STALL_SPAN_ID) and
@@ -170,6 +176,15 @@ class Killed:
     bytes_expected: int | None
     # What bytes_expected is made of (semconv.EXPECTED_FROM_*); None from an older plugin.
     expected_source: str | None = None
+    # The time-to-ready estimate at the last sign of life: seconds still to go, and how many
+    # earlier start-ups it was from (0: none, so no estimate); None from an older plugin.
+    remaining_s: float | None = None
+    remaining_history: int | None = None
+
+    @property
+    def expected_ready_ns(self) -> int | None:
+        """When it expected to be ready (from the root's start), or None without an estimate."""
+        return None if self.remaining_s is None else self.at_ns + int(self.remaining_s * 1e9)
 
     @property
     def expected_words(self) -> str:
@@ -197,8 +212,11 @@ def killed(breakdown: Breakdown) -> Killed | None:
         matching = [i for i in items if i.phase == phase]
         running = (matching or list(items))[-1]
     source = root.attributes.get(semconv.PROGRESS_BYTES_EXPECTED_SOURCE)
+    remaining = root.attributes.get(semconv.PROGRESS_REMAINING_S)
     return Killed(root.duration_ns, phase, running, items, _int(root.attributes.get(semconv.PROGRESS_BYTES_LOADED)),
-                  _int(root.attributes.get(semconv.PROGRESS_BYTES_EXPECTED)), source if isinstance(source, str) else None)
+                  _int(root.attributes.get(semconv.PROGRESS_BYTES_EXPECTED)), source if isinstance(source, str) else None,
+                  float(remaining) if isinstance(remaining, float) else None,
+                  _int(root.attributes.get(semconv.PROGRESS_REMAINING_HISTORY)))
 
 
 def _open_item(span: Span) -> OpenAtDeath:
@@ -316,6 +334,8 @@ def interruption_document(breakdown: Breakdown) -> dict:
             "open": [_open_document(o) for o in item.open],
             "bytes_loaded": item.bytes_loaded, "bytes_expected": item.bytes_expected,
             "bytes_expected_source": item.expected_source,
+            "remaining_s": item.remaining_s, "remaining_history": item.remaining_history,
+            "expected_ready_s": item.expected_ready_ns / 1e9 if item.expected_ready_ns is not None else None,
         }
     document["stalls"] = [
         {"offset_s": s.at_ns / 1e9, "idle_s": s.idle_s, "phase": s.phase, "span": s.span_name, "thread": s.thread,

@@ -60,6 +60,14 @@ def _killed(item, out: TextIO) -> None:
             of = (f" of {format_bytes(item.bytes_expected)} "
                   f"({item.bytes_loaded / item.bytes_expected * 100:.0f}%{item.expected_words})")
         out.write(f"    checkpoint bytes loaded: {format_bytes(item.bytes_loaded or 0)}{of}\n")
+    if item.expected_ready_ns is not None:
+        # What the live estimate expected when it died: a startup probe that gives up before
+        # this is what killed a start-up that was on its way.
+        out.write(f"    expected ready at about +{format_seconds(item.expected_ready_ns)}: "
+                  f"{format_seconds(int(item.remaining_s * 1e9))} more at its last sign of life "
+                  f"(time-to-ready estimate from {item.remaining_history or '?'} earlier start-up(s))\n")
+    elif item.remaining_history == 0:
+        out.write("    no time-to-ready estimate: no earlier start-up of this service had reached ready()\n")
 
 
 def _describe(item) -> str:
