@@ -168,7 +168,17 @@ def reading(real_dir: str, worst_dir: str, repeats: int) -> dict:
                          "files": len([n for n in os.listdir(directory) if n.endswith((".json", ".jsonl"))])}
     live, _, _ = read(real_dir)
     if live.startups:
-        snap = Snapshot(5 * 10**9, 5.0, "x", 0.0, None, (), 0, None, 0, 0, None, None)
+        # Half-way through the newest earlier start-up: its spans open then, and the one ended last.
+        from types import SimpleNamespace
+
+        newest = live.history.startups[0]
+        half = newest.total_s / 2
+        open_spans = tuple(SimpleNamespace(name=step.key[0], phase=step.key[1], start_ns=int(step.start_s * 1e9),
+                                           thread_id=None, attributes={}, file_read=None)
+                           for step in newest.steps if step.start_s <= half < step.end_s)
+        ended = [step for step in newest.steps if step.end_s <= half]
+        last = (ended[-1].key[0], {semconv.PHASE: ended[-1].key[1]}, int(ended[-1].end_s * 1e9)) if ended else None
+        snap = Snapshot(int(half * 1e9), half, "x", 0.0, None, open_spans, 0, None, 0, 0, None, last)
         calls = 2000
         started = time.perf_counter_ns()
         for _ in range(calls):

@@ -64,7 +64,8 @@ What you get
   ``model.startup.graph.capture.time``; and, while the start-up runs, the gauges
   ``model.startup.inflight.elapsed``, ``model.startup.inflight.phase.elapsed`` (time in the
   running phase), ``model.startup.inflight.loaded`` and ``model.startup.inflight.expected``
-  (bytes loaded of expected).
+  (bytes loaded of expected), and ``model.startup.inflight.remaining`` (the seconds left to
+  ``ready()``, estimated from earlier start-ups of the service: absent for its first).
 - A start-up that never ends still tells where it was: one background thread writes a
   small progress record every few seconds (``otel-coldstart analyze`` reads a SIGKILL'd
   start-up as "killed (no end) during <phase>"), and records the stacks of all threads

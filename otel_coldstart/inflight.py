@@ -155,15 +155,15 @@ class ProgressBoard:
         self._loaded: dict[str, int] = {}  # file path -> bytes read by its finished reads
         self._sizes: dict[str, int] = {}  # file path -> size, every checkpoint file seen
         self._index_totals: dict[str, int | None] = {}  # directory -> what its index expects
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.stopped = False
-        self.prepare = None  # run once at the first tick (see start_for)
         # Time to ready: where earlier start-ups are (plain values, from start_for), read once on
         # this thread into an estimate (time_to_ready.LiveEstimate) at its first wake-up.
         self.history_sources: dict | None = None
         self.time_to_ready = None
         self._last_done: tuple | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.stopped = False
+        self.prepare = None  # run once at the first tick (see start_for)
         # Monitor-thread state.
         self._seq = 0
         self._fingerprint: tuple | None = None

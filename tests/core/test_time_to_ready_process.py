@@ -24,7 +24,7 @@ from otel_coldstart import demo, semconv
 
 pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
 
-STEADY_S = 10.0
+STEADY_S = 12.0
 HISTORY_RUNS = 2
 MEASURED_RUNS = 2
 SERVICE = "eta-demo-test"
