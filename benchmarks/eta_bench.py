@@ -33,6 +33,7 @@ import time
 import common
 
 from otel_coldstart import demo, semconv
+from otel_coldstart._history import progress_of
 
 POINTS = (0.25, 0.5, 0.75)
 SERVICE = "eta-bench"
@@ -61,23 +62,6 @@ def _env(out_dir: str, **extra) -> dict:
     return env
 
 
-def _trace(path: str) -> tuple[tuple[int, int] | None, list[tuple[int, dict]]]:
-    from otel_coldstart._history import _attributes
-
-    root, records = None, []
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            for resource_spans in json.loads(line)["resourceSpans"]:
-                for scope in resource_spans["scopeSpans"]:
-                    for span in scope["spans"]:
-                        start, end = int(span["startTimeUnixNano"]), int(span["endTimeUnixNano"])
-                        if span["name"] == semconv.SPAN_ROOT:
-                            root = (start, end)
-                        elif span["name"] == semconv.SPAN_PROGRESS:
-                            records.append((start, _attributes(span)))
-    return root, sorted(records, key=lambda r: r[0])
-
-
 def accuracy(checkpoint: str, paths: list[str], out: str, history: int, runs: int) -> dict:
     env = _env(out)
     totals: list[float] = []
@@ -90,7 +74,7 @@ def accuracy(checkpoint: str, paths: list[str], out: str, history: int, runs: in
         if done.returncode != 0:
             raise SystemExit(done.stderr[-2000:])
         (name,) = set(os.listdir(out)) - before
-        root, records = _trace(os.path.join(out, name))
+        root, records = progress_of(os.path.join(out, name))
         total = (root[1] - root[0]) / 1e9
         if number >= history:
             earlier = sorted(totals[-8:])

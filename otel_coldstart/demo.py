@@ -150,6 +150,16 @@ def load(directory: str, dtype: str = "float16") -> dict:
     shape = LlamaShape()
     with otel_coldstart.phase("build_model"):
         model = build_model(shape)
+    load_weights(model, directory, dtype)
+    otel_coldstart.ready()
+    return {"parameters": sum(p.numel() for p in model.parameters())}
+
+
+def load_weights(model, directory: str, dtype: str = "float16") -> None:
+    """Read every shard through safe_open, assign the weights into ``model`` and cast it."""
+    import torch
+    from safetensors import safe_open
+
     with open(os.path.join(directory, "model.safetensors.index.json"), encoding="utf-8") as handle:
         shard_names = sorted(set(json.load(handle)["weight_map"].values()))
     state = {}
@@ -159,8 +169,6 @@ def load(directory: str, dtype: str = "float16") -> dict:
                 state[key] = shard.get_tensor(key)
     model.load_state_dict(state, assign=True)
     model.to(getattr(torch, dtype))
-    otel_coldstart.ready()
-    return {"parameters": sum(p.numel() for p in model.parameters())}
 
 
 def write_report(out) -> None:

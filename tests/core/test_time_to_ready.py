@@ -408,12 +408,4 @@ def test_history_off_and_bad_option(tmp_path, service_env, monkeypatch):
 
 
 def _progress_records(path) -> list[dict]:
-    out = []
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            for resource_spans in json.loads(line)["resourceSpans"]:
-                for scope in resource_spans["scopeSpans"]:
-                    for span in scope["spans"]:
-                        if span["name"] == semconv.SPAN_PROGRESS:
-                            out.append(_history._attributes(span))
-    return out
+    return [attributes for _, attributes in _history.progress_of(path)[1]]

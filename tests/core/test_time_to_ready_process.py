@@ -21,6 +21,7 @@ import time
 import pytest
 
 from otel_coldstart import demo, semconv
+from otel_coldstart._history import progress_of
 
 pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
 
@@ -30,29 +31,21 @@ MEASURED_RUNS = 2
 SERVICE = "eta-demo-test"
 
 CHILD = r"""
-import json, os, sys, time
+import json, sys, time
 import otel_coldstart
 otel_coldstart.instrument(summary=False)
 from otel_coldstart import demo
 directory, steady_s = sys.argv[1], float(sys.argv[2])
 with otel_coldstart.phase("import_libraries"):
     import torch
-    from safetensors import safe_open
+    import safetensors
 with otel_coldstart.phase("build_model"):
     model = demo.build_model(demo.LlamaShape())
 with otel_coldstart.phase("download"):  # slow and steady: the same length under any load
     until = time.monotonic() + steady_s
     while time.monotonic() < until:
         time.sleep(0.02)
-with open(os.path.join(directory, "model.safetensors.index.json"), encoding="utf-8") as handle:
-    names = sorted(set(json.load(handle)["weight_map"].values()))
-state = {}
-for name in names:
-    with safe_open(os.path.join(directory, name), framework="pt") as shard:
-        for key in shard.keys():
-            state[key] = shard.get_tensor(key)
-model.load_state_dict(state, assign=True)
-model.to(torch.float16)
+demo.load_weights(model, directory, "float16")
 otel_coldstart.ready()
 print(json.dumps({"trace": otel_coldstart.trace_file()}), flush=True)
 """
@@ -80,24 +73,6 @@ def _run(script, args, env, timeout=300) -> tuple[str, str]:
     return done.stdout, done.stderr
 
 
-def _root_and_records(path) -> tuple[tuple[int, int], list[tuple[int, dict]]]:
-    from otel_coldstart._history import _attributes
-
-    root, records = None, []
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            for resource_spans in json.loads(line)["resourceSpans"]:
-                for scope in resource_spans["scopeSpans"]:
-                    for span in scope["spans"]:
-                        start, end = int(span["startTimeUnixNano"]), int(span["endTimeUnixNano"])
-                        if span["name"] == semconv.SPAN_ROOT:
-                            root = (start, end)
-                        elif span["name"] == semconv.SPAN_PROGRESS:
-                            records.append((start, _attributes(span)))
-    assert root is not None
-    return root, sorted(records, key=lambda r: r[0])
-
-
 def test_estimate_at_half_of_the_startup_is_within_20_percent(tmp_path, demo_checkpoint):
     directory, paths = demo_checkpoint
     out = tmp_path / "traces"
@@ -109,7 +84,7 @@ def test_estimate_at_half_of_the_startup_is_within_20_percent(tmp_path, demo_che
         traces.append(json.loads(stdout.strip().splitlines()[-1])["trace"])
 
     # The first start-up of the service has no history: no estimate, and its records say so.
-    _, first = _root_and_records(traces[0])
+    _, first = progress_of(traces[0])
     said = [a for _, a in first if semconv.PROGRESS_REMAINING_HISTORY in a]
     assert said, "the history was never read"
     assert all(a[semconv.PROGRESS_REMAINING_HISTORY] == 0 and semconv.PROGRESS_REMAINING_S not in a for a in said)
@@ -117,7 +92,7 @@ def test_estimate_at_half_of_the_startup_is_within_20_percent(tmp_path, demo_che
 
     report, errors = [], []
     for path in traces[HISTORY_RUNS:]:
-        (start, end), records = _root_and_records(path)
+        (start, end), records = progress_of(path)
         total_s = (end - start) / 1e9
         half_ns = start + (end - start) // 2
         estimated = [(t, a) for t, a in records if semconv.PROGRESS_REMAINING_S in a]
@@ -173,7 +148,7 @@ def test_a_hostile_history_directory_never_breaks_or_holds_the_startup(tmp_path)
     assert "Traceback" not in stderr and "otel-coldstart" not in stderr, stderr
     assert result["instrument_s"] < 1.0  # nothing of the history is read on the caller's thread
     assert wall < 60
-    _, records = _root_and_records(result["trace"])
+    _, records = progress_of(result["trace"])
     said = [a for _, a in records if semconv.PROGRESS_REMAINING_HISTORY in a]
     assert said and said[-1][semconv.PROGRESS_REMAINING_HISTORY] == 0
 
