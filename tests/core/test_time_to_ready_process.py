@@ -73,6 +73,7 @@ def _run(script, args, env, timeout=300) -> tuple[str, str]:
     return done.stdout, done.stderr
 
 
+@pytest.mark.timing  # an estimate against the time measured: alone, after the rest (make test)
 def test_estimate_at_half_of_the_startup_is_within_20_percent(tmp_path, demo_checkpoint):
     directory, paths = demo_checkpoint
     out = tmp_path / "traces"
