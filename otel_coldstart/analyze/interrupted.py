@@ -214,7 +214,8 @@ def killed(breakdown: Breakdown) -> Killed | None:
     source = root.attributes.get(semconv.PROGRESS_BYTES_EXPECTED_SOURCE)
     remaining = root.attributes.get(semconv.PROGRESS_REMAINING_S)
     return Killed(root.duration_ns, phase, running, items, _int(root.attributes.get(semconv.PROGRESS_BYTES_LOADED)),
-                  _int(root.attributes.get(semconv.PROGRESS_BYTES_EXPECTED)), source if isinstance(source, str) else None,
+                  _int(root.attributes.get(semconv.PROGRESS_BYTES_EXPECTED)),
+                  source if isinstance(source, str) else None,
                   float(remaining) if isinstance(remaining, float) else None,
                   _int(root.attributes.get(semconv.PROGRESS_REMAINING_HISTORY)))
 

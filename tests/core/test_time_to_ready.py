@@ -148,7 +148,8 @@ def test_hostile_history_is_bounded_and_never_raises(tmp_path):
     (hostile / "numbers.jsonl").write_bytes(b'{"resourceSpans":[{"x":"coldstart.phase"}], "n": '
                                             + b"9" * 100_000 + b"}\n")
     shapes = [{"resourceSpans": 3}, {"resourceSpans": [None, 1, "x", {"resource": 5, "scopeSpans": {}}]},
-              {"resourceSpans": [{"resource": {"attributes": [{"key": "service.name", "value": {"stringValue": SERVICE}}]},
+              {"resourceSpans": [{"resource": {"attributes": [
+                  {"key": "service.name", "value": {"stringValue": SERVICE}}]},
                                   "scopeSpans": [{"spans": [None, {"traceId": 1}, {
                                       "traceId": "cd" * 16, "name": "model.startup", "startTimeUnixNano": "-5",
                                       "endTimeUnixNano": "1e99",
@@ -157,7 +158,8 @@ def test_hostile_history_is_bounded_and_never_raises(tmp_path):
                                        "endTimeUnixNano": 1, "attributes": [
                                            {"key": "coldstart.phase", "value": {"intValue": "12345678901234567890123"}},
                                            {"key": None}, 7]}]}]}]}]
-    (hostile / "shapes.jsonl").write_bytes(b"".join(json.dumps(s).encode() + b'"coldstart.phase"\n'
+    # Each line passes the reader's filters (our key and the service's name are in it) and parses.
+    (hostile / "shapes.jsonl").write_bytes(b"".join(json.dumps({"coldstart.phase": SERVICE, **s}).encode() + b"\n"
                                                     for s in shapes))
     (hostile / "pretty.json").write_text('{\n  "resourceSpans": [\n  "coldstart.phase"\n')  # truncated document
     for number in range(300):  # many names that are not trace files
