@@ -135,7 +135,7 @@ def reading(real_dir: str, worst_dir: str, repeats: int) -> dict:
     from otel_coldstart.inflight import Snapshot
 
     def read(directory):
-        sources = time_to_ready.sources_for([directory], {"service.name": SERVICE}, None, None, 0, None)
+        sources = time_to_ready.sources_for([directory], {"service.name": SERVICE}, None, None, 0)
         started, cpu = time.perf_counter(), time.thread_time()
         live = time_to_ready.LiveEstimate.load(sources)
         return live, (time.perf_counter() - started) * 1e3, (time.thread_time() - cpu) * 1e3

@@ -240,7 +240,7 @@ class Startup:
         session = self.session
         return {"directories": tuple(os.path.abspath(d) for d in directories), "resource": dict(session.resource),
                 "own_file": own, "trace_id": format(session.root_context.trace_id, "032x"),
-                "start_ns": session.start_ns, "main_thread": threading.main_thread().ident}
+                "start_ns": session.start_ns}
 
     def make_metrics_later(self):
         """Make the metrics only we push, once, on whichever of our threads needs them first

@@ -57,15 +57,14 @@ class Estimate:
 
 @dataclass(frozen=True)
 class Sources:
-    """Where earlier start-ups are, and what makes them this service's (made by the
-    start-up on the host's thread: plain values, nothing read)."""
+    """Where earlier start-ups are, and what makes them this service's (made on the monitor
+    thread from the plain values the start-up handed it: nothing is read on the host's)."""
 
     directories: tuple
     identity: Identity
     own_file: str | None
     trace_id: str | None
     start_ns: int
-    main_thread: int | None
 
 
 class LiveEstimate:
@@ -213,12 +212,12 @@ def _time_at_share(h: EarlierStartup, share: float) -> float:
     return h.reads[-1][1] if h.reads else 0.0
 
 
-def sources_for(directories, resource: dict, own_file: str | None, trace_id: str | None, start_ns: int,
-                main_thread: int | None) -> Sources:
+def sources_for(directories, resource: dict, own_file: str | None, trace_id: str | None,
+                start_ns: int) -> Sources:
     service = resource.get("service.name")
     model = resource.get(semconv.MODEL_NAME)
     host_type = resource.get("host.type")
     identity = Identity(service if isinstance(service, str) else None, model if isinstance(model, str) else None,
                         host_type if isinstance(host_type, str) else None)
     return Sources(tuple(d for d in directories if d), identity, os.path.abspath(own_file) if own_file else None,
-                   trace_id, start_ns, main_thread)
+                   trace_id, start_ns)

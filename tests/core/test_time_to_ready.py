@@ -205,7 +205,7 @@ def _earlier(total_s, steps, reads=(), host_type=None, trace="t"):
 
 
 def _live(startups, same_host_type=True):
-    sources = time_to_ready.Sources((), IDENTITY, None, None, 0, 1)
+    sources = time_to_ready.Sources((), IDENTITY, None, None, 0)
     return time_to_ready.LiveEstimate(History(tuple(startups), (), len(startups), same_host_type), sources)
 
 
@@ -311,7 +311,7 @@ def test_the_median_of_the_earlier_startups():
 
 
 def test_no_history_no_estimate_and_the_record_says_why(tmp_path):
-    sources = time_to_ready.sources_for([str(tmp_path)], {"service.name": SERVICE}, None, None, 0, 1)
+    sources = time_to_ready.sources_for([str(tmp_path)], {"service.name": SERVICE}, None, None, 0)
     live = time_to_ready.LiveEstimate.load(sources)
     assert live.estimate(_snap(1.0)) is None
     attributes = live.record_attributes(_snap(1.0))
