@@ -185,6 +185,16 @@ def write_json(path: str, document: dict) -> None:
         handle.write("\n")
 
 
+def finish(result: dict, render, json_path: str | None) -> int:
+    """Print the benchmark's tables and the load average around it, and write its JSON."""
+    render(result, sys.stdout)
+    sys.stdout.write(f"\nload average before {result['load_average']['before']}, "
+                     f"after {result['load_average']['after']}\n")
+    if json_path:
+        write_json(json_path, result)
+    return 0
+
+
 def _json_default(value):
     if dataclasses.is_dataclass(value):
         return dataclasses.asdict(value)

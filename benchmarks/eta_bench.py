@@ -251,12 +251,7 @@ def main(argv=None) -> int:
                   "reading": reading(out, worst, repeats),
                   "host": host_cost(worst, pairs, scratch),
                   "load_average": {"before": load_before, "after": common.load_average()}}
-    render(result, sys.stdout)
-    sys.stdout.write(f"\nload average before {result['load_average']['before']}, "
-                     f"after {result['load_average']['after']}\n")
-    if args.json:
-        common.write_json(args.json, result)
-    return 0
+    return common.finish(result, render, args.json)
 
 
 if __name__ == "__main__":
