@@ -164,6 +164,8 @@ class ProgressBoard:
         self._thread: threading.Thread | None = None
         self.stopped = False
         self.prepare = None  # run once at the first tick (see start_for)
+        self._then: Callable[[], Any] | None = None  # run on this thread once stopped (continue_with)
+        self._then_taken = False
         # Monitor-thread state.
         self._seq = 0
         self._fingerprint: tuple | None = None
@@ -285,6 +287,16 @@ class ProgressBoard:
         self.stopped = True
         self._stop.set()
 
+    def continue_with(self, work: Callable[[], Any]) -> bool:
+        """Run ``work()`` on the monitor thread once the start-up has ended, instead of ending
+        the thread (the first-use follow-up, first_use.py). False where no monitor thread is
+        there to take it (turned off, or gone already)."""
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive() or self._then_taken:
+                return False
+            self._then = work
+            return True
+
     def _run(self) -> None:
         tick = self.tick_s
         if self.progress_interval_s > 0:
@@ -301,6 +313,11 @@ class ProgressBoard:
                 self._read_history()
             with internal_errors("inflight monitor"):
                 self.tick()
+        with self._lock:
+            then, self._then, self._then_taken = self._then, None, True
+        if then is not None:
+            with internal_errors("inflight follow-up"):
+                then()
 
     def _read_history(self) -> None:
         """Earlier start-ups of this service, read once (bounded; time_to_ready.py)."""
@@ -424,7 +441,7 @@ class ProgressBoard:
             self._flush()
 
 
-_NOT_WORK = frozenset({semconv.SPAN_ROOT, semconv.SPAN_SETTLEMENT})  # spans that end no work
+_NOT_WORK = frozenset({semconv.SPAN_ROOT, semconv.SPAN_SETTLEMENT, semconv.SPAN_FIRST_USE})  # spans that end no work
 
 
 def index_expected_bytes(directory: str) -> int | None:

@@ -219,6 +219,32 @@ TF_MODULES_IMPORTED = "coldstart.transformers.modules_imported"
 # ZeRO-3's zero.Init, for one); absent when the init contexts do not say.
 TF_META_INIT = "coldstart.transformers.meta_init"
 
+# --- lazy weights: what is still on storage at ready(), what the first requests read (issue 28) --
+# On a file's final settlement record (so, once merged, on its deserialize span): bytes of the
+# file not in the page cache at ready() while the process still maps it (its tensors are backed
+# by the file's pages: safetensors, transformers 5, torch.load(mmap=True)), so later touches
+# (the first forward passes) read them from storage. Absent for a resident file or one nothing
+# maps any more (its tensors were copied), and below verdicts.LAZY_MIN_BYTES.
+LAZY_UNREAD_BYTES = "coldstart.lazy.unread_bytes"
+# A first-use record: a zero-length span under a file's deserialize span, written after ready()
+# by the monitor thread while it follows a file that had LAZY_UNREAD_BYTES (one at the start,
+# one when the figure grew, at most every second, one at the end); the latest one holds. Readers
+# merge its attributes into the file's span and drop the record (analyze/settlements.py).
+SPAN_FIRST_USE = "coldstart.first_use"
+FIRST_USE_BYTES = "coldstart.first_use.bytes"  # bytes of the file read from storage since ready()
+FIRST_USE_UNREAD_BYTES = "coldstart.first_use.unread_bytes"  # still not in the page cache at the latest sample
+FIRST_USE_FIRST_S = "coldstart.first_use.first_s"  # seconds after ready() of the sample that first saw a read
+FIRST_USE_LAST_S = "coldstart.first_use.last_s"  # ... of the sample that last saw one
+FIRST_USE_FOLLOWED_S = "coldstart.first_use.followed_s"  # ... of the latest sample
+FIRST_USE_BOUND_S = "coldstart.first_use.bound_s"  # how long a file is followed at most
+FIRST_USE_END = "coldstart.first_use.end"  # why the following ended; absent while it goes on
+FIRST_USE_END_RESIDENT = "resident"  # every page of the file is in the page cache
+FIRST_USE_END_BOUND = "bound"  # FIRST_USE_BOUND_S passed
+# otherwise the end reason of the process's ending (END_EXIT, END_EXCEPTION, END_SIGTERM,
+# END_UNINSTRUMENTED): the process ended while following
+METRIC_LAZY_UNREAD = "model.startup.lazy.unread"  # By, counter: LAZY_UNREAD_BYTES of the start-up's files
+METRIC_FIRST_USE_BYTES = "model.startup.first_use.bytes"  # By, counter: read from storage after ready()
+
 # --- device phases (patches/tensor_ops, pinning, cuda_graphs, runtime, compile) -------------
 # Seconds from the first non-blocking copy of an aggregate being queued to the device
 # finishing the last one, resolved from CUDA events when the aggregate ends.

@@ -175,6 +175,8 @@ class Startup:
         self.cuda_up = False  # CUDA is initialised: a copy to CUDA no longer initialises it first
         self.runtime_failure_recorded = False  # a failed CUDA initialisation has its span
         self.after_ready_job: threading.Thread | None = None
+        self.first_use = None  # first_use.FollowUp: files still partly on storage at ready(), followed
+        self._first_use_metrics = None  # (StartupMetrics, labels) its counter is added to
         self.plans: list[Plan] = []  # what finish() decided, in order (for tests and debugging)
         self.lock = threading.Lock()
         self._finish_lock = threading.RLock()
@@ -189,7 +191,43 @@ class Startup:
             if end_hook is not None:
                 session.on_end(lambda hook=end_hook: hook(session))
         session.on_end(self.storage.settle_all)
+        # Before the monitor thread is stopped (registered later, by start_inflight): it is
+        # handed the first-use follow-up instead of ending.
+        session.on_end(self._follow_first_use)
         session.on_end(self._note_dropped_spans)
+
+    def _follow_first_use(self) -> None:
+        """At ready(): follow the files the storage ledger found still mapped with pages out
+        of the page cache (first_use.py); nothing when every file was resident."""
+        files = self.storage.lazily_unread
+        if files and self.session.end_reason == semconv.END_READY:
+            from . import first_use
+
+            self.first_use = first_use.start(files, self.session.end_ns or time.time_ns(), self.progress,
+                                             self._own_flush(), self._count_first_use)
+
+    def _count_first_use(self, nbytes: int) -> None:
+        """On the monitor thread: bytes the first requests read, onto their counter (metrics
+        only we push are made now if the after-ready job has not made them yet)."""
+        metrics_setup = self.make_metrics_later() if self.metrics_later else self.metrics
+        if metrics_setup is None:
+            return
+        from .metrics import StartupMetrics, identifying_attributes
+
+        if self._first_use_metrics is None:
+            labels = identifying_attributes(self.session.resource, self.options.metric_attributes)
+            self._first_use_metrics = (StartupMetrics(metrics_setup.provider), labels)
+        instruments, labels = self._first_use_metrics
+        instruments.add_first_use(nbytes, labels)
+
+    def _own_flush(self):
+        """Our own provider's flush after a record (waited for in the file mode, a local
+        append; over OTLP it leaves on a thread of ours); None for a provider the host made."""
+        setup, timeout = self.setup, self.options.export_timeout_s
+        if not setup.owned:
+            return None
+        wait = setup.file_path is not None
+        return lambda: export.flush(setup, timeout, wait=wait)
 
     def _note_dropped_spans(self) -> None:
         """Spans our provider could not queue (a bound was hit): said on the root."""
@@ -209,10 +247,7 @@ class Startup:
         from . import inflight
 
         setup, options = self.setup, self.options
-        flush = None
-        if setup.owned:
-            wait = setup.file_path is not None
-            flush = lambda: export.flush(setup, options.export_timeout_s, wait=wait)  # noqa: E731
+        flush = self._own_flush()
         labels = None
         if metrics_setup is not None:
             from .metrics import identifying_attributes
@@ -290,6 +325,9 @@ class Startup:
             if decided.end:
                 self._end(decided, exception_type)
             if decided.drain:
+                if self.first_use is not None:  # ending while following: a last sample, said why
+                    with internal_errors("first-use end"):
+                        self.first_use.end(reason)
                 self._drain(decided, started)
             return decided
 

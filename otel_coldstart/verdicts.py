@@ -107,6 +107,21 @@ def is_cold(state: str | None) -> bool:
     return state in COLD_STATES
 
 
+# --- weights still on storage at ready() (lazy weights) ----------------------------------
+
+# Less than this still out of the page cache at ready(), or less than LAZY_MIN_SHARE of the
+# file, is no "not read yet": the residency sample's own error is ~3 points of the file, and a
+# few missing pages of a warm file (common on a busy machine) cost the first request nothing.
+LAZY_MIN_BYTES = 1 << 20
+LAZY_MIN_SHARE = 0.01
+
+
+def is_lazily_unread(unread_bytes: int, size: int | None) -> bool:
+    """Whether ``unread_bytes`` of a still-mapped file out of the page cache at ready() are
+    worth saying (the runtime records them, the finding and the summary show them)."""
+    return unread_bytes >= LAZY_MIN_BYTES and (not size or unread_bytes >= LAZY_MIN_SHARE * size)
+
+
 # --- the dominant phase -----------------------------------------------------------------
 
 DOMINANT_MIN_SHARE = 0.2  # below this share of the start-up's wall time no phase dominates

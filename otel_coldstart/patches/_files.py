@@ -247,12 +247,15 @@ class FileRead:
             self.session.emit_record(semconv.SPAN_SETTLEMENT, self.container.span_context, time.time_ns(),
                                      with_evidence(figure_attrs, figure_evidence))
 
+        def record_under_span(name: str, record_attrs: dict) -> None:  # first-use records, after ready()
+            self.session.emit_record(name, self.container.span_context, time.time_ns(), record_attrs)
+
         if not self.carries_figure:
             end_span({semconv.CACHE_STORAGE_READ_UNKNOWN: _storage.UNKNOWN_COUNTED_ON_FIRST_SPAN}, [])
             return
         try:
             _storage.finish_with_figure(self.session, self.stored, self.read_bytes if self.trusted else None,
-                                        not lazy, end_span, settled_later)
+                                        not lazy, end_span, settled_later, record_under_span)
         except Exception:
             report_internal_error("storage figure")
             end_span({}, [])

@@ -17,6 +17,13 @@ ends, a ``coldstart.settlement`` record under the span carries the settled figur
 merge it into the span (analyze/settlements.py). Nothing is held open or written late, so a
 process killed after the read still has the span, with the figure known at its end.
 
+Lazy weights: when the start-up ends with ready(), a file still mapped by the process (its
+tensors are backed by its pages) with pages out of the page cache has not been read yet: the
+first forward passes will read those pages from storage. The final settlement says how many
+bytes (``coldstart.lazy.unread_bytes``) and the file is handed to the first-use follow-up
+(first_use.py), which watches its residency after ready(). A file nothing maps any more
+(its tensors were copied or cast) is never read again and says nothing.
+
 Everything here is per start-up (the ledger lives on the Startup) and per file (by identity):
 the first span of a file carries its figure, later spans of the same file say so instead of
 counting it twice.
@@ -32,6 +39,7 @@ from typing import Callable
 
 from .. import probes, semconv
 from .._errors import internal_errors
+from ..verdicts import is_lazily_unread
 
 # Why a file span has no coldstart.cache.storage_read_bytes (coldstart.cache.storage_read_unknown).
 UNKNOWN_NOT_A_FILE = "not_a_file"  # read from bytes or a stream: no file whose cache we can ask
@@ -58,10 +66,12 @@ _SETTLE_AT_ONCE_FROM = SETTLE_AT_ONCE_FROM = 0.99
 class StoredFile:
     """One file's storage facts in this start-up: its residency before its first read."""
 
-    __slots__ = ("path", "size", "fs_type", "before", "before_open", "claimed")
+    __slots__ = ("path", "size", "fs_type", "before", "before_open", "claimed", "identity")
 
-    def __init__(self, path: str, size: int | None, fs_type: str | None, before, before_open: bool) -> None:
+    def __init__(self, path: str, size: int | None, fs_type: str | None, before, before_open: bool,
+                 identity: tuple[int, int] | None = None) -> None:
         self.path = path
+        self.identity = identity  # (st_dev, st_ino)
         self.size = size
         self.fs_type = fs_type
         self.before = before  # probes.Residency, or None where the kernel cannot say
@@ -125,6 +135,10 @@ class StorageLedger:
         self._waiting: list[Callable[[bool], None]] = []
         self._closed = False
         self._settling = threading.Lock()  # an interim pass and the final one never overlap
+        # Set by the final pass at ready(): the files still mapped with pages out of the page
+        # cache (what the first requests will read from storage), for the first-use follow-up.
+        self.lazily_unread: list[LazyFile] = []
+        self._mapped: tuple[set, set] | None = None  # /proc/self/maps, read once by that pass
 
     def observe(self, path: str, *, before_open: bool = True) -> StoredFile | None:
         """The file's facts, measured once per start-up, at the first sight of it: before the
@@ -146,7 +160,7 @@ class StorageLedger:
         # Measured on every filesystem: the cache verdict uses it wherever the kernel answers;
         # the storage figure only where the filesystem's reads go through the page cache.
         before = probes.file_residency(path, facts.st_size)
-        stored = StoredFile(path, facts.st_size, fs_type, before, before_open)
+        stored = StoredFile(path, facts.st_size, fs_type, before, before_open, key)
         with self._lock:
             return self._files.setdefault(key, stored)
 
@@ -168,7 +182,8 @@ class StorageLedger:
             return True
 
     def settle_all(self) -> None:
-        """At the end of the start-up: write every waiting file's settlement record."""
+        """At the end of the start-up: write every waiting file's settlement record (at
+        ready(), with the bytes still out of the page cache of each file still mapped)."""
         with self._settling:
             with self._lock:
                 self._closed = True
@@ -176,6 +191,24 @@ class StorageLedger:
             for settle in waiting:
                 with internal_errors("storage figure"):
                     settle(True)
+            self._mapped = None
+
+    def unread_at_ready(self, stored: StoredFile, now) -> int | None:
+        """Bytes of ``stored`` out of the page cache at ready() (``now``: its residency) that
+        later touches will read from storage: only while the process still maps the file (its
+        tensors are backed by its pages; a file whose tensors were copied and whose mapping is
+        gone is never read again) and when worth saying (verdicts.is_lazily_unread)."""
+        if self._session.end_reason != semconv.END_READY or now is None or now.ratio >= _WHOLE:
+            return None
+        unread = min(stored.size or 0, int(now.missing_pages * mmap.PAGESIZE))
+        if not is_lazily_unread(unread, stored.size):
+            return None
+        if self._mapped is None:  # once per ready(), and only where some file is partly out
+            self._mapped = probes.mapped_files() or (set(), set())  # unreadable: say nothing
+        identities, paths = self._mapped
+        if stored.identity in identities or os.path.realpath(stored.path) in paths:
+            return unread
+        return None
 
     def settle_interim(self) -> None:
         """While the start-up runs (the in-flight monitor, before each progress record): an
@@ -187,6 +220,21 @@ class StorageLedger:
             for settle in waiting:
                 with internal_errors("storage figure"):
                     settle(False)
+
+
+class LazyFile:
+    """A file still mapped at ready() with ``unread`` bytes out of the page cache: what the
+    first-use follow-up watches (first_use.py); ``record(name, attributes)`` writes a record
+    under the file's span."""
+
+    __slots__ = ("path", "size", "identity", "unread", "record")
+
+    def __init__(self, stored: StoredFile, unread: int, record: Callable[[str, dict], None]) -> None:
+        self.path = stored.path
+        self.size = stored.size or 0
+        self.identity = stored.identity
+        self.unread = unread
+        self.record = record
 
 
 def ledger_for(session) -> StorageLedger:
@@ -221,12 +269,16 @@ def start_file_span(session, path: str, *, before_open: bool) -> tuple[StoredFil
 
 def finish_with_figure(session, stored: StoredFile | None, thread_read_bytes: int | None,
                        counters_see_every_read: bool, end_span: Callable[[dict, list], None],
-                       settled_later: Callable[[dict, list], None]) -> None:
+                       settled_later: Callable[[dict, list], None],
+                       record_under_span: Callable[[str, dict], None] | None = None) -> None:
     """End a file's span now, at its own end time, with its storage figure:
     ``end_span(attributes, evidence)``. Final when every page of the file is in the page cache
     (nothing more can come from storage) or the start-up has ended; otherwise the figure known
     now, marked provisional, and ``settled_later(attributes, evidence)`` is called with the
-    settled figure when the start-up ends (it writes the settlement record)."""
+    settled figure when the start-up ends (it writes the settlement record). At ready(), a file
+    still mapped with pages out of the page cache gets ``coldstart.lazy.unread_bytes`` on that
+    record and is followed after ready() (first_use.py), whose records
+    ``record_under_span(name, attributes)`` writes under the file's span."""
     def figure_now(after, at_span_end=None) -> tuple[dict, list]:
         figure, evidence, reason = storage_figure(stored, after, thread_read_bytes, counters_see_every_read)
         attrs = figure_attributes(figure, evidence, reason, after)
@@ -248,9 +300,16 @@ def finish_with_figure(session, stored: StoredFile | None, thread_read_bytes: in
         return
 
     last_figure = [attrs.get(semconv.CACHE_STORAGE_READ_BYTES)]
+    ledger = ledger_for(session)
 
     def settle(final: bool) -> None:
-        settled_attrs, settled_evidence = figure_now(_residency_now(stored), at_span_end)
+        now = _residency_now(stored)
+        settled_attrs, settled_evidence = figure_now(now, at_span_end)
+        if final and record_under_span is not None:
+            unread = ledger.unread_at_ready(stored, now)
+            if unread is not None:
+                settled_attrs[semconv.LAZY_UNREAD_BYTES] = unread
+                ledger.lazily_unread.append(LazyFile(stored, unread, record_under_span))
         if not final:  # an interim record, only when the figure grew
             figure = settled_attrs.get(semconv.CACHE_STORAGE_READ_BYTES)
             if figure is None or (last_figure[0] is not None and figure <= last_figure[0]):
@@ -259,7 +318,7 @@ def finish_with_figure(session, stored: StoredFile | None, thread_read_bytes: in
             settled_attrs[semconv.CACHE_STORAGE_READ_PROVISIONAL] = True
         settled_later(settled_attrs, settled_evidence)
 
-    if ledger_for(session).settle_later(settle):
+    if ledger.settle_later(settle):
         attrs[semconv.CACHE_STORAGE_READ_PROVISIONAL] = True
         end_span(attrs, evidence)
     else:  # the start-up has ended (a read after ready()): nothing settles later
