@@ -51,6 +51,8 @@ COPY_BYTES = "model_startup_copy_bytes_total"
 COPY_THROUGHPUT = "model_startup_copy_throughput_bytes_per_second"
 GRAPH_CAPTURES = "model_startup_graph_captures_total"
 GRAPH_CAPTURE_TIME = "model_startup_graph_capture_time_seconds_total"
+LAZY_UNREAD = "model_startup_lazy_unread_bytes_total"
+FIRST_USE = "model_startup_first_use_bytes_total"
 # Start-ups in flight: gauges reported only while a start-up runs (gone at ready()).
 INFLIGHT_ELAPSED = "model_startup_inflight_elapsed_seconds"
 INFLIGHT_PHASE_ELAPSED = "model_startup_inflight_phase_elapsed_seconds"
@@ -273,6 +275,16 @@ def build() -> db.Dashboard:
             "First-shard asymmetry (mean first shard / mean other shards)",
             "Above 1: the first file read is slower than the rest (cold cache, lazy initialisation).",
             "none", query(first_vs_rest, "{{coldstart_model_name}}")))
+        .with_panel(series_panel(
+            "Weights left on storage at ready() and read by the first requests (mean per start-up)",
+            "Mapped checkpoint bytes not in the page cache at ready() (safetensors, transformers 5, "
+            "torch.load(mmap=True) keep tensors on the file's pages), and how much of them the first requests "
+            "then read from storage (followed for 5 minutes after ready()). Pre-fault the files, or a warm-up "
+            "forward pass, before ready() moves that read into the start-up.", "bytes",
+            query(per_startup(latest(LAZY_UNREAD), by="coldstart_model_name"),
+                  "not read at ready() {{coldstart_model_name}}", "A"),
+            query(per_startup(latest(FIRST_USE), by="coldstart_model_name"),
+                  "read after ready() {{coldstart_model_name}}", "B"), width=24))
 
         .with_row(db.Row("Copies"))
         .with_panel(series_panel(

@@ -226,6 +226,16 @@ class StartupMetrics:
             semconv.METRIC_GRAPH_CAPTURE_TIME, unit="s",
             description="Time spent capturing CUDA graphs during the start-up (0 when none)",
         )
+        self.lazy_unread = meter.create_counter(
+            semconv.METRIC_LAZY_UNREAD, unit="By",
+            description="Checkpoint bytes still mapped and not in the page cache at ready(): what the first "
+                        "requests read from storage (0 when none)",
+        )
+        self.first_use_bytes = meter.create_counter(
+            semconv.METRIC_FIRST_USE_BYTES, unit="By",
+            description="Bytes of those files read from storage after ready(), as the follow-up sees them come in "
+                        "(0 when none)",
+        )
 
     def record(self, breakdown: Breakdown, attributes: Mapping[str, Any] | None = None,
                records: Sequence[Span] = (), trace_context: SpanContext | None = None) -> None:
@@ -279,6 +289,17 @@ class StartupMetrics:
         # and it tells a start-up without graphs from a process that reported nothing.
         self.graph_captures.add(facts.graph_captures, base)
         self.graph_capture_time.add(facts.graph_capture_ns / 1e9, base)
+        if breakdown.ready:  # what ready() left on storage; the first use adds to its counter later
+            from .analyze.lazy import lazy_files
+
+            self.lazy_unread.add(sum(f.unread_bytes for f in lazy_files(breakdown)), base)
+            self.first_use_bytes.add(0, base)
+
+    def add_first_use(self, nbytes: int, attributes: Mapping[str, Any] | None = None) -> None:
+        """Bytes read from storage after ready() by the first requests (first_use.py)."""
+        if nbytes > 0:
+            self.first_use_bytes.add(nbytes, {k: v for k, v in (attributes or {}).items()
+                                              if k not in UNBOUNDED_ATTRIBUTES})
 
 
 # --- the embedded default ---------------------------------------------------------------

@@ -11,6 +11,7 @@ from ..verdicts import DOMINANT_MIN_SHARE
 from .breakdown import Breakdown, bandwidth_warnings, by_trace
 from .escape import terminal_text as _t  # every string from a trace: no control characters
 from .labels import distinct_labels, shorten
+from .lazy import lines as lazy_lines
 from .render_interrupted import render_killed_text, render_stalls_text, state_text
 from .units import format_bytes, format_rate, format_seconds  # noqa: F401 - re-exported
 
@@ -79,6 +80,8 @@ def render_startup_text(breakdown: Breakdown, out: TextIO) -> None:
         if failed:
             out.write(f"    {failed} checkpoint read(s) failed: listed, and left out of cold rates, "
                       "throughput and savings\n")
+    for line in lazy_lines(breakdown):  # files still partly on storage at ready(), and their first use
+        out.write(f"  {_t(line)}\n")
     if breakdown.context:
         out.write("  context (spans that are not ours):\n")
         for item in breakdown.context[:5]:
@@ -171,4 +174,8 @@ def render_findings_text(findings: Sequence, out: TextIO) -> None:
 
 
 def saving_text(finding) -> str:
-    return f"could save ~{format_seconds(finding.saving_ns)}" if finding.saving_ns else "saving not estimated"
+    if not finding.saving_ns:
+        return "saving not estimated"
+    if getattr(finding, "saves_first_requests", False):
+        return f"could save the first requests ~{format_seconds(finding.saving_ns)}"
+    return f"could save ~{format_seconds(finding.saving_ns)}"

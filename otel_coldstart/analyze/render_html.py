@@ -20,6 +20,7 @@ from urllib.parse import quote
 
 from .breakdown import Breakdown, bandwidth_warnings, by_trace
 from .capacity import summarize_group
+from .lazy import lines as lazy_lines
 from .render import dominant_line, saving_text
 from .render_interrupted import render_killed_text, render_stalls_text, state_text
 from .render_svg import svg_waterfall
@@ -170,6 +171,11 @@ def _startup(b: Breakdown, w, link) -> None:
               f"<td class=\"num\">{_e(format_seconds(s.duration_ns))}</td><td class=\"{_e(state)}\">{_e(shown)}</td>"
               f"<td class=\"num\">{'-' if s.failed else _e(format_bytes(s.read_bytes))}</td></tr>\n")
         w("</tbody></table>\n")
+    lazy = lazy_lines(b)  # files still partly on storage at ready(), and their first use
+    if lazy:
+        w("<ul class=\"lazy-weights\">" + "".join(
+            f"<li class=\"{'muted' if line.startswith(' ') else 'partial'}\">{_e(line.strip())}</li>" for line in lazy)
+          + "</ul>\n")
 
 
 def _fleet(results: Sequence[Breakdown], w) -> None:

@@ -11,6 +11,7 @@ from .breakdown import Breakdown
 from .findings import Finding
 from .interrupted import interruption_document
 from .report import Report
+from .lazy import lazy_files
 
 SCHEMA = "otel-coldstart.analysis/1"
 
@@ -84,6 +85,7 @@ def startup_to_dict(b: Breakdown) -> dict:
              "after": g.after, "before": g.before}
             for g in sorted(b.gaps, key=lambda g: -g.duration_ns)[:10]
         ],
+        "lazy_weights": [_lazy(item) for item in lazy_files(b)],
         "context": [
             {"name": c.name, "service": c.service, "offset_s": _s(c.start_ns - b.root.start_ns),
              "duration_s": _s(c.duration_ns), "phases_inside": list(c.phases_inside),
@@ -93,9 +95,19 @@ def startup_to_dict(b: Breakdown) -> dict:
     }
 
 
+def _lazy(item) -> dict:
+    seen = item.first_use
+    return {"path": item.path, "size_bytes": item.size, "unread_at_ready_bytes": item.unread_bytes,
+            "read_rate_bytes_per_s": item.rate, "read_rate_basis": item.rate_basis,
+            "first_use": None if seen is None else {
+                "bytes": seen.bytes, "unread_bytes": seen.unread_bytes, "first_s": seen.first_s,
+                "last_s": seen.last_s, "followed_s": seen.followed_s, "bound_s": seen.bound_s, "end": seen.end}}
+
+
 def finding_to_dict(f: Finding) -> dict:
     return {"rule": f.rule, "title": f.title, "evidence": list(f.evidence), "lever": f.lever,
-            "saving_s": _s(f.saving_ns), "saving_basis": f.estimate, "share": round(f.share, 4),
+            "saving_s": _s(f.saving_ns), "saving_basis": f.estimate,
+            "saving_of": "first_requests" if f.saves_first_requests else "startup", "share": round(f.share, 4),
             "trace_id": f.trace_id, "rank": f.rank, "phase": f.phase}
 
 

@@ -8,6 +8,7 @@ from typing import TextIO
 from .breakdown import Breakdown, bandwidth_warnings, by_trace
 from .escape import markdown_code, markdown_fence, markdown_text
 from .report import Report
+from .lazy import lines as lazy_lines
 from .render_interrupted import render_killed_text, render_stalls_text, state_text
 from .render import dominant_line, saving_text
 from .units import format_bytes, format_rate, format_seconds
@@ -78,6 +79,11 @@ def _startup(b: Breakdown, out: TextIO) -> None:
             read = "-" if r.failed else format_bytes(r.read_bytes)
             out.write(f"| {_cell(name)} | {format_bytes(r.size)} | {format_seconds(r.duration_ns)} | "
                       f"{state} | {read} |\n")
+        out.write("\n")
+    lazy = lazy_lines(b)  # files still partly on storage at ready(), and their first use
+    for line in lazy:
+        out.write(f"{'  - ' if line.startswith(' ') else '- '}{_cell(line.strip())}\n")
+    if lazy:
         out.write("\n")
     if b.context:
         out.write("Context (spans that are not ours): " + "; ".join(

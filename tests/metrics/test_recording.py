@@ -133,7 +133,7 @@ def test_every_metric_is_recorded_with_its_unit(recorded):
         semconv.METRIC_STARTUP_DURATION: "s", semconv.METRIC_PHASE_DURATION: "s",
         semconv.METRIC_SHARD_DURATION: "s", semconv.METRIC_BYTES: "By", semconv.METRIC_COPY_BYTES: "By",
         semconv.METRIC_COPY_THROUGHPUT: "By/s", semconv.METRIC_GRAPH_CAPTURES: "{graph}",
-        semconv.METRIC_GRAPH_CAPTURE_TIME: "s",
+        semconv.METRIC_GRAPH_CAPTURE_TIME: "s", semconv.METRIC_LAZY_UNREAD: "By", semconv.METRIC_FIRST_USE_BYTES: "By",
     }
 
 

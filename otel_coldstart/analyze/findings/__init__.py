@@ -21,13 +21,13 @@ from ... import semconv
 from ..breakdown import Breakdown, by_trace
 from ..storage_floor import StorageFloor
 from ._finding import Finding
-from . import (cold_cache, dominant_phase, graph_captures, hidden_mmap_reads, pageable_h2d,
+from . import (cold_cache, dominant_phase, graph_captures, hidden_mmap_reads, lazy_weights, pageable_h2d,
                pickle_checkpoints, runtime_init, straggler_rank, unattributed)
 
 __all__ = ["Finding", "find", "PER_STARTUP_RULES", "PER_TRACE_RULES"]
 
 PER_STARTUP_RULES = (dominant_phase, cold_cache, pickle_checkpoints, pageable_h2d,
-                     hidden_mmap_reads, graph_captures, runtime_init, unattributed)
+                     hidden_mmap_reads, graph_captures, runtime_init, unattributed, lazy_weights)
 PER_TRACE_RULES = (straggler_rank,)
 
 

@@ -25,6 +25,9 @@ class Finding:
     phase: str | None = None
     share: float = 0.0  # the time this finding is about, as a share of the start-up
     estimate: str = ""  # how saving_ns was estimated, or why it was not
+    # The saving is time the first requests after ready() would not pay (lazy_weights), not
+    # start-up time: the lever moves it before ready(), where it may overlap other work.
+    saves_first_requests: bool = False
     claims: tuple[Claim, ...] = field(default=(), compare=False, repr=False)
 
     @classmethod
