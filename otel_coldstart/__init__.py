@@ -60,12 +60,21 @@ What you get
 - Metrics, recorded once when the start-up ends (units, labels and Prometheus names in
   ``docs/metrics.md``): ``model.startup.duration``, ``model.startup.phase.duration``,
   ``model.startup.shard.duration``, ``model.startup.bytes``, ``model.startup.copy.bytes``,
-  ``model.startup.copy.throughput``, ``model.startup.graph.captures`` and
-  ``model.startup.graph.capture.time``; and, while the start-up runs, the gauges
+  ``model.startup.copy.throughput``, ``model.startup.graph.captures``,
+  ``model.startup.graph.capture.time``, ``model.startup.lazy.unread`` and
+  ``model.startup.first_use.bytes`` (below); and, while the start-up runs, the gauges
   ``model.startup.inflight.elapsed``, ``model.startup.inflight.phase.elapsed`` (time in the
   running phase), ``model.startup.inflight.loaded`` and ``model.startup.inflight.expected``
   (bytes loaded of expected), and ``model.startup.inflight.remaining`` (the seconds left to
   ``ready()``, estimated from earlier start-ups of the service: absent for its first).
+- Weights still on storage at ``ready()``: a checkpoint file still mapped (safetensors,
+  transformers 5 and ``torch.load(mmap=True)`` keep tensors on the file's pages) with pages
+  never read carries ``coldstart.lazy.unread_bytes``, the summary says "27.1 MiB of
+  model.safetensors not read yet" and the ``lazy_weights`` finding estimates what the first
+  requests pay for it. After ``ready()`` the background thread follows those files (one
+  page-cache sample per file per tick, no patch) until they are in the page cache or 5
+  minutes pass (``OTEL_COLDSTART_FIRST_USE_S``; 0 turns it off), writing
+  ``coldstart.first_use`` records: what the first requests read from storage, and when.
 - A start-up that never ends still tells where it was: one background thread writes a
   small progress record every few seconds (``otel-coldstart analyze`` reads a SIGKILL'd
   start-up as "killed (no end) during <phase>"), and records the stacks of all threads
