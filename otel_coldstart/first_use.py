@@ -39,8 +39,9 @@ import time
 from typing import Callable, Sequence
 
 from . import probes, semconv
-from ._errors import internal_errors, logger
+from ._errors import internal_errors
 from ._regular_files import open_regular_fd
+from .inflight import seconds_option
 
 DEFAULT_BOUND_S = 300.0
 ENV_BOUND_S = "OTEL_COLDSTART_FIRST_USE_S"
@@ -225,19 +226,9 @@ class FollowUp:
 
 
 def bound_from_env() -> float:
-    """``OTEL_COLDSTART_FIRST_USE_S``: seconds to follow a file after ready() (0: not at all)."""
-    text = os.environ.get(ENV_BOUND_S, "").strip()
-    if not text:
-        return DEFAULT_BOUND_S
-    try:
-        value = float(text)
-        if not 0 <= value < float("inf"):
-            raise ValueError(text)
-        return value
-    except ValueError:
-        logger.warning("otel-coldstart: %s=%r is not a number of seconds >= 0; using %s", ENV_BOUND_S, text,
-                       DEFAULT_BOUND_S)
-        return DEFAULT_BOUND_S
+    """``OTEL_COLDSTART_FIRST_USE_S``: seconds to follow a file after ready() (0: not at all;
+    a bad value is logged and the default used)."""
+    return seconds_option(None, ENV_BOUND_S, DEFAULT_BOUND_S)
 
 
 def start(files: Sequence, ready_ns: int, board=None, flush: Callable[[], object] | None = None,

@@ -49,12 +49,12 @@ def test_json_output_follows_the_documented_schema(capsys):
     assert doc["sources"][0]["format"] == "otlp" and doc["sources"][0]["startups"] == 1
     [startup] = doc["startups"]
     assert set(startup) >= {"trace_id", "span_id", "rank", "ready", "duration_s", "unattributed_s", "phases",
-                            "shards", "gaps", "context", "dominant_phase", "parallelism", "resource"}
+                            "shards", "gaps", "context", "dominant_phase", "parallelism", "resource", "lazy_weights"}
     total = sum(p["busy_s"] for p in startup["phases"]) + startup["unattributed_s"]
     assert total == pytest.approx(startup["duration_s"], abs=1e-6)
     assert startup["shards"][0]["cache_state"] == "cold"
     finding = doc["findings"][0]
-    assert set(finding) == {"rule", "title", "evidence", "lever", "saving_s", "saving_basis", "share",
+    assert set(finding) == {"rule", "title", "evidence", "lever", "saving_s", "saving_basis", "saving_of", "share",
                             "trace_id", "rank", "phase"}
     assert doc["budget"] == {"limits_s": {"total": 3600.0}, "exceeded": []}
 

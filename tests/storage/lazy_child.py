@@ -75,8 +75,9 @@ def print_metrics() -> None:
 
 
 def ours() -> list:
-    return sorted(t.name for t in threading.enumerate() if t.name.startswith("otel-coldstart-")
-                  and t.name != "otel-coldstart-span-export")
+    """Our threads that could be following a file (the monitor, or the follow-up's own)."""
+    return sorted(t.name for t in threading.enumerate()
+                  if t.name in ("otel-coldstart-inflight", "otel-coldstart-first-use"))
 
 
 if SCENARIO in ("minilm", "quiet"):
