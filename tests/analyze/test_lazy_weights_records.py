@@ -14,10 +14,11 @@ from otel_coldstart.analyze.findings import find, lazy_weights
 from otel_coldstart.analyze.interrupted import complete_killed
 from otel_coldstart.analyze.lazy import lazy_files, lines
 from otel_coldstart.analyze.model import Span
-from otel_coldstart.analyze.render import render_findings_text, render_text, saving_text
+from otel_coldstart.analyze.render import render_text, saving_text
 from otel_coldstart.analyze.render_html import render_html
 from otel_coldstart.analyze.render_json import analysis_document, render_json
 from otel_coldstart.analyze.render_markdown import render_markdown
+from otel_coldstart.analyze.report import Report
 
 MiB = 1 << 20
 SIZE = 87 * MiB
@@ -134,14 +135,13 @@ def test_every_renderer_says_it():
     b = lazy_startup(first_use=[{semconv.FIRST_USE_BYTES: 29 * MiB, semconv.FIRST_USE_FIRST_S: 0.5,
                                  semconv.FIRST_USE_LAST_S: 2.0, semconv.FIRST_USE_FOLLOWED_S: 2.0,
                                  semconv.FIRST_USE_END: semconv.FIRST_USE_END_RESIDENT}])
-    findings = find([b])
+    report = Report.of([b])
     text = io.StringIO()
-    render_text(b, text)
-    render_findings_text(findings, text)
+    render_text(report, text)
     assert "  27.0 MiB of model-00001.safetensors not read yet: the first forward pass will read it" in text.getvalue()
     assert "could save the first requests ~36.0 ms" in text.getvalue()
     doc = io.StringIO()
-    render_json(analysis_document([b], findings, []), doc)
+    render_json(report, doc)
     parsed = json.loads(doc.getvalue())
     [row] = parsed["startups"][0]["lazy_weights"]
     assert row["unread_at_ready_bytes"] == 27 * MiB and row["first_use"]["bytes"] == 29 * MiB
@@ -150,16 +150,16 @@ def test_every_renderer_says_it():
     assert lazy["saving_of"] == "first_requests"
     assert {f["saving_of"] for f in parsed["findings"] if f["rule"] != "lazy_weights"} <= {"startup"}
     markdown = io.StringIO()
-    render_markdown([b], findings, markdown)
+    render_markdown(report, markdown)
     assert "- 27.0 MiB of model-00001.safetensors not read yet" in markdown.getvalue()
     assert "  - first use: 29.0 MiB" in markdown.getvalue()
     page = io.StringIO()
-    render_html([b], findings, page)
+    render_html(report, page)
     assert "<ul class=\"lazy-weights\"><li class=\"partial\">27.0 MiB of model-00001.safetensors" in page.getvalue()
 
 
 def test_no_lazy_rows_for_a_start_up_without_them():
     r = root(1000)
     b = only([r, child(r, "coldstart.cast", "cast", 0, 100)])
-    doc = analysis_document([b], find([b]), [])
+    doc = analysis_document(Report.of([b]))
     assert doc["startups"][0]["lazy_weights"] == []
