@@ -8,9 +8,10 @@ only the chunks not yet found full) plus the records due. Measured in-process on
 3/4 full: the costliest, as cachestat walks the resident pages). A resident file costs
 nothing: its following ends at the first sample. The thread's CPU time per pass (``time.thread_time``) over ``--passes`` passes, for 1
 and ``--files`` files; the follow-up's own budget (COST_SHARE, 1% of a core) then gives the
-tick it would run at (0.25 s at least). Run on a quiet machine for the record::
+tick it would run at (0.25 s at least). Run on a quiet machine for the record (it writes
+``--files`` x ``--mib`` MiB at once, 8 GiB with these, to a local disk: not tmpfs)::
 
-    python benchmarks/first_use_cost.py --mib 512 --files 64 --passes 200 [--json out.json]
+    python benchmarks/first_use_cost.py --mib 512 --files 16 --passes 200 [--json out.json]
 """
 
 from __future__ import annotations
@@ -88,11 +89,13 @@ def measure(directory: str, files: int, mib: int, state: str, passes: int) -> di
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, default=512)
-    parser.add_argument("--files", type=int, default=64)
+    parser.add_argument("--files", type=int, default=16)
     parser.add_argument("--passes", type=int, default=200)
     parser.add_argument("--dir", default=None, help="where to write the files (a local disk, not tmpfs)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
+    if args.dir is not None and not os.path.isdir(args.dir):
+        parser.error(f"--dir {args.dir}: not a directory")
     rows = []
     with tempfile.TemporaryDirectory(dir=args.dir) as directory:
         for state in ("evicted", "tail", "sparse"):
