@@ -5,7 +5,8 @@ each step prints ``STEP <name> <time.time_ns()>`` so the test can place it again
     python lazy_child.py minilm MODEL_DIR [float16]
         from_pretrained (dtype float16 if given), ready(), 1 s with nothing read, a forward pass
         of one sentence, until a first-use record is on disk, then the embedding rows of every
-        token (what the requests of a long day read), until the follow-up said "resident".
+        token (what the requests of a long day read), until the follow-up said "resident" (after
+        5 s without, every page again about once a second).
     python lazy_child.py quiet MODEL_DIR [float16]
         from_pretrained, ready(), a forward pass; prints the threads still ours 1 s later.
     python lazy_child.py load_file PATH keep|copy|exit|kill
@@ -47,11 +48,16 @@ def step(name: str) -> None:
     print(f"STEP {name} {time.time_ns()}", flush=True)
 
 
-def wait_for_record(text: str, timeout_s: float = 60.0) -> None:
-    """Until a first-use record containing ``text`` is in the trace file (what a kill leaves)."""
+def wait_for_record(text: str, timeout_s: float = 60.0, meanwhile=None) -> None:
+    """Until a first-use record containing ``text`` is in the trace file (what a kill leaves);
+    ``meanwhile()`` is called about once a second after the first 5 s of waiting."""
     deadline = time.monotonic() + timeout_s
     pattern = os.path.join(os.environ["OTEL_COLDSTART_OUTPUT_DIR"], "startup-*.otlp.jsonl")
+    turns = 0
     while time.monotonic() < deadline:
+        if meanwhile is not None and turns >= 50 and turns % 10 == 0:
+            meanwhile()
+        turns += 1
         for path in glob.glob(pattern):
             with open(path, encoding="utf-8") as handle:
                 for line in handle:
@@ -103,7 +109,19 @@ if SCENARIO in ("minilm", "quiet"):
         step("all_rows")
         with torch.inference_mode():
             model.get_input_embeddings()(torch.arange(model.config.vocab_size))
-        wait_for_record('"resident"')
+
+        def every_page() -> None:
+            """Every parameter, and the file's other pages (its header): on a shared machine
+            under memory pressure a page seen in may be evicted while another of its 8 MiB
+            chunk comes in, and "resident" needs every page in at once."""
+            with torch.inference_mode():
+                for parameter in model.parameters():
+                    float(parameter.sum())
+            with open(os.path.join(PATH, "model.safetensors"), "rb") as handle:
+                while handle.read(8 << 20):
+                    pass
+
+        wait_for_record('"resident"', meanwhile=every_page)
         step("resident")
 elif SCENARIO == "load_file":
     from safetensors.torch import load_file
