@@ -136,26 +136,26 @@ def test_every_renderer_says_it():
                                  semconv.FIRST_USE_LAST_S: 2.0, semconv.FIRST_USE_FOLLOWED_S: 2.0,
                                  semconv.FIRST_USE_END: semconv.FIRST_USE_END_RESIDENT}])
     report = Report.of([b])
-    text = io.StringIO()
-    render_text(report, text)
-    assert "  27.0 MiB of model-00001.safetensors not read yet: the first forward pass will read it" in text.getvalue()
-    assert "could save the first requests ~36.0 ms" in text.getvalue()
-    doc = io.StringIO()
-    render_json(report, doc)
-    parsed = json.loads(doc.getvalue())
+
+    def rendered(render) -> str:  # every renderer has the one signature render(report, out)
+        out = io.StringIO()
+        render(report, out)
+        return out.getvalue()
+
+    text = rendered(render_text)
+    assert "  27.0 MiB of model-00001.safetensors not read yet: the first forward pass will read it" in text
+    assert "could save the first requests ~36.0 ms" in text
+    parsed = json.loads(rendered(render_json))
     [row] = parsed["startups"][0]["lazy_weights"]
     assert row["unread_at_ready_bytes"] == 27 * MiB and row["first_use"]["bytes"] == 29 * MiB
     assert row["first_use"]["end"] == "resident" and row["read_rate_bytes_per_s"] == 60 * MiB / 0.080
     [lazy] = [f for f in parsed["findings"] if f["rule"] == "lazy_weights"]
     assert lazy["saving_of"] == "first_requests"
     assert {f["saving_of"] for f in parsed["findings"] if f["rule"] != "lazy_weights"} <= {"startup"}
-    markdown = io.StringIO()
-    render_markdown(report, markdown)
-    assert "- 27.0 MiB of model-00001.safetensors not read yet" in markdown.getvalue()
-    assert "  - first use: 29.0 MiB" in markdown.getvalue()
-    page = io.StringIO()
-    render_html(report, page)
-    assert "<ul class=\"lazy-weights\"><li class=\"partial\">27.0 MiB of model-00001.safetensors" in page.getvalue()
+    markdown = rendered(render_markdown)
+    assert "- 27.0 MiB of model-00001.safetensors not read yet" in markdown
+    assert "  - first use: 29.0 MiB" in markdown
+    assert "<ul class=\"lazy-weights\"><li class=\"partial\">27.0 MiB of model-00001.safetensors" in rendered(render_html)
 
 
 def test_no_lazy_rows_for_a_start_up_without_them():
