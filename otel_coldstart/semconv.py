@@ -308,6 +308,47 @@ COMPILE_FRAME = "coldstart.compile.frame"  # str: the compiled code's identity (
 GRAPH_CAPTURE_TIMES_S = "coldstart.graph.capture_times_s"  # double[]: per capture, as batch_sizes
 # --- end of the block shared with issue 26 --------------------------------------------------
 
+# --- why the big phases took long (issue 26): imports, compile provenance, capture times ---
+# One coldstart.import span per top-level import that ran longer than the threshold while the
+# start-up was open (patches/imports.py); the span's duration is the import's cumulative time.
+IMPORT_MODULE = "coldstart.import.module"  # the module the import statement asked for
+IMPORT_CUMULATIVE_S = "coldstart.import.cumulative_s"  # the import with everything it imported
+IMPORT_SELF_S = "coldstart.import.self_s"  # that module's own body, without what it imported
+IMPORT_MODULES = "coldstart.import.modules"  # modules loaded by it (itself included)
+IMPORT_HEAVIEST = "coldstart.import.heaviest"  # module names, largest self time first (bounded)
+IMPORT_HEAVIEST_S = "coldstart.import.heaviest_s"  # their self times, in the same order
+IMPORT_PACKAGES = "coldstart.import.packages"  # top-level packages it loaded, largest first (bounded)
+IMPORT_PACKAGES_S = "coldstart.import.packages_s"  # each package's summed self time, same order
+IMPORT_FAILED = "coldstart.import.failed"  # true when the import raised (the host may catch it)
+# On coldstart.compile spans (patches/compile.py), from torch's own counters and compile metrics.
+# Besides COMPILE_CACHE_HITS / _MISSES and COMPILE_FRAME (the block shared with issue 27 above), per
+# cache: coldstart.compile.cache.<cache>.hits / .misses / .bypasses, <cache> one of COMPILE_CACHES.
+COMPILE_CACHES = ("fx_graph", "aot_autograd", "dynamo")  # Inductor FX graph, AOTAutograd, precompile
+
+
+def compile_cache_attribute(cache: str, outcome: str) -> str:
+    """``coldstart.compile.cache.<cache>.<outcome>``, outcome hits | misses | bypasses."""
+    return f"coldstart.compile.cache.{cache}.{outcome}"
+
+
+COMPILE_CACHE_DIR = "coldstart.compile.cache.dir"  # the Inductor cache directory in use
+COMPILE_RECOMPILE = "coldstart.compile.recompile"  # true: a recompilation of a frame compiled before
+COMPILE_RECOMPILE_REASON = "coldstart.compile.recompile_reason"  # the guard that failed
+COMPILE_FAILURE = "coldstart.compile.failure"  # the exception type when the compilation failed
+COMPILE_GRAPH_BREAKS = "coldstart.compile.graph_breaks"
+# torch's own cumulative stage times (nested: dynamo > aot_autograd > inductor > codegen).
+COMPILE_STAGES = ("dynamo", "aot_autograd", "inductor", "codegen", "kernel_compile", "autotune")
+
+
+def compile_stage_attribute(stage: str) -> str:
+    """``coldstart.compile.stage.<stage>_s``."""
+    return f"coldstart.compile.stage.{stage}_s"
+
+
+# What torch could not tell for this compilation ("counters", "compilation_metrics"): unknown,
+# not zero.
+COMPILE_EVIDENCE_UNAVAILABLE = "coldstart.compile.evidence.unavailable"
+
 # --- start-ups in flight (inflight.py; analyze/interrupted.py reads them back) -------------
 # A progress record: a zero-length span under the (still open) root, written every
 # progress_interval_s while the start-up runs, so that a start-up killed with SIGKILL (the

@@ -13,7 +13,9 @@ what is per process: the ``PatchSet`` of originals, caches of file facts, consta
 
 from __future__ import annotations
 
-from . import compile, cuda_graphs, pinning, runtime, safetensors, tensor_ops, threads, torch_load, vllm
+from . import compile, cuda_graphs, imports, pinning, runtime, safetensors, tensor_ops, threads, torch_load, vllm
 from . import transformers
 
-ALL = (torch_load, safetensors, tensor_ops, threads, pinning, cuda_graphs, runtime, compile, vllm, transformers)
+# imports first: patched before the others, so their own imports at patch time are counted.
+ALL = (imports, torch_load, safetensors, tensor_ops, threads, pinning, cuda_graphs, runtime, compile, vllm,
+       transformers)

@@ -1,0 +1,256 @@
+"""Imports after ``instrument()``: phase ``import``, one span per slow top-level import.
+
+In a script that calls ``instrument()`` first and then imports torch and its stack, the
+imports are most of the start-up; without this they read as "unattributed".
+
+Where: CPython's import statement (``PyImport_ImportModuleLevelObject`` in Python/import.c,
+3.8 to 3.13) looks ``_find_and_load`` up on the ``_frozen_importlib`` module (which is also
+``importlib._bootstrap``) each time a module is not in ``sys.modules`` yet, and calls it;
+``-X importtime`` times exactly that call. ``importlib.import_module`` and ``__import__``
+reach the same function through a module-global lookup in ``_bootstrap._gcd_import``, and a
+package's parent imports go back through ``__import__``. So replacing that one attribute
+sees every module really loaded, once, with nesting, on every path, and nothing else: a
+module already imported costs a dictionary lookup in C and never reaches us.
+
+What it must not change: the wrapper calls the original with the same arguments and returns
+or raises exactly what it returned or raised (``ImportError`` used as control flow,
+circular imports, import locks and threads are the original's business: it runs unchanged
+inside). Its code object is compiled with the file name ``<frozen importlib._bootstrap>``,
+so that CPython trims it from import tracebacks with the rest of importlib
+(``remove_importlib_frames``) and ``warnings.warn(stacklevel=...)`` skips it as an internal
+frame: a traceback or a warning raised during an import reads exactly as without us.
+
+What it records: per thread, a stack of the imports in progress; each module's self time
+(its own body, without what it imported) goes to the top-level import it happens under.
+When a top-level import ends and took at least ``OTEL_COLDSTART_IMPORT_MIN_MS`` (20 ms by
+default), it becomes one ``coldstart.import`` span under whatever span was current when it
+began, with its cumulative and self time, the modules it loaded and the heaviest of them and
+of their top-level packages (bounded lists). Faster imports are not recorded.
+
+``HOT_PATH``: removed at ``ready()`` (the original function is put back), so serving pays
+nothing. Only CPython: elsewhere ``_frozen_importlib`` does not exist and nothing is patched.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+from .. import semconv
+from .. import session as _session
+from .._errors import report_internal_error
+
+TARGETS = ("_frozen_importlib",)
+HOT_PATH = True
+
+DEFAULT_MIN_MS = 20.0
+MAX_LISTED = 10  # entries of the heaviest-modules and heaviest-packages lists
+
+# The wrapper. Compiled under importlib's own file name (see the module docstring); it calls
+# back into this module only before and after the original, never around the import's body.
+_WRAPPER_SOURCE = """
+def _find_and_load(name, import_):
+    frame = _enter(name)
+    if frame is None:
+        return _original(name, import_)
+    try:
+        module = _original(name, import_)
+    except BaseException:
+        _leave(frame, True)
+        raise
+    _leave(frame, False)
+    return module
+"""
+_WRAPPER_FILENAME = "<frozen importlib._bootstrap>"
+
+_installed = None  # (bootstrap module, original function, our wrapper) while patched
+_min_ns = int(DEFAULT_MIN_MS * 1e6)
+_local = threading.local()  # .stack: imports in progress on this thread; .busy: our own bookkeeping
+
+
+def get_version() -> str | None:
+    return None  # the interpreter's own import system
+
+
+def is_patched() -> bool:
+    return _installed is not None
+
+
+def min_seconds() -> float:
+    """The threshold in force: a top-level import faster than this gets no span."""
+    return _min_ns / 1e9
+
+
+def patch() -> None:
+    global _installed, _min_ns
+    if _installed is not None:
+        return
+    bootstrap = sys.modules.get("_frozen_importlib")
+    original = getattr(bootstrap, "_find_and_load", None)
+    if bootstrap is None or not callable(original) or getattr(original, "__coldstart_imports__", False):
+        return
+    _min_ns = _threshold_ns()
+    namespace = {"_original": original, "_enter": _enter, "_leave": _leave, "__name__": __name__}
+    exec(compile(_WRAPPER_SOURCE, _WRAPPER_FILENAME, "exec"), namespace)
+    wrapper = namespace["_find_and_load"]
+    wrapper.__coldstart_imports__ = True
+    wrapper.__wrapped__ = original
+    wrapper.__doc__ = original.__doc__
+    bootstrap._find_and_load = wrapper
+    _installed = (bootstrap, original, wrapper)
+
+
+def unpatch() -> None:
+    global _installed
+    installed, _installed = _installed, None
+    if installed is None:
+        return
+    bootstrap, original, wrapper = installed
+    # Put the original back unless someone wrapped over ours since: then ours stays in their
+    # chain and does nothing (_enter answers None without a session), so theirs keeps working.
+    if getattr(bootstrap, "_find_and_load", None) is wrapper:
+        bootstrap._find_and_load = original
+
+
+def _threshold_ns() -> int:
+    value = os.environ.get("OTEL_COLDSTART_IMPORT_MIN_MS", "").strip()
+    try:
+        ms = float(value) if value else DEFAULT_MIN_MS
+    except ValueError:
+        ms = DEFAULT_MIN_MS
+    return int(max(0.0, ms) * 1e6) if ms == ms else int(DEFAULT_MIN_MS * 1e6)
+
+
+class _Import:
+    """One import in progress on a thread. The top-level one also carries what becomes the
+    span: its session, wall-clock start, and every module loaded under it (name, self ns)."""
+
+    __slots__ = ("name", "start", "children_ns", "session", "wall_start", "modules")
+
+    def __init__(self, name: str, start: int) -> None:
+        self.name = name
+        self.start = start
+        self.children_ns = 0
+        self.session = None
+        self.wall_start = 0
+        self.modules: list | None = None
+
+
+def _enter(name):
+    """Before the original runs: None when there is nothing to record (no start-up, a module
+    already imported, our own bookkeeping importing something), else the import's record.
+    Runs once per module loaded: kept to a few attribute reads."""
+    session = _session.ACTIVE
+    if session is None or session.ended or name in sys.modules:
+        return None
+    local = _local
+    stack = getattr(local, "stack", None)
+    if stack is None:
+        stack = local.stack = []
+        local.busy = False
+    if local.busy:
+        return None
+    frame = _Import(name, time.perf_counter_ns())
+    if not stack:  # a top-level import: it may become a span
+        local.busy = True
+        try:
+            frame.session = session
+            frame.wall_start = time.time_ns()
+            frame.modules = []
+            session.track_open(frame, semconv.phase_span_name(semconv.PHASE_IMPORT), semconv.PHASE_IMPORT,
+                               frame.wall_start, lambda end_ns, f=frame: _interrupt(f, end_ns))
+        except Exception:
+            report_internal_error("import start")
+            return None
+        finally:
+            local.busy = False
+    stack.append(frame)
+    return frame
+
+
+def _leave(frame: _Import, failed: bool) -> None:
+    """After the original returned or raised: never raises (the host's result or exception
+    is on its way back)."""
+    end = time.perf_counter_ns()
+    try:
+        stack = _local.stack
+        if stack and stack[-1] is frame:
+            stack.pop()
+        elif frame in stack:  # an inner record left behind: keep the stack consistent
+            del stack[stack.index(frame):]
+        cumulative = end - frame.start
+        own = cumulative - frame.children_ns
+        if stack:
+            stack[-1].children_ns += cumulative
+            modules = stack[0].modules
+            if modules is not None:
+                modules.append((frame.name, own))
+            return
+        if frame.modules is None:
+            return
+        frame.modules.append((frame.name, own))
+    except Exception:
+        report_internal_error("import end")
+        return
+    _local.busy = True  # emitting the span may import (the SDK's lazy modules): not recorded
+    try:
+        _finish(frame, cumulative, own, failed)
+    except Exception:
+        report_internal_error("import end")
+    finally:
+        _local.busy = False
+
+
+def _finish(frame: _Import, cumulative_ns: int, own_ns: int, failed: bool) -> None:
+    session = frame.session
+    # The session's open-work registry decides, under its lock, who writes the span: this
+    # thread, or the end of the start-up that cut the import short (_interrupt).
+    if session is None or not session.untrack_open(frame):
+        return
+    if session is not _session.ACTIVE or cumulative_ns < _min_ns:
+        return  # uninstrumented or forked since it began; or fast: no span
+    attrs = _attributes(frame, list(frame.modules or ()), cumulative_ns)
+    attrs[semconv.IMPORT_SELF_S] = own_ns / 1e9
+    attrs[semconv.THREAD_ID] = threading.get_ident()
+    attrs[semconv.THREAD_NAME] = threading.current_thread().name
+    if failed:
+        attrs[semconv.IMPORT_FAILED] = True
+    # The parent is read now, on the importing thread: the span current when the import ends
+    # is the one current when it began (an import statement opens no span around itself),
+    # and reading it only for the few slow imports keeps the per-import cost down.
+    session.emit_span(semconv.phase_span_name(semconv.PHASE_IMPORT), semconv.PHASE_IMPORT,
+                      session.parent_span_context(), frame.wall_start, frame.wall_start + cumulative_ns, attrs)
+
+
+def _attributes(frame: _Import, modules: list, cumulative_ns: int) -> dict:
+    heaviest = sorted(modules, key=lambda item: -item[1])[:MAX_LISTED]
+    packages: dict[str, int] = {}
+    for name, ns in modules:
+        package = name.partition(".")[0]
+        packages[package] = packages.get(package, 0) + ns
+    top_packages = sorted(packages.items(), key=lambda item: -item[1])[:MAX_LISTED]
+    return {
+        semconv.IMPORT_MODULE: frame.name,
+        semconv.IMPORT_CUMULATIVE_S: cumulative_ns / 1e9,
+        semconv.IMPORT_MODULES: len(modules),
+        semconv.IMPORT_HEAVIEST: [name for name, _ in heaviest],
+        semconv.IMPORT_HEAVIEST_S: [ns / 1e9 for _, ns in heaviest],
+        semconv.IMPORT_PACKAGES: [name for name, _ in top_packages],
+        semconv.IMPORT_PACKAGES_S: [ns / 1e9 for _, ns in top_packages],
+    }
+
+
+def _interrupt(frame: _Import, end_ns: int) -> None:
+    """The start-up was cut short (exit, SIGTERM, uninstrument) during this import: write
+    what it had loaded so far, marked interrupted (its own self time is not known yet),
+    under the root (this runs on the thread that ends the start-up, which cannot read the
+    importing thread's current span)."""
+    session = frame.session
+    if session is None or not session.untrack_open(frame):
+        return
+    attrs = _attributes(frame, list(frame.modules or ()), max(0, end_ns - frame.wall_start))
+    attrs[semconv.INTERRUPTED] = True
+    session.emit_span(semconv.phase_span_name(semconv.PHASE_IMPORT), semconv.PHASE_IMPORT, session.root_context,
+                      frame.wall_start, end_ns, attrs)
