@@ -25,7 +25,14 @@ What it records: per thread, a stack of the imports in progress; each module's s
 When a top-level import ends and took at least ``OTEL_COLDSTART_IMPORT_MIN_MS`` (20 ms by
 default), it becomes one ``coldstart.import`` span under whatever span was current when it
 began, with its cumulative and self time, the modules it loaded and the heaviest of them and
-of their top-level packages (bounded lists). Faster imports are not recorded.
+of their top-level packages (bounded lists). Faster ones (``from safetensors import
+safe_open``: 2 ms) are coalesced: consecutive fast imports on a thread under the same parent,
+each starting within ``BATCH_GAP_MS`` of the previous one's end, become one aggregate
+``coldstart.import`` span (``coldstart.calls`` imports, ``coldstart.busy_s`` their summed
+time, its start and end those of the first and the last), written when the run of imports
+is over (the next import starts later or elsewhere, a slow one starts, or the start-up ends).
+So a block of import statements is one span, never one per statement, and nothing of it is
+left "unattributed"; a batch under ``BATCH_MIN_MS`` in all is not written.
 
 ``HOT_PATH``: removed at ``ready()`` (the original function is put back), so serving pays
 nothing. Only CPython: elsewhere ``_frozen_importlib`` does not exist and nothing is patched.
@@ -47,6 +54,8 @@ HOT_PATH = True
 
 DEFAULT_MIN_MS = 20.0
 MAX_LISTED = 10  # entries of the heaviest-modules and heaviest-packages lists
+BATCH_GAP_MS = 5.0  # fast imports further apart than this are separate batches
+BATCH_MIN_MS = 0.5  # a batch of fast imports shorter than this in all is not written
 
 # The wrapper. Compiled under importlib's own file name (see the module docstring); it calls
 # back into this module only before and after the original, never around the import's body.
@@ -209,22 +218,101 @@ def _finish(frame: _Import, cumulative_ns: int, own_ns: int, failed: bool) -> No
     # thread, or the end of the start-up that cut the import short (_interrupt).
     if session is None or not session.untrack_open(frame):
         return
-    if session is not _session.ACTIVE or cumulative_ns < _min_ns:
-        return  # uninstrumented or forked since it began; or fast: no span
-    attrs = _attributes(frame, list(frame.modules or ()), cumulative_ns)
+    if session is not _session.ACTIVE:
+        return  # uninstrumented or forked since it began
+    # The parent is read now, on the importing thread: the span current when the import ends
+    # is the one current when it began (an import statement opens no span around itself).
+    parent = session.parent_span_context()
+    batches = session.state(__name__, _Batches)
+    if cumulative_ns < _min_ns:
+        batches.add(session, frame, parent, cumulative_ns)
+        return
+    batches.flush(session, threading.get_ident())  # what came before it, first
+    attrs = _attributes(list(frame.modules or ()))
+    attrs[semconv.IMPORT_MODULE] = frame.name
+    attrs[semconv.IMPORT_CUMULATIVE_S] = cumulative_ns / 1e9
     attrs[semconv.IMPORT_SELF_S] = own_ns / 1e9
     attrs[semconv.THREAD_ID] = threading.get_ident()
     attrs[semconv.THREAD_NAME] = threading.current_thread().name
     if failed:
         attrs[semconv.IMPORT_FAILED] = True
-    # The parent is read now, on the importing thread: the span current when the import ends
-    # is the one current when it began (an import statement opens no span around itself),
-    # and reading it only for the few slow imports keeps the per-import cost down.
-    session.emit_span(semconv.phase_span_name(semconv.PHASE_IMPORT), semconv.PHASE_IMPORT,
-                      session.parent_span_context(), frame.wall_start, frame.wall_start + cumulative_ns, attrs)
+    session.emit_span(semconv.phase_span_name(semconv.PHASE_IMPORT), semconv.PHASE_IMPORT, parent,
+                      frame.wall_start, frame.wall_start + cumulative_ns, attrs)
 
 
-def _attributes(frame: _Import, modules: list, cumulative_ns: int) -> dict:
+class _Batch:
+    """Consecutive fast top-level imports of one thread under one parent."""
+
+    __slots__ = ("parent", "start", "end", "busy_ns", "calls", "modules", "thread_name")
+
+    def __init__(self, parent, start: int, thread_name: str) -> None:
+        self.parent = parent
+        self.start = start
+        self.end = start
+        self.busy_ns = 0
+        self.calls = 0
+        self.modules: list = []
+        self.thread_name = thread_name
+
+
+class _Batches:
+    """The open batch of each thread, for one start-up (kept on its session)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.by_thread: dict[int, _Batch] = {}
+
+    def add(self, session, frame: _Import, parent, cumulative_ns: int) -> None:
+        thread = threading.get_ident()
+        start, end = frame.wall_start, frame.wall_start + cumulative_ns
+        with self.lock:
+            batch = self.by_thread.get(thread)
+            if batch is not None and (batch.parent != parent or start - batch.end > _BATCH_GAP_NS):
+                del self.by_thread[thread]
+                _emit_batch(session, thread, batch)
+                batch = None
+            if batch is None:
+                batch = self.by_thread[thread] = _Batch(parent, start, threading.current_thread().name)
+            batch.end = end
+            batch.busy_ns += cumulative_ns
+            batch.calls += 1
+            batch.modules.extend(frame.modules or ())
+
+    def flush(self, session, thread: int | None = None) -> None:
+        """Write the open batch of ``thread`` (all of them when None)."""
+        with self.lock:
+            if thread is None:
+                taken, self.by_thread = list(self.by_thread.items()), {}
+            else:
+                batch = self.by_thread.pop(thread, None)
+                taken = [(thread, batch)] if batch is not None else []
+        for owner, batch in taken:
+            _emit_batch(session, owner, batch)
+
+
+_BATCH_GAP_NS = int(BATCH_GAP_MS * 1e6)
+_BATCH_MIN_NS = int(BATCH_MIN_MS * 1e6)
+
+
+def _emit_batch(session, thread: int, batch: _Batch) -> None:
+    if batch.busy_ns < _BATCH_MIN_NS:
+        return
+    attrs = _attributes(batch.modules)
+    attrs.update({semconv.AGGREGATE: True, semconv.CALLS: batch.calls, semconv.BUSY_S: batch.busy_ns / 1e9,
+                  semconv.THREAD_ID: thread, semconv.THREAD_NAME: batch.thread_name})
+    session.emit_span(semconv.phase_span_name(semconv.PHASE_IMPORT), semconv.PHASE_IMPORT, batch.parent,
+                      batch.start, batch.end, attrs)
+
+
+def end_of_startup(session) -> None:
+    """The start-up ends: write the fast imports still waiting in a batch (they ended)."""
+    batches = session.state(__name__, _Batches)
+    batches.flush(session)
+
+
+def _attributes(modules: list) -> dict:
+    """The modules loaded (name, self ns): how many, the heaviest, and their top-level
+    packages' sums (bounded lists, largest first)."""
     heaviest = sorted(modules, key=lambda item: -item[1])[:MAX_LISTED]
     packages: dict[str, int] = {}
     for name, ns in modules:
@@ -232,8 +320,6 @@ def _attributes(frame: _Import, modules: list, cumulative_ns: int) -> dict:
         packages[package] = packages.get(package, 0) + ns
     top_packages = sorted(packages.items(), key=lambda item: -item[1])[:MAX_LISTED]
     return {
-        semconv.IMPORT_MODULE: frame.name,
-        semconv.IMPORT_CUMULATIVE_S: cumulative_ns / 1e9,
         semconv.IMPORT_MODULES: len(modules),
         semconv.IMPORT_HEAVIEST: [name for name, _ in heaviest],
         semconv.IMPORT_HEAVIEST_S: [ns / 1e9 for _, ns in heaviest],
@@ -250,7 +336,9 @@ def _interrupt(frame: _Import, end_ns: int) -> None:
     session = frame.session
     if session is None or not session.untrack_open(frame):
         return
-    attrs = _attributes(frame, list(frame.modules or ()), max(0, end_ns - frame.wall_start))
+    attrs = _attributes(list(frame.modules or ()))
+    attrs[semconv.IMPORT_MODULE] = frame.name
+    attrs[semconv.IMPORT_CUMULATIVE_S] = max(0, end_ns - frame.wall_start) / 1e9
     attrs[semconv.INTERRUPTED] = True
     session.emit_span(semconv.phase_span_name(semconv.PHASE_IMPORT), semconv.PHASE_IMPORT, session.root_context,
                       frame.wall_start, end_ns, attrs)

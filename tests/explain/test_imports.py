@@ -1,0 +1,221 @@
+"""Imports after instrument() (patches/imports.py): one coldstart.import span per slow
+top-level import, under the phase that was running; the import system behaves as without it.
+
+Modules are generated per test (a module that sleeps is a slow import whose time is known);
+the in-process tests use the ``traced`` fixture, which instruments with an in-memory exporter.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+import textwrap
+import threading
+import warnings
+
+import pytest
+
+import otel_coldstart
+from otel_coldstart import semconv
+from otel_coldstart.analyze.breakdown import compute_breakdown
+from otel_coldstart.patches import imports
+
+
+@pytest.fixture
+def modules(tmp_path, monkeypatch):
+    """Write modules into a fresh directory on sys.path; forget them afterwards."""
+    written: list[str] = []
+
+    def write(name: str, source: str) -> None:
+        path = tmp_path.joinpath(*name.split("."))
+        if "." in name:
+            for depth in range(1, name.count(".") + 1):
+                package = tmp_path.joinpath(*name.split(".")[:depth])
+                package.mkdir(exist_ok=True)
+                init = package / "__init__.py"
+                if not init.exists():
+                    init.write_text("")
+        path.with_suffix(".py").write_text(textwrap.dedent(source))
+        written.append(name)
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    yield write
+    for name in list(sys.modules):
+        if name.split(".")[0] in {w.split(".")[0] for w in written}:
+            sys.modules.pop(name, None)
+
+
+def _imports(traced):
+    return [s for s in traced.by_phase(semconv.PHASE_IMPORT) if semconv.IMPORT_MODULE in s.attributes]
+
+
+def _batches(traced):
+    return [s for s in traced.by_phase(semconv.PHASE_IMPORT) if s.attributes.get(semconv.AGGREGATE)]
+
+
+def test_a_slow_import_is_one_span_with_its_cumulative_self_and_heaviest_times(modules, traced):
+    modules("slowpkg.heavy", "import time\ntime.sleep(0.06)\n")
+    modules("slowpkg.light", "X = 1\n")
+    modules("slowpkg.__init__", "import time\ntime.sleep(0.03)\nfrom . import heavy, light\n")
+    import slowpkg  # noqa: F401
+
+    (span,) = _imports(traced)
+    attrs = span.attributes
+    assert span.name == "coldstart.import"
+    assert attrs[semconv.IMPORT_MODULE] == "slowpkg"
+    assert attrs[semconv.IMPORT_MODULES] == 3
+    duration_s = (span.end_time - span.start_time) / 1e9
+    assert attrs[semconv.IMPORT_CUMULATIVE_S] == pytest.approx(duration_s, abs=1e-6)
+    assert duration_s >= 0.09
+    # Self time is the package's own body (its 30 ms sleep), not what it imported.
+    assert 0.03 <= attrs[semconv.IMPORT_SELF_S] < 0.06
+    assert list(attrs[semconv.IMPORT_HEAVIEST])[:2] == ["slowpkg.heavy", "slowpkg"]
+    assert attrs[semconv.IMPORT_HEAVIEST_S][0] >= 0.06
+    assert list(attrs[semconv.IMPORT_PACKAGES]) == ["slowpkg"]
+    assert attrs[semconv.IMPORT_PACKAGES_S][0] == pytest.approx(
+        sum(attrs[semconv.IMPORT_HEAVIEST_S]), rel=1e-6)
+    assert semconv.IMPORT_FAILED not in attrs
+
+
+def test_fast_imports_in_a_row_are_one_aggregate_and_a_pause_starts_another(modules, traced):
+    for name in ("quick_a", "quick_b", "quick_c"):
+        modules(name, "import time\ntime.sleep(0.002)\n")
+    import quick_a, quick_b  # noqa: F401, E401
+    time.sleep(0.03)  # longer than the batch gap: quick_c starts a batch of its own
+    import quick_c  # noqa: F401
+    otel_coldstart.ready()
+
+    assert _imports(traced) == []  # none is slow enough for a span of its own
+    first, second = sorted(_batches(traced), key=lambda s: s.start_time)
+    assert first.attributes[semconv.CALLS] == 2 and second.attributes[semconv.CALLS] == 1
+    assert list(first.attributes[semconv.IMPORT_PACKAGES]) == ["quick_a", "quick_b"] or \
+        set(first.attributes[semconv.IMPORT_PACKAGES]) == {"quick_a", "quick_b"}
+    assert 0.004 <= first.attributes[semconv.BUSY_S] <= (first.end_time - first.start_time) / 1e9 + 1e-6
+    assert first.end_time < second.start_time
+
+
+def test_an_import_inside_a_phase_nests_under_it_and_counts_as_import(modules, traced):
+    modules("slowinphase", "import time\ntime.sleep(0.05)\n")
+    with otel_coldstart.phase("load_libraries"):
+        import slowinphase  # noqa: F401
+    otel_coldstart.ready()
+
+    (span,) = _imports(traced)
+    (phase,) = traced.named("coldstart.load_libraries")
+    assert span.parent.span_id == phase.context.span_id
+    records = traced.records()
+    root = next(r for r in records if r.is_root)
+    breakdown = compute_breakdown(root, [r for r in records if not r.is_root])
+    assert breakdown.phase("import").busy_ns >= 50_000_000
+    assert breakdown.phase("load_libraries").busy_ns < breakdown.phase("import").busy_ns
+
+
+def test_import_error_used_as_control_flow_reaches_the_host_and_is_marked(modules, traced):
+    modules("optional_dep", "import time\ntime.sleep(0.03)\nraise ImportError('no backend here')\n")
+    try:
+        import optional_dep  # noqa: F401
+    except ImportError as error:
+        caught = error
+    assert str(caught) == "no backend here"
+    assert "optional_dep" not in sys.modules
+    with pytest.raises(ModuleNotFoundError):
+        import no_such_module_anywhere  # noqa: F401
+    (span,) = _imports(traced)
+    assert span.attributes[semconv.IMPORT_MODULE] == "optional_dep"
+    assert span.attributes[semconv.IMPORT_FAILED] is True
+
+
+def test_circular_imports_import_module_and_from_imports_behave_as_before(modules, traced):
+    modules("circ.a", "from . import b\nVALUE = 'a'\ndef get():\n    return b.VALUE\n")
+    modules("circ.b", "from . import a\nVALUE = 'b'\n")
+    modules("dyn.target", "import time\ntime.sleep(0.03)\nVALUE = 7\n")
+    from circ import a
+
+    assert a.get() == "b"
+    module = importlib.import_module(".target", "dyn")
+    assert module.VALUE == 7
+    assert importlib.import_module("dyn.target") is module
+    names = [s.attributes[semconv.IMPORT_MODULE] for s in _imports(traced)]
+    assert names == ["dyn.target"]  # the relative name resolved, as importlib resolves it
+
+
+def test_threads_importing_at_once_each_get_their_span(modules, traced):
+    modules("thread_one", "import time\ntime.sleep(0.04)\n")
+    modules("thread_two", "import time\ntime.sleep(0.04)\n")
+    modules("shared_slow", "import time\ntime.sleep(0.04)\nVALUE = 1\n")
+    results = {}
+
+    def work(name):
+        module = importlib.import_module(name)
+        results[name] = importlib.import_module("shared_slow").VALUE if module else None
+
+    threads = [threading.Thread(target=work, args=(n,), name=n) for n in ("thread_one", "thread_two")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == {"thread_one": 1, "thread_two": 1}
+    by_thread = {s.attributes[semconv.THREAD_NAME]: s for s in _imports(traced)
+                 if s.attributes[semconv.IMPORT_MODULE].startswith("thread_")}
+    assert set(by_thread) == {"thread_one", "thread_two"}
+    assert all(s.attributes[semconv.IMPORT_MODULE] == t for t, s in by_thread.items())
+
+
+def test_transformers_lazy_module_resolves_through_the_hook(traced):
+    import transformers
+
+    config_class = transformers.AutoConfig  # _LazyModule: importlib.import_module on first access
+    assert config_class.__name__ == "AutoConfig"
+    assert transformers.AutoConfig is config_class
+
+
+def test_a_warning_from_a_module_body_points_at_the_importer(modules, traced):
+    modules("warns_on_import", "import warnings\nwarnings.warn('old API', DeprecationWarning, stacklevel=2)\n")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        import warns_on_import  # noqa: F401
+    (warning,) = [w for w in caught if "old API" in str(w.message)]
+    assert warning.filename == __file__  # our frame is skipped as importlib's own
+
+
+def test_a_traceback_through_an_import_shows_no_frame_of_ours(modules, traced):
+    import traceback
+
+    modules("broken_on_import", "def f():\n    raise ValueError('broken module')\nf()\n")
+    with pytest.raises(ValueError) as raised:
+        import broken_on_import  # noqa: F401
+    text = "".join(traceback.format_exception(raised.value))
+    assert "otel_coldstart" not in text
+    assert "importlib._bootstrap" not in text  # trimmed by CPython, with importlib's frames
+    assert "broken_on_import.py" in text
+
+
+def test_ready_puts_the_original_back_and_imports_after_it_are_not_recorded(modules, traced):
+    bootstrap = sys.modules["_frozen_importlib"]
+    assert imports.is_patched() and getattr(bootstrap._find_and_load, "__coldstart_imports__", False)
+    otel_coldstart.ready()
+    assert not imports.is_patched()
+    assert not getattr(bootstrap._find_and_load, "__coldstart_imports__", False)
+    modules("after_ready_slow", "import time\ntime.sleep(0.03)\n")
+    import after_ready_slow  # noqa: F401
+
+    assert _imports(traced) == []
+
+
+def test_uninstrument_restores_the_exact_original():
+    from opentelemetry.sdk.trace import TracerProvider
+
+    bootstrap = sys.modules["_frozen_importlib"]
+    original = bootstrap._find_and_load
+    otel_coldstart.instrument(tracer_provider=TracerProvider(), start_at="instrument", summary=False,
+                              handle_sigterm=False)
+    try:
+        assert bootstrap._find_and_load is not original
+        assert bootstrap._find_and_load.__wrapped__ is original
+        otel_coldstart.instrument()  # idempotent: one layer
+        assert bootstrap._find_and_load.__wrapped__ is original
+    finally:
+        otel_coldstart.uninstrument()
+    assert bootstrap._find_and_load is original
