@@ -44,6 +44,17 @@ def number_value(attributes: Mapping[str, Any], key: str) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def frame_compile_index(compile_id: str | None) -> int | None:
+    """The second number of dynamo's compile id (``coldstart.compile.id``): "3/1" is frame 3's
+    second compilation ("!0/3/1" under compiled autograd, "3/1_2" a restart of it); 0 is a
+    frame's first compilation, more a recompilation; None when the id does not say."""
+    if not compile_id:
+        return None
+    parts = compile_id.strip("[]").split("/")
+    head = parts[-1].split("_")[0] if len(parts) >= 2 else ""
+    return int(head) if head.isdigit() else None
+
+
 # --- cold / partial / warm --------------------------------------------------------------
 
 # Reading from storage at least this share of the bytes asked for means the page cache did

@@ -12,6 +12,7 @@ from .breakdown import Breakdown, bandwidth_warnings, by_trace
 from .escape import terminal_text as _t  # every string from a trace: no control characters
 from .labels import distinct_labels, shorten
 from .lazy import lines as lazy_lines
+from .render_explain import render_explain_text
 from .render_interrupted import render_killed_text, render_stalls_text, state_text
 from .units import format_bytes, format_rate, format_seconds  # noqa: F401 - re-exported
 
@@ -88,6 +89,7 @@ def render_startup_text(breakdown: Breakdown, out: TextIO) -> None:
             inside = f" contains {_t(', '.join(item.phases_inside))}" if item.phases_inside else ""
             where = " (encloses the start-up)" if item.encloses_root else ""
             out.write(f"    {shorten(_t(item.name), 38):<40}{format_seconds(item.duration_ns):>10}{where}{inside}\n")
+    render_explain_text(breakdown, out)  # imports, compilations, captures: why those phases took long
     out.write(f"  {_t(dominant_line(breakdown))}\n")
     render_stalls_text(breakdown, out)
     if unattributed_share >= 50:

@@ -12,6 +12,7 @@ from .findings import Finding
 from .interrupted import interruption_document
 from .report import Report
 from .lazy import lazy_files
+from .render_explain import explain_document
 
 SCHEMA = "otel-coldstart.analysis/1"
 
@@ -92,6 +93,7 @@ def startup_to_dict(b: Breakdown) -> dict:
              "encloses_startup": c.encloses_root}
             for c in b.context
         ],
+        **explain_document(b),  # "imports", "compile", "captures"
     }
 
 

@@ -9,6 +9,8 @@ from .breakdown import Breakdown, bandwidth_warnings, by_trace
 from .escape import markdown_code, markdown_fence, markdown_text
 from .report import Report
 from .lazy import lines as lazy_lines
+from .findings import Finding
+from .render_explain import render_explain_markdown
 from .render_interrupted import render_killed_text, render_stalls_text, state_text
 from .render import dominant_line, saving_text
 from .units import format_bytes, format_rate, format_seconds
@@ -69,6 +71,7 @@ def _startup(b: Breakdown, out: TextIO) -> None:
     out.write(_cell(dominant_line(b)[0].upper() + dominant_line(b)[1:]) + ".\n\n")
     for warning in bandwidth_warnings(b):
         out.write(f"**!** {_cell(warning)}.\n\n")
+    render_explain_markdown(b, out)
     if b.parallelism > 1.05:
         out.write(f"Parallelism {b.parallelism:.2f}x (busy time across threads / wall time).\n\n")
     if b.shards:

@@ -9,17 +9,39 @@ made by the compiler nest under it. Registering two callbacks is the whole patch
 shape on a first request) is marked ``coldstart.after_ready``.
 
 Not included: importing ``torch._dynamo`` itself, which happens before the first callback.
+
+Provenance (issue 26): whether a cache served the compilation, and where its time went, from
+torch's own signals, each read guarded so that a torch without it leaves the attribute out
+and names the source in ``coldstart.compile.evidence.unavailable`` (unknown, never zero):
+
+- cache hits and misses per cache: the difference of ``torch._dynamo.utils.counters``
+  (``inductor.fxgraph_cache_*``, ``aot_autograd.autograd_cache_*``,
+  ``dynamo_cache.dynamo_cache_*``) between the start and the end callback;
+- the compiled code (``coldstart.compile.frame``), torch's stage times (Dynamo, AOTAutograd,
+  Inductor, code generation, kernel compilation, autotuning), the recompilation reason, the
+  failure and the graph breaks: the ``CompilationMetrics`` torch records for each
+  compilation. torch publishes them just after the end callback, from the exit of the
+  compilation's metrics context, through ``torch._dynamo.utils.log_compilation_event`` (a
+  hook point torch keeps for its own logging). So when that context is still open at the end
+  callback, the span waits for them (on the same thread, microseconds later) and ends at the
+  end callback's time; if they do not come, it is written without them at the next
+  compilation or at the end of the start-up;
+- the Inductor cache directory: ``TORCHINDUCTOR_CACHE_DIR`` as torch set it (torch writes the
+  directory it uses there; it is read, never computed, which would create it).
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
+import time
 
-from .. import semconv
+from .. import semconv, verdicts
 from .. import session as _session
 from .._errors import report_internal_error
 from . import pinning
-from ._wrapping import PatchSet, installed_version
+from ._wrapping import ColdstartWrapper, PatchSet, installed_version
 
 TARGETS = ("torch._dynamo",)
 HOT_PATH = False
@@ -28,16 +50,57 @@ _handler = None  # the callback handler we registered with (once per process)
 _patches = PatchSet()
 
 
-class _OpenCompilations:
-    """Compilations in progress in this start-up, innermost last (kept on its session).
-    Per start-up, not per thread: torch runs the end callbacks of a compilation on
-    whichever thread ends the last one pending."""
+# Per cache: torch's counter group and its hit / miss / bypass counters.
+_CACHE_COUNTERS = {
+    "fx_graph": ("inductor", "fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass"),
+    "aot_autograd": ("aot_autograd", "autograd_cache_hit", "autograd_cache_miss", "autograd_cache_bypass"),
+    "dynamo": ("dynamo_cache", "dynamo_cache_hit", "dynamo_cache_miss", None),
+}
+# CompilationMetrics fields (microseconds) -> our stage names (semconv.COMPILE_STAGES).
+_STAGE_FIELDS = (
+    ("dynamo", "dynamo_cumulative_compile_time_us"),
+    ("aot_autograd", "aot_autograd_cumulative_compile_time_us"),
+    ("inductor", "inductor_cumulative_compile_time_us"),
+    ("codegen", "inductor_code_gen_cumulative_compile_time_us"),
+    ("kernel_compile", "triton_compile_time_us"),
+    ("autotune", "compile_time_autotune_time_us"),
+)
+# CompilationMetrics' own per-compilation cache counts: the fallback where counters are missing.
+_METRIC_CACHE_FIELDS = {
+    "fx_graph": (("inductor_fx_local_cache_hit_count", "inductor_fx_remote_cache_hit_count"),
+                 ("inductor_fx_local_cache_miss_count", "inductor_fx_remote_cache_miss_count")),
+    "aot_autograd": (("aotautograd_local_cache_hit_count", "aotautograd_remote_cache_hit_count"),
+                     ("aotautograd_local_cache_miss_count", "aotautograd_remote_cache_miss_count")),
+}
+_MAX_REASON = 500  # a recompilation reason names guards; bounded
 
-    __slots__ = ("lock", "stack")
+
+class _Compilation:
+    """One compilation: its span, the counters when it began, and, between the end callback
+    and torch's CompilationMetrics, the end time and attributes it waits with."""
+
+    __slots__ = ("container", "counts", "compile_id", "end_ns", "attrs", "thread")
+
+    def __init__(self, container, counts, compile_id: str) -> None:
+        self.container = container
+        self.counts = counts
+        self.compile_id = compile_id
+        self.end_ns = 0
+        self.attrs: dict = {}
+        self.thread = 0
+
+
+class _OpenCompilations:
+    """Compilations in progress in this start-up, innermost last, and those waiting for their
+    metrics (kept on its session). Per start-up, not per thread: torch runs the end callbacks
+    of a compilation on whichever thread ends the last one pending."""
+
+    __slots__ = ("lock", "stack", "waiting")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.stack: list = []
+        self.stack: list[_Compilation] = []
+        self.waiting: list[_Compilation] = []
 
 
 def _open_compilations(session) -> _OpenCompilations:
@@ -61,6 +124,9 @@ def patch() -> None:
     _register(callback_handler)
     # torch._dynamo.reset() (which vLLM and test suites call) clears every callback.
     _patches.wrap(callback_handler, "clear", _clear_then_register)
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is not None and callable(getattr(utils, "log_compilation_event", None)):
+        _patches.wrap(utils, "log_compilation_event", _metrics_published)
     _handler = callback_handler
 
 
@@ -102,14 +168,22 @@ def _on_compile_start(args) -> None:
         session = _session.ACTIVE
         if session is None:
             return
-        attrs = {semconv.COMPILE_ID: str(getattr(args, "compile_id", ""))}
+        state = _open_compilations(session)
+        _finish_waiting(state)  # a compilation whose metrics never came: write it without them
+        compile_id = str(getattr(args, "compile_id", ""))
+        attrs = {semconv.COMPILE_ID: compile_id}
         trigger = getattr(args, "callback_trigger", None)
         if trigger is not None:
             attrs[semconv.COMPILE_TRIGGER] = getattr(trigger, "name", str(trigger)).lower()
+        attempt = verdicts.frame_compile_index(compile_id)
+        if attempt is not None:
+            attrs[semconv.COMPILE_RECOMPILE] = attempt > 0
+        compilation = _Compilation(None, _cache_counts(), compile_id)
         container = session.start_container(semconv.PHASE_COMPILE, attrs)
-        state = _open_compilations(session)
+        compilation.container = container
+        container.on_interrupt = lambda end_ns, c=compilation: _interrupted(c, end_ns)
         with state.lock:
-            state.stack.append(container)
+            state.stack.append(compilation)
     except Exception:
         report_internal_error("compile start")
 
@@ -121,8 +195,181 @@ def _on_compile_end(args) -> None:
             return
         state = _open_compilations(session)
         with state.lock:
-            container = state.stack.pop() if state.stack else None
-        if container is not None:
-            container.finish()
+            compilation = state.stack.pop() if state.stack else None
+        if compilation is None:
+            return
+        compilation.end_ns = time.time_ns()
+        compilation.attrs = _cache_attributes(compilation.counts)
+        cache_dir = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+        if cache_dir:
+            compilation.attrs[semconv.COMPILE_CACHE_DIR] = cache_dir
+        # No longer the current span (on the thread that attached it); it ends at end_ns, now
+        # or when the metrics come.
+        compilation.container.detach()
+        if _metrics_will_follow():
+            compilation.thread = threading.get_ident()
+            with state.lock:
+                state.waiting.append(compilation)
+            return
+        _finish(compilation, None)
     except Exception:
         report_internal_error("compile end")
+
+
+def _metrics_published(wrapped, instance, args, kwargs):
+    """torch's log_compilation_event(metrics): torch's own call first, then ours."""
+    result = wrapped(*args, **kwargs)
+    try:
+        session = _session.ACTIVE
+        metrics = args[0] if args else kwargs.get("metrics")
+        if session is not None and metrics is not None:
+            _take_metrics(_open_compilations(session), metrics)
+    except Exception:
+        report_internal_error("compile metrics")
+    return result
+
+
+def _take_metrics(state: _OpenCompilations, metrics) -> None:
+    compile_id = str(getattr(metrics, "compile_id", "") or "")
+    thread = threading.get_ident()
+    with state.lock:
+        mine = [c for c in state.waiting if c.thread == thread]
+        match = next((c for c in reversed(mine) if c.compile_id == compile_id), None)
+        if match is None and len(mine) == 1:
+            match = mine[0]
+        if match is None:
+            return
+        state.waiting.remove(match)
+    _finish(match, metrics)
+
+
+def _finish_waiting(state: _OpenCompilations) -> None:
+    with state.lock:
+        waiting, state.waiting = state.waiting, []
+    for compilation in waiting:
+        _finish(compilation, None)
+
+
+def end_of_startup(session) -> None:
+    """Compilations still waiting for their metrics are written without them."""
+    _finish_waiting(_open_compilations(session))
+
+
+def _finish(compilation: _Compilation, metrics) -> None:
+    attrs = dict(compilation.attrs)
+    unavailable = [] if compilation.counts is not None else ["counters"]
+    if metrics is None:
+        unavailable.append("compilation_metrics")
+    else:
+        attrs.update(_metrics_attributes(metrics, compilation))
+        if compilation.counts is None:
+            attrs.update(_cache_attributes_from_metrics(metrics))
+    if unavailable:
+        attrs[semconv.COMPILE_EVIDENCE_UNAVAILABLE] = unavailable
+    compilation.container.finish(attrs, end_ns=compilation.end_ns or None, detach=False)
+
+
+def _interrupted(compilation: _Compilation, end_ns: int) -> None:
+    """The start-up was cut short: a compilation still running ends now, marked interrupted;
+    one that had ended and waited for its metrics keeps its own end."""
+    attrs = dict(compilation.attrs)
+    if compilation.end_ns:
+        attrs[semconv.COMPILE_EVIDENCE_UNAVAILABLE] = ["compilation_metrics"]
+        compilation.container.finish(attrs, end_ns=compilation.end_ns, detach=False)
+    else:
+        attrs[semconv.INTERRUPTED] = True
+        compilation.container.finish(attrs, end_ns=end_ns, detach=False)
+
+
+def _metrics_will_follow() -> bool:
+    """torch will publish this compilation's CompilationMetrics on this thread: its metrics
+    context is still open and log_compilation_event is ours."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is None or not isinstance(getattr(utils, "log_compilation_event", None), ColdstartWrapper):
+        return False
+    config = sys.modules.get("torch._dynamo.config")
+    if config is not None and getattr(config, "log_compilation_metrics", True) is False:
+        return False
+    try:
+        return bool(utils.get_metrics_context().in_progress())
+    except Exception:
+        return False
+
+
+def _cache_counts() -> dict | None:
+    """The cache counters now, None where torch has none (unknown, not zero). Read with
+    .get: torch's counters are defaultdicts, and a lookup must not add to them."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    counters = getattr(utils, "counters", None)
+    if counters is None or not hasattr(counters, "get"):
+        return None
+    counts = {}
+    for cache, (group, *keys) in _CACHE_COUNTERS.items():
+        values = counters.get(group) or {}
+        counts[cache] = tuple(int(values.get(key, 0)) if key else 0 for key in keys)
+    return counts
+
+
+def _cache_attributes(before: dict | None) -> dict:
+    after = _cache_counts() if before is not None else None
+    if before is None or after is None:
+        return {}
+    attrs, hits, misses = {}, 0, 0
+    for cache in _CACHE_COUNTERS:
+        hit, miss, bypass = (max(0, a - b) for a, b in zip(after[cache], before[cache]))
+        if hit or miss or bypass:
+            attrs[semconv.compile_cache_attribute(cache, "hits")] = hit
+            attrs[semconv.compile_cache_attribute(cache, "misses")] = miss
+            if bypass:
+                attrs[semconv.compile_cache_attribute(cache, "bypasses")] = bypass
+        hits += hit
+        misses += miss
+    attrs[semconv.COMPILE_CACHE_HITS] = hits
+    attrs[semconv.COMPILE_CACHE_MISSES] = misses
+    return attrs
+
+
+def _cache_attributes_from_metrics(metrics) -> dict:
+    attrs, hits, misses, seen = {}, 0, 0, False
+    for cache, (hit_fields, miss_fields) in _METRIC_CACHE_FIELDS.items():
+        hit = sum(_int_field(metrics, f) or 0 for f in hit_fields)
+        miss = sum(_int_field(metrics, f) or 0 for f in miss_fields)
+        seen = seen or any(_int_field(metrics, f) is not None for f in hit_fields + miss_fields)
+        if hit or miss:
+            attrs[semconv.compile_cache_attribute(cache, "hits")] = hit
+            attrs[semconv.compile_cache_attribute(cache, "misses")] = miss
+        hits, misses = hits + hit, misses + miss
+    if seen:
+        attrs[semconv.COMPILE_CACHE_HITS] = hits
+        attrs[semconv.COMPILE_CACHE_MISSES] = misses
+    return attrs
+
+
+def _metrics_attributes(metrics, compilation: _Compilation) -> dict:
+    attrs: dict = {}
+    name = getattr(metrics, "co_name", None)
+    filename = getattr(metrics, "co_filename", None)
+    line = _int_field(metrics, "co_firstlineno")
+    if isinstance(name, str) and isinstance(filename, str):
+        frame = f"{name} ({filename}:{line})" if line is not None else f"{name} ({filename})"
+        attempt = verdicts.frame_compile_index(compilation.compile_id)
+        attrs[semconv.COMPILE_FRAME] = frame + (f" #{attempt}" if attempt else "")
+    for stage, field in _STAGE_FIELDS:
+        micros = _int_field(metrics, field)
+        if micros is not None and micros >= 0:
+            attrs[semconv.compile_stage_attribute(stage)] = micros / 1e6
+    reason = getattr(metrics, "recompile_reason", None)
+    if isinstance(reason, str) and reason:
+        attrs[semconv.COMPILE_RECOMPILE_REASON] = reason[:_MAX_REASON]
+    failure = getattr(metrics, "fail_type", None)
+    if isinstance(failure, str) and failure:
+        attrs[semconv.COMPILE_FAILURE] = failure
+    breaks = _int_field(metrics, "num_graph_breaks")
+    if breaks:
+        attrs[semconv.COMPILE_GRAPH_BREAKS] = breaks
+    return attrs
+
+
+def _int_field(metrics, name: str) -> int | None:
+    value = getattr(metrics, name, None)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -21,14 +21,16 @@ from ... import semconv
 from ..breakdown import Breakdown, by_trace
 from ..storage_floor import StorageFloor
 from ._finding import Finding
-from . import (cold_cache, dominant_phase, graph_captures, hidden_mmap_reads, lazy_weights, pageable_h2d,
-               pickle_checkpoints, runtime_init, straggler_rank, unattributed)
+from . import (cold_cache, compile_cache, dominant_phase, graph_captures, hidden_mmap_reads, lazy_weights,
+               pageable_h2d, pickle_checkpoints, runtime_init, straggler_rank, unattributed)
 
-__all__ = ["Finding", "find", "PER_STARTUP_RULES", "PER_TRACE_RULES"]
+__all__ = ["Finding", "find", "PER_STARTUP_RULES", "PER_TRACE_RULES", "ACROSS_STARTUPS_RULES"]
 
 PER_STARTUP_RULES = (dominant_phase, cold_cache, pickle_checkpoints, pageable_h2d,
                      hidden_mmap_reads, graph_captures, runtime_init, unattributed, lazy_weights)
 PER_TRACE_RULES = (straggler_rank,)
+# Rules that read every start-up given at once (a reference may be in another start-up).
+ACROSS_STARTUPS_RULES = (compile_cache,)
 
 
 def find(results: Sequence[Breakdown], floor: StorageFloor | None = None) -> list[Finding]:
@@ -39,6 +41,8 @@ def find(results: Sequence[Breakdown], floor: StorageFloor | None = None) -> lis
     for group in by_trace(results).values():
         for rule in PER_TRACE_RULES:
             found.extend(rule.check(group))
+    for rule in ACROSS_STARTUPS_RULES:
+        found.extend(rule.check(results))
     return rank_without_double_counting(found, _capacities(results, found))
 
 

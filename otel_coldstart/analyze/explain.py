@@ -1,0 +1,265 @@
+"""Why the big phases took long: per start-up summaries of its imports, its compilations and
+its graph captures, read from the attributes the patches record (patches/imports.py,
+compile.py, cuda_graphs.py; docs/conventions.md).
+
+Pure functions over a :class:`~.breakdown.Breakdown` (its phased spans inside the start-up
+window). An attribute a trace lacks (an older plugin, a torch without the signal) reads as
+unknown: None, never zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from .. import semconv, verdicts
+from .breakdown import Breakdown
+from .model import Span
+
+# --- imports --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ImportRecord:
+    """One slow top-level import (a coldstart.import span naming its module)."""
+
+    module: str
+    ns: int
+    self_ns: int | None
+    modules: int | None
+    heaviest: tuple[tuple[str, int], ...]  # (module, self ns), largest first
+    packages: tuple[tuple[str, int], ...]  # (top-level package, summed self ns), largest first
+    failed: bool
+    interrupted: bool
+
+
+@dataclass(frozen=True)
+class ImportSummary:
+    imports: tuple[ImportRecord, ...]  # slow top-level imports, longest first
+    batched_ns: int  # fast imports, coalesced into aggregate spans (their summed time)
+    batched_calls: int
+
+    @property
+    def ns(self) -> int:
+        return sum(i.ns for i in self.imports) + self.batched_ns
+
+
+def import_summary(b: Breakdown) -> ImportSummary | None:
+    """The imports recorded after ``instrument()``; None when the trace has none."""
+    records, batched_ns, batched_calls = [], 0, 0
+    for span in b.spans:
+        if span.phase != semconv.PHASE_IMPORT:
+            continue
+        attrs = span.attributes
+        module = verdicts.str_value(attrs, semconv.IMPORT_MODULE)
+        if module is not None:
+            self_s = verdicts.number_value(attrs, semconv.IMPORT_SELF_S)
+            records.append(ImportRecord(
+                module=module, ns=span.duration_ns,
+                self_ns=_ns(self_s),
+                modules=verdicts.int_value(attrs.get(semconv.IMPORT_MODULES)),
+                heaviest=_pairs(attrs.get(semconv.IMPORT_HEAVIEST), attrs.get(semconv.IMPORT_HEAVIEST_S)),
+                packages=_pairs(attrs.get(semconv.IMPORT_PACKAGES), attrs.get(semconv.IMPORT_PACKAGES_S)),
+                failed=attrs.get(semconv.IMPORT_FAILED) is True,
+                interrupted=attrs.get(semconv.INTERRUPTED) is True,
+            ))
+        elif span.is_aggregate and semconv.IMPORT_MODULES in attrs:
+            batched_ns += span.busy_ns
+            batched_calls += verdicts.positive_int(attrs, semconv.CALLS)
+    if not records and not batched_calls:
+        return None
+    records.sort(key=lambda r: (-r.ns, r.module))
+    return ImportSummary(tuple(records), batched_ns, batched_calls)
+
+
+# --- compilations ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CompileRecord:
+    """One torch.compile compilation (a coldstart.compile span)."""
+
+    compile_id: str | None
+    frame: str | None  # the graph's key across start-ups ("f (file:line)", " #n" for a recompilation)
+    ns: int
+    hits: int | None  # None: the trace does not say (an older plugin, a torch without counters)
+    misses: int | None
+    caches: dict[str, tuple[int, int]] = field(default_factory=dict)  # cache -> (hits, misses)
+    stages: dict[str, float] = field(default_factory=dict)  # torch's stage -> seconds
+    recompile: bool = False
+    reason: str | None = None
+    cache_dir: str | None = None
+    failure: str | None = None
+    trace_id: str = ""
+
+    @property
+    def missed(self) -> bool:
+        return bool(self.misses)
+
+    @property
+    def hit_only(self) -> bool:
+        """Served by a cache: hits and no miss."""
+        return bool(self.hits) and self.misses == 0
+
+
+@dataclass(frozen=True)
+class CompileSummary:
+    compilations: tuple[CompileRecord, ...]  # in time order
+
+    @property
+    def count(self) -> int:
+        return len(self.compilations)
+
+    @property
+    def ns(self) -> int:
+        return sum(c.ns for c in self.compilations)
+
+    @property
+    def cache_hits(self) -> int | None:
+        known = [c.hits for c in self.compilations if c.hits is not None]
+        return sum(known) if known else None
+
+    @property
+    def cache_misses(self) -> int | None:
+        known = [c.misses for c in self.compilations if c.misses is not None]
+        return sum(known) if known else None
+
+    @property
+    def unknown(self) -> int:
+        """Compilations whose cache outcome the trace does not tell."""
+        return sum(1 for c in self.compilations if c.misses is None)
+
+    @property
+    def recompilations(self) -> int:
+        return sum(1 for c in self.compilations if c.recompile)
+
+    @property
+    def stages(self) -> dict[str, float]:
+        total: dict[str, float] = {}
+        for c in self.compilations:
+            for stage, seconds in c.stages.items():
+                total[stage] = total.get(stage, 0.0) + seconds
+        return {s: total[s] for s in semconv.COMPILE_STAGES if s in total}
+
+    @property
+    def cache_dirs(self) -> tuple[str, ...]:
+        return tuple(sorted({c.cache_dir for c in self.compilations if c.cache_dir}))
+
+    @property
+    def missed(self) -> tuple[CompileRecord, ...]:
+        return tuple(c for c in self.compilations if c.missed)
+
+
+def compile_summary(b: Breakdown) -> CompileSummary | None:
+    records = [compile_record(s) for s in sorted(b.spans, key=lambda s: s.start_ns)
+               if s.phase == semconv.PHASE_COMPILE]
+    return CompileSummary(tuple(records)) if records else None
+
+
+def compile_record(span: Span) -> CompileRecord:
+    attrs = span.attributes
+    caches = {}
+    for cache in semconv.COMPILE_CACHES:
+        hits = verdicts.int_value(attrs.get(semconv.compile_cache_attribute(cache, "hits")))
+        misses = verdicts.int_value(attrs.get(semconv.compile_cache_attribute(cache, "misses")))
+        if hits is not None or misses is not None:
+            caches[cache] = (max(0, hits or 0), max(0, misses or 0))
+    stages = {}
+    for stage in semconv.COMPILE_STAGES:
+        seconds = verdicts.number_value(attrs, semconv.compile_stage_attribute(stage))
+        if seconds is not None and seconds == seconds and seconds >= 0:
+            stages[stage] = seconds
+    compile_id = verdicts.str_value(attrs, semconv.COMPILE_ID)
+    recompile = attrs.get(semconv.COMPILE_RECOMPILE)
+    if not isinstance(recompile, bool):  # a trace from before the attribute: read the id
+        recompile = verdicts.frame_compile_index(compile_id) not in (None, 0)
+    hits = verdicts.int_value(attrs.get(semconv.COMPILE_CACHE_HITS))
+    misses = verdicts.int_value(attrs.get(semconv.COMPILE_CACHE_MISSES))
+    return CompileRecord(
+        compile_id=compile_id,
+        frame=verdicts.str_value(attrs, semconv.COMPILE_FRAME),
+        ns=span.duration_ns,
+        hits=max(0, hits) if hits is not None else None,
+        misses=max(0, misses) if misses is not None else None,
+        caches=caches, stages=stages, recompile=recompile,
+        reason=verdicts.str_value(attrs, semconv.COMPILE_RECOMPILE_REASON),
+        cache_dir=verdicts.str_value(attrs, semconv.COMPILE_CACHE_DIR),
+        failure=verdicts.str_value(attrs, semconv.COMPILE_FAILURE),
+        trace_id=span.trace_id,
+    )
+
+
+def fastest_hits(summaries: Sequence[CompileSummary]) -> dict[str, CompileRecord]:
+    """Per graph (``coldstart.compile.frame``), its fastest compilation a cache served, among
+    the start-ups given: what a hit costs, where the input holds one."""
+    best: dict[str, CompileRecord] = {}
+    for summary in summaries:
+        for c in summary.compilations:
+            if c.frame and c.hit_only and (c.frame not in best or c.ns < best[c.frame].ns):
+                best[c.frame] = c
+    return best
+
+
+# --- graph captures ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CaptureSummary:
+    count: int
+    ns: int  # the graph_capture phase's time
+    sizes: tuple[tuple[int, int], ...]  # (batch size, capture ns), slowest first, where recorded
+
+    def slowest(self, n: int = 5) -> tuple[tuple[int, int], ...]:
+        return self.sizes[:n]
+
+
+def capture_summary(b: Breakdown) -> CaptureSummary | None:
+    spans = [s for s in b.spans if s.phase == semconv.PHASE_GRAPH_CAPTURE]
+    if not spans:
+        return None
+    containers = {s.parent_id for s in spans}
+    by_size: dict[int, int] = {}
+    for span in spans:
+        if span.span_id in containers:
+            continue  # a make_graphed_callables span around captures: its leaves carry the sizes
+        attrs = span.attributes
+        sizes = attrs.get(semconv.GRAPH_BATCH_SIZES)
+        times = attrs.get(semconv.GRAPH_CAPTURE_TIMES_S)
+        if isinstance(sizes, (list, tuple)) and isinstance(times, (list, tuple)) and len(sizes) == len(times):
+            for size, seconds in zip(sizes, times):
+                if _positive_int(size) and isinstance(seconds, (int, float)) and not isinstance(seconds, bool) \
+                        and seconds == seconds and seconds >= 0:
+                    by_size[size] = by_size.get(size, 0) + int(seconds * 1e9)
+            continue
+        single = attrs.get(semconv.GRAPH_BATCH_SIZE)
+        if _positive_int(single) and not span.is_aggregate:
+            by_size[single] = by_size.get(single, 0) + span.duration_ns
+    phase = b.phase(semconv.PHASE_GRAPH_CAPTURE)
+    ns = phase.busy_ns if phase is not None else sum(s.busy_ns for s in spans)
+    ordered = tuple(sorted(by_size.items(), key=lambda item: (-item[1], item[0])))
+    return CaptureSummary(verdicts.capture_count(spans), ns, ordered)
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+
+def _ns(seconds: float | None) -> int | None:
+    if seconds is None or seconds != seconds or seconds < 0 or seconds == float("inf"):
+        return None
+    return int(seconds * 1e9)
+
+
+def _pairs(names, seconds) -> tuple[tuple[str, int], ...]:
+    """Two parallel attribute lists as (name, ns) pairs; whatever does not line up is dropped."""
+    if not isinstance(names, (list, tuple)) or not isinstance(seconds, (list, tuple)):
+        return ()
+    out = []
+    for name, value in zip(names, seconds):
+        ns = _ns(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        if isinstance(name, str) and ns is not None:
+            out.append((name, ns))
+    return tuple(out)
+
+
+def _positive_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0

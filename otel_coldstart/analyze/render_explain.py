@@ -1,0 +1,121 @@
+"""How the explanations of the big phases read (analyze/explain.py): their part of the JSON
+document, and their lines in the text and Markdown reports. Writes, never computes."""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from .breakdown import Breakdown
+from .escape import markdown_text
+from .escape import terminal_text as _t
+from .explain import capture_summary, compile_summary, import_summary
+from .units import format_seconds
+
+
+def _s(ns: int) -> float:
+    return round(ns / 1e9, 9)
+
+
+# --- JSON -------------------------------------------------------------------------------------
+
+
+def explain_document(b: Breakdown) -> dict:
+    """``startups[i].imports``, ``.compile`` and ``.captures`` (docs/cli.md): None when the
+    start-up has none of them."""
+    return {"imports": _imports_doc(b), "compile": _compile_doc(b), "captures": _captures_doc(b)}
+
+
+def _imports_doc(b: Breakdown) -> dict | None:
+    summary = import_summary(b)
+    if summary is None:
+        return None
+    return {
+        "seconds": _s(summary.ns),
+        "batched_s": _s(summary.batched_ns),
+        "batched_imports": summary.batched_calls,
+        "slow": [{"module": i.module, "seconds": _s(i.ns),
+                  "self_s": _s(i.self_ns) if i.self_ns is not None else None,
+                  "modules": i.modules, "failed": i.failed, "interrupted": i.interrupted,
+                  "heaviest": [{"module": m, "self_s": _s(ns)} for m, ns in i.heaviest],
+                  "packages": [{"package": p, "self_s": _s(ns)} for p, ns in i.packages]}
+                 for i in summary.imports],
+    }
+
+
+def _compile_doc(b: Breakdown) -> dict | None:
+    summary = compile_summary(b)
+    if summary is None:
+        return None
+    return {
+        "compilations": summary.count,
+        "seconds": _s(summary.ns),
+        "cache_hits": summary.cache_hits,  # None: the trace does not tell
+        "cache_misses": summary.cache_misses,
+        "unknown": summary.unknown,
+        "recompilations": summary.recompilations,
+        "stages": {stage: round(seconds, 6) for stage, seconds in summary.stages.items()},
+        "cache_dirs": list(summary.cache_dirs),
+        "items": [{"compile_id": c.compile_id, "frame": c.frame, "seconds": _s(c.ns), "cache_hits": c.hits,
+                   "cache_misses": c.misses,
+                   "caches": {cache: {"hits": h, "misses": m} for cache, (h, m) in c.caches.items()},
+                   "stages": dict(c.stages), "recompile": c.recompile, "recompile_reason": c.reason,
+                   "failure": c.failure}
+                  for c in summary.compilations],
+    }
+
+
+def _captures_doc(b: Breakdown) -> dict | None:
+    summary = capture_summary(b)
+    if summary is None:
+        return None
+    return {"count": summary.count, "seconds": _s(summary.ns),
+            "sizes": [{"batch_size": size, "seconds": _s(ns)} for size, ns in summary.sizes]}
+
+
+# --- text and Markdown --------------------------------------------------------------------------
+
+
+def explain_lines(b: Breakdown) -> list[str]:
+    """One line each for the imports, compilations and captures that explain the phases."""
+    lines = []
+    imports = import_summary(b)
+    if imports is not None and imports.imports:
+        parts = []
+        for record in imports.imports[:3]:
+            inside = ", ".join(f"{p} {format_seconds(ns)}" for p, ns in record.packages[:3])
+            parts.append(f"{record.module} {format_seconds(record.ns)}" + (f" ({inside})" if inside else ""))
+        more = f"; {imports.batched_calls} fast import(s) {format_seconds(imports.batched_ns)}" \
+            if imports.batched_calls else ""
+        lines.append("imports: " + "; ".join(parts) + more)
+    compiled = compile_summary(b)
+    if compiled is not None:
+        if compiled.cache_misses is None:
+            cache = "cache outcome unknown"
+        else:
+            cache = f"{compiled.cache_hits or 0} cache hit(s), {compiled.cache_misses} miss(es)"
+            if compiled.unknown:
+                cache += f", {compiled.unknown} unknown"
+        stages = ", ".join(f"{stage} {format_seconds(int(seconds * 1e9))}"
+                           for stage, seconds in compiled.stages.items())
+        recompiles = f", {compiled.recompilations} recompilation(s)" if compiled.recompilations else ""
+        lines.append(f"compile: {compiled.count} compilation(s) {format_seconds(compiled.ns)}, {cache}{recompiles}"
+                     + (f"; torch's stages: {stages}" if stages else ""))
+    captures = capture_summary(b)
+    if captures is not None:
+        slowest = ", ".join(f"{size} {format_seconds(ns)}" for size, ns in captures.slowest(5))
+        lines.append(f"graph captures: {captures.count} in {format_seconds(captures.ns)}"
+                     + (f"; slowest sizes: {slowest}" if slowest else ""))
+    return lines
+
+
+def render_explain_text(b: Breakdown, out: TextIO) -> None:
+    for line in explain_lines(b):
+        out.write(f"  {_t(line)}\n")
+
+
+def render_explain_markdown(b: Breakdown, out: TextIO) -> None:
+    lines = explain_lines(b)
+    for line in lines:
+        out.write(f"- {markdown_text(line)}\n")
+    if lines:
+        out.write("\n")
