@@ -17,8 +17,10 @@ all callers go through:
 A capture is one ``coldstart.graph_capture`` span. Captures that repeat under the same parent
 on the same thread (a loop over batch sizes, piecewise captures per layer) become one
 aggregate span with their count (``coldstart.calls``), total and longest time, and the batch
-sizes captured when they can be known: from ``make_graphed_callables``' sample inputs, from
-vLLM's forward context, or from :func:`batch_size` around the capture. Captures after
+sizes captured when they can be known (from ``make_graphed_callables``' sample inputs, from
+vLLM's forward context, or from :func:`batch_size` around the capture) with the time spent
+capturing each size (``coldstart.graph.capture_times_s``, parallel to the sizes: the captures
+of one size summed, as piecewise graphs capture each size once per piece). Captures after
 ``ready()`` (lazy capture on a first request) are written one span each, at once, marked
 ``coldstart.after_ready``; so these patches stay after ``ready()`` (they are rare calls).
 
@@ -241,13 +243,16 @@ def _close_capture(capture: _Capture, error: BaseException | None) -> None:
 def _note_capture(aggregate, size: int | None, duration_ns: int, pre_capture_ns: int = 0) -> None:
     state = aggregate.extras.get("graph")
     if state is None:
-        state = aggregate.extras["graph"] = {"sizes": [], "seen": set(), "longest_ns": 0, "pre_ns": 0}
+        state = aggregate.extras["graph"] = {"sizes": [], "times_ns": {}, "longest_ns": 0, "pre_ns": 0}
         aggregate.end_hooks.append(_graph_attributes)
     state["longest_ns"] = max(state["longest_ns"], duration_ns)
     state["pre_ns"] += pre_capture_ns
-    if size is not None and size not in state["seen"] and len(state["sizes"]) < _MAX_BATCH_SIZES:
-        state["seen"].add(size)
-        state["sizes"].append(size)
+    times = state["times_ns"]
+    if size is not None and (size in times or len(state["sizes"]) < _MAX_BATCH_SIZES):
+        if size not in times:
+            times[size] = 0
+            state["sizes"].append(size)
+        times[size] += duration_ns
 
 
 def _graph_attributes(aggregate) -> None:
@@ -259,6 +264,7 @@ def _graph_attributes(aggregate) -> None:
         aggregate.attributes[semconv.GRAPH_PRE_CAPTURE_S] = state["pre_ns"] / 1e9
     if state["sizes"]:
         aggregate.attributes[semconv.GRAPH_BATCH_SIZES] = list(state["sizes"])
+        aggregate.attributes[semconv.GRAPH_CAPTURE_TIMES_S] = [state["times_ns"][n] / 1e9 for n in state["sizes"]]
 
 
 def _batch_size_hint() -> int | None:

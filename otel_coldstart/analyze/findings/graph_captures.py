@@ -1,5 +1,8 @@
-"""Many CUDA graph captures: each batch size is captured separately, and servers
-capture dozens by default, paid on every cold start.
+"""Many CUDA graph captures, or captures that take a large share of the start-up: each batch
+size is captured separately, and servers capture dozens by default (vLLM: one per
+``cudagraph_capture_sizes`` entry, per piece when graphs are piecewise), paid on every cold
+start. The evidence names the slowest sizes where their times were recorded
+(``coldstart.graph.capture_times_s``).
 
 Estimate: the capture time beyond what one capture per power of two up to the largest
 batch size would take (half the time when the batch sizes are not recorded).
@@ -11,9 +14,11 @@ from ... import semconv
 from ..breakdown import Breakdown
 from ..units import format_seconds
 from ... import verdicts
-from ._finding import Finding, claim
+from ..explain import capture_summary
+from ._finding import Finding, claim, share_text
 
 MIN_CAPTURES = 8
+MIN_SHARE = 0.1  # fewer captures still make a finding when they take this share of the start-up
 
 
 def _sizes(spans) -> list[int]:
@@ -29,16 +34,22 @@ def _sizes(spans) -> list[int]:
 def check(breakdown: Breakdown, floor=None) -> list[Finding]:
     spans = [s for s in breakdown.spans if s.phase == semconv.PHASE_GRAPH_CAPTURE]
     count = verdicts.capture_count(spans)  # the metric's count too
-    if count < MIN_CAPTURES:
-        return []
     phase = breakdown.phase(semconv.PHASE_GRAPH_CAPTURE)
     busy = phase.busy_ns if phase else sum(s.busy_ns for s in spans)
+    total = breakdown.duration_ns
+    if count == 0 or (count < MIN_CAPTURES and (total <= 0 or busy < MIN_SHARE * total)):
+        return []
     sizes = _sizes(spans)
-    evidence = [f"{count} graph captures in {format_seconds(busy)} ({format_seconds(busy // count)} each on average)"]
+    evidence = [f"{count} graph captures in {format_seconds(busy)} ({format_seconds(busy // count)} each on average), "
+                f"{share_text(busy, total)}"]
     longest = max((s.attributes.get(semconv.GRAPH_MAX_CAPTURE_S) for s in spans
                    if isinstance(s.attributes.get(semconv.GRAPH_MAX_CAPTURE_S), (int, float))), default=None)
     if longest is not None:
         evidence.append(f"longest capture {format_seconds(int(longest * 1e9))}")
+    summary = capture_summary(breakdown)
+    if summary is not None and summary.sizes:
+        evidence.append("slowest sizes: " + ", ".join(f"{size} ({format_seconds(ns)})"
+                                                      for size, ns in summary.slowest(5)))
     if sizes:
         needed = min(len(sizes), (max(sizes) - 1).bit_length() + 1)  # 1, 2, 4, ... >= the largest
         shown = ", ".join(map(str, sizes[:12])) + (" ..." if len(sizes) > 12 else "")
@@ -48,10 +59,13 @@ def check(breakdown: Breakdown, floor=None) -> list[Finding]:
         saving = busy // 2
     return [Finding.about(
         breakdown, rule="graph_captures", phase=semconv.PHASE_GRAPH_CAPTURE,
-        title=f"{count} CUDA graph captures at start-up",
+        title=f"{count} CUDA graph capture{'' if count == 1 else 's'} at start-up: {format_seconds(busy)}, "
+              f"{share_text(busy, total)}",
         evidence=evidence,
-        lever="capture fewer batch sizes (powers of two, pad requests up) or capture lazily on first use "
-              "(vLLM: a shorter cudagraph capture-size list)",
+        lever="capture fewer batch sizes (powers of two, pad requests up; vLLM: a shorter "
+              "compilation_config.cudagraph_capture_sizes, or a lower max_cudagraph_capture_size), capture "
+              "piecewise graphs instead of full ones or the reverse, whichever captures fewer "
+              "(vLLM: compilation_config.cudagraph_mode), or capture lazily on first use",
         saving_ns=saving, share=busy / breakdown.duration_ns if breakdown.duration_ns else 0.0,
         claims=[claim(breakdown, saving, ("phase", semconv.PHASE_GRAPH_CAPTURE))],
         estimate="capture time beyond one capture per power of two" if sizes else "half the capture time",
