@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ... import semconv
 from ..breakdown import Breakdown
+from ..explain import import_summary
 from ..storage_floor import StorageFloor
 from ..units import format_bytes, format_rate, format_seconds
 from . import _transformers
@@ -57,6 +58,7 @@ def check(breakdown: Breakdown, floor: StorageFloor | None = None) -> list[Findi
         evidence.extend(library_step[0])
         lever = library_step[1]
     if top.phase == semconv.PHASE_IMPORT:
+        lever = _import_lever(breakdown, evidence) or lever
         own_ns = plugin_import_ns(breakdown)
         if own_ns:  # the plugin's own import is not the host's to trim: out of the lever and saving
             evidence.append(f"of which otel-coldstart's own import and set-up: {format_seconds(own_ns)} "
@@ -80,6 +82,28 @@ def check(breakdown: Breakdown, floor: StorageFloor | None = None) -> list[Findi
         saving_ns=saving, share=top.share_of(total), estimate=estimate,
         claims=[claim(breakdown, saving, ("phase", top.phase))] if saving else [],
     )]
+
+
+def _import_lever(breakdown: Breakdown, evidence: list[str]) -> str | None:
+    """The import lever from the trace's own coldstart.import spans (patches/imports.py): which
+    top-level import is slowest and what inside it takes the time."""
+    summary = import_summary(breakdown)
+    if summary is None or not summary.imports:
+        return None
+    evidence.append("slowest imports after instrument(): " + "; ".join(
+        f"{i.module} {format_seconds(i.ns)}" + (f" ({i.modules} modules)" if i.modules else "")
+        for i in summary.imports[:3]))
+    biggest = summary.imports[0]
+    own_package = biggest.module.partition(".")[0]
+    others = [(package, ns) for package, ns in biggest.packages if package != own_package]
+    if others and others[0][1] >= 0.2 * biggest.ns:
+        package, ns = others[0]
+        what = f"`import {biggest.module}` takes {format_seconds(biggest.ns)}, {format_seconds(ns)} of it importing {package}"
+    else:
+        heavy = ", ".join(f"{m} {format_seconds(ns)}" for m, ns in biggest.heaviest[:2])
+        what = f"`import {biggest.module}` takes {format_seconds(biggest.ns)}" + (f" (heaviest: {heavy})" if heavy else "")
+    return (f"{what}: import it lazily where it is first used, or trim what it pulls in; "
+            "defer other optional imports, trim the image's site-packages")
 
 
 def plugin_import_ns(breakdown: Breakdown) -> int:

@@ -1,0 +1,121 @@
+"""The analyzer's reading of imports, compilations and captures (analyze/explain.py, the
+compile_cache rule, the import lever) on hand-built records: it fires on the evidence it
+names, stays quiet without it, reads a wrong-typed attribute as unknown, never as zero."""
+
+from __future__ import annotations
+
+from analyze_records import MS, child, only, root
+from otel_coldstart import semconv
+from otel_coldstart.analyze.breakdown import breakdowns
+from otel_coldstart.analyze.explain import compile_summary, import_summary
+from otel_coldstart.analyze.findings import compile_cache, dominant_phase, find
+from otel_coldstart.analyze.render_json import analysis_document
+
+FRAME = "forward (/srv/model.py:42)"
+
+
+def compilation(parent, start_ms, end_ms, hits, misses, frame=FRAME, **attrs):
+    values = {semconv.COMPILE_ID: "0/0", semconv.COMPILE_FRAME: frame,
+              semconv.COMPILE_CACHE_HITS: hits, semconv.COMPILE_CACHE_MISSES: misses,
+              semconv.compile_cache_attribute("fx_graph", "hits"): hits,
+              semconv.compile_cache_attribute("fx_graph", "misses"): misses,
+              semconv.compile_stage_attribute("dynamo"): (end_ms - start_ms) / 1000,
+              semconv.compile_stage_attribute("inductor"): (end_ms - start_ms) / 2000,
+              semconv.COMPILE_CACHE_DIR: "/tmp/torchinductor_root"}
+    values.update(attrs)
+    return child(parent, "coldstart.compile", semconv.PHASE_COMPILE, start_ms, end_ms, **values)
+
+
+def startup(trace: str, compile_ms: float, hits: int, misses: int, **attrs):
+    r = root(1000, trace=trace)
+    return [r, compilation(r, 100, 100 + compile_ms, hits, misses, **attrs)]
+
+
+def test_a_cold_compile_is_a_compile_cache_finding_with_its_lever_and_no_estimate_alone():
+    (b,) = breakdowns(startup("aa" * 16, 800, 0, 2))
+    (f,) = compile_cache.check([b])
+    assert f.rule == "compile_cache" and f.phase == "compile" and "80% of the start-up" in f.title
+    assert f.saving_ns == 0 and f.estimate.startswith("not estimated")
+    assert "TORCHINDUCTOR_CACHE_DIR (now /tmp/torchinductor_root)" in f.lever and "save_cache_artifacts" in f.lever
+    assert any("Inductor FX graph cache: 2 miss(es), 0 hit(s)" in line for line in f.evidence)
+
+
+def test_the_fastest_hit_of_the_same_graph_in_another_start_up_is_the_estimate():
+    spans = startup("aa" * 16, 800, 0, 2) + startup("bb" * 16, 300, 2, 0) + startup("cc" * 16, 200, 2, 0)
+    findings = [f for f in find(breakdowns(spans)) if f.rule == "compile_cache"]
+    (f,) = findings
+    assert f.trace_id == "aa" * 16
+    assert f.saving_ns == 600 * MS  # 800 ms missed, the fastest hit took 200 ms
+    assert "fastest cache hit of the same graph" in f.estimate
+
+
+def test_a_hit_of_another_graph_is_no_reference():
+    spans = startup("aa" * 16, 800, 0, 2) + startup("bb" * 16, 200, 2, 0, **{semconv.COMPILE_FRAME: "other (x.py:1)"})
+    (f,) = [f for f in find(breakdowns(spans)) if f.rule == "compile_cache"]
+    assert f.saving_ns == 0 and f.estimate.startswith("not estimated")
+
+
+def test_no_finding_when_every_compilation_hit_or_the_trace_cannot_tell():
+    assert compile_cache.check(breakdowns(startup("aa" * 16, 300, 2, 0))) == []
+    r = root(1000)
+    unknown = child(r, "coldstart.compile", semconv.PHASE_COMPILE, 100, 900, **{semconv.COMPILE_ID: "0/0"})
+    (b,) = breakdowns([r, unknown])
+    assert compile_cache.check([b]) == []
+    summary = compile_summary(b)
+    assert summary.count == 1 and summary.cache_misses is None and summary.unknown == 1
+
+
+def test_wrong_typed_compile_attributes_read_as_unknown():
+    r = root(1000)
+    hostile = child(r, "coldstart.compile", semconv.PHASE_COMPILE, 100, 900, **{
+        semconv.COMPILE_CACHE_MISSES: "2", semconv.COMPILE_CACHE_HITS: True, semconv.COMPILE_ID: "0/3",
+        semconv.compile_stage_attribute("dynamo"): float("nan"), semconv.COMPILE_FRAME: 7})
+    (b,) = breakdowns([r, hostile])
+    (record,) = compile_summary(b).compilations
+    assert record.misses is None and record.hits is None and record.frame is None
+    assert record.stages == {} and record.recompile is True  # read from the id "0/3"
+    assert compile_cache.check([b]) == []
+
+
+def test_the_json_document_has_the_compile_summary():
+    (b,) = breakdowns(startup("aa" * 16, 800, 0, 2, **{semconv.COMPILE_ID: "1/2",
+                                                       semconv.COMPILE_RECOMPILE: True}))
+    doc = analysis_document([b], find([b]), [])
+    compiled = doc["startups"][0]["compile"]
+    assert compiled["compilations"] == 1 and compiled["recompilations"] == 1
+    assert compiled["seconds"] == 0.8 and compiled["cache_hits"] == 0 and compiled["cache_misses"] == 2
+    assert compiled["stages"] == {"dynamo": 0.8, "inductor": 0.4}
+    assert doc["startups"][0]["imports"] is None and doc["startups"][0]["captures"] is None
+
+
+def test_the_import_lever_names_the_slowest_import_and_what_it_pulls_in():
+    r = root(1000)
+    span = child(r, "coldstart.import", semconv.PHASE_IMPORT, 0, 700, **{
+        semconv.IMPORT_MODULE: "transformers", semconv.IMPORT_MODULES: 900, semconv.IMPORT_SELF_S: 0.02,
+        semconv.IMPORT_HEAVIEST: ["torch._C", "transformers"], semconv.IMPORT_HEAVIEST_S: [0.3, 0.02],
+        semconv.IMPORT_PACKAGES: ["torch", "transformers"], semconv.IMPORT_PACKAGES_S: [0.5, 0.1]})
+    b = only([r, span])
+    (f,) = dominant_phase.check(b)
+    assert f.lever.startswith("`import transformers` takes 700.0 ms, 500.0 ms of it importing torch: import it lazily")
+    assert any("slowest imports after instrument(): transformers 700.0 ms (900 modules)" in e for e in f.evidence)
+    summary = import_summary(b)
+    assert summary.imports[0].packages == (("torch", 500 * MS), ("transformers", 100 * MS))
+
+
+def test_misaligned_import_lists_are_dropped_not_misread():
+    r = root(1000)
+    span = child(r, "coldstart.import", semconv.PHASE_IMPORT, 0, 700, **{
+        semconv.IMPORT_MODULE: "torch", semconv.IMPORT_PACKAGES: ["torch", 3, "numpy"],
+        semconv.IMPORT_PACKAGES_S: [0.5, 0.1, "x"]})
+    (record,) = import_summary(only([r, span])).imports
+    assert record.packages == (("torch", 500 * MS),)
+
+
+def test_fast_import_batches_count_as_import_time_and_in_the_summary():
+    r = root(1000)
+    batch = child(r, "coldstart.import", semconv.PHASE_IMPORT, 10, 30, **{
+        semconv.AGGREGATE: True, semconv.CALLS: 3, semconv.BUSY_S: 0.012, semconv.IMPORT_MODULES: 5})
+    b = only([r, batch])
+    assert b.phase("import").busy_ns == 12 * MS
+    summary = import_summary(b)
+    assert summary.imports == () and summary.batched_calls == 3 and summary.batched_ns == 12 * MS
