@@ -17,7 +17,7 @@ import dataclasses
 import os
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from .. import semconv, verdicts
 from .model import Attributes, Span
@@ -210,6 +210,9 @@ class Breakdown:
     context: tuple[ContextSpan, ...] = ()  # foreign spans, longest first
     link: str | None = None  # the host<->device link the start-up recorded (runtime_init)
     slim_cache: str | None = None  # set by slim(), which drops the shards: what `cache` said of them
+    # A server's own start-up spans (vLLM's "Overall Loading", "Load model", ...) as the
+    # start-up's outline, with our phases inside each (analyze/outline.py); empty otherwise.
+    outline: tuple = ()
 
     @property
     def trace_id(self) -> str:
@@ -278,7 +281,13 @@ class Breakdown:
 
     @property
     def dominant(self) -> PhaseTime | None:
-        """The phase that dominates (verdicts.dominant_phase), None when none does."""
+        """The phase that dominates (verdicts.dominant_phase), None when none does. With an
+        outline, chosen among the finest phases: ours, and each server span's own time that
+        none of its children or our phases cover (a "phase" named after that span)."""
+        if self.outline:
+            from .outline import finest_phases  # only for start-ups that have an outline
+
+            return verdicts.dominant_phase(finest_phases(self), self.duration_ns)
         return verdicts.dominant_phase(self.phases, self.duration_ns)
 
     @property
@@ -439,20 +448,11 @@ def _same_thread(a: Span, b: Span) -> bool:
     return ta is None or tb is None or ta == tb
 
 
-def compute_breakdown(root: Span, members: Sequence[Span], foreign: Sequence[Span] = (),
-                      context: bool = True) -> Breakdown:
-    """The breakdown of one start-up: ``root`` and the spans :func:`group_startups` gave it.
-    ``foreign`` are other spans of the trace (not members) that may enclose the root;
-    ``context=False`` leaves out the spans that are not ours (what compare and capacity do
-    not read)."""
-    start, end = root.start_ns, root.end_ns  # verdicts.in_startup_window, inlined: it runs for every span
-    window = [s for s in members if s.phase is not None and s.start_ns >= start and s.end_ns <= end]
-    after_ready = sum(1 for s in members if s.start_ns >= end or (
-        semconv.AFTER_READY in getattr(s.attributes, "_index", s.attributes)
-        and s.attributes.get(semconv.AFTER_READY)))
-    by_id = {s.span_id: s for s in members}
-    by_id[root.span_id] = root
-
+def phased_tree(root: Span, window: Sequence[Span],
+                by_id: dict[str, Span]) -> tuple[dict[str, list[Span]], list[Span]]:
+    """Each phased span under its nearest phased ancestor (or the root): the children of each
+    span id, and the spans whose parent chain breaks, or whose phased parent outlives the
+    start-up (treated as top level)."""
     children: dict[str, list[Span]] = defaultdict(list)
     orphans: list[Span] = []
     memo: dict[str, str | None] = {}
@@ -465,6 +465,34 @@ def compute_breakdown(root: Span, members: Sequence[Span], foreign: Sequence[Spa
             orphans.append(span)
         else:
             children[owner].append(span)
+    return children, orphans
+
+
+def self_times(window: Iterable[Span], children: dict[str, list[Span]]) -> Iterator[tuple[Span, int]]:
+    """(span, its self time): its busy time minus that of its phased children on its thread."""
+    for span in window:
+        kids = children.get(span.span_id)
+        covered_by_children = sum(c.busy_ns for c in kids if _same_thread(span, c)) if kids else 0
+        yield span, max(0, span.busy_ns - covered_by_children)
+
+
+def compute_breakdown(root: Span, members: Sequence[Span], foreign: Sequence[Span] = (),
+                      context: bool = True, *, across_processes: bool = False) -> Breakdown:
+    """The breakdown of one start-up: ``root`` and the spans :func:`group_startups` gave it.
+    ``foreign`` are other spans of the trace (not members) that may enclose the root;
+    ``context=False`` leaves out the spans that are not ours (what compare and capacity do
+    not read). ``across_processes``: the members come from several processes (a server's
+    start-up, analyze/outline.py), so no thread is the root's: unattributed is the root's time
+    that no top-level phased span of any process covers."""
+    start, end = root.start_ns, root.end_ns  # verdicts.in_startup_window, inlined: it runs for every span
+    window = [s for s in members if s.phase is not None and s.start_ns >= start and s.end_ns <= end]
+    after_ready = sum(1 for s in members if s.start_ns >= end or (
+        semconv.AFTER_READY in getattr(s.attributes, "_index", s.attributes)
+        and s.attributes.get(semconv.AFTER_READY)))
+    by_id = {s.span_id: s for s in members}
+    by_id[root.span_id] = root
+
+    children, orphans = phased_tree(root, window, by_id)
     top_level = children.get(root.span_id, []) + orphans
 
     busy: dict[str, int] = defaultdict(int)
@@ -474,12 +502,9 @@ def compute_breakdown(root: Span, members: Sequence[Span], foreign: Sequence[Spa
     timed_ns: dict[str, int] = defaultdict(int)
     failed: dict[str, int] = defaultdict(int)
     failed_busy: dict[str, int] = defaultdict(int)
-    for span in window:
-        kids = children.get(span.span_id)
-        covered_by_children = sum(c.busy_ns for c in kids if _same_thread(span, c)) if kids else 0
+    for span, own in self_times(window, children):
         phase = span.phase
         assert phase is not None
-        own = max(0, span.busy_ns - covered_by_children)
         busy[phase] += own
         count[phase] += 1
         if span.status == "error":  # its time counts; its bytes say nothing about a speed
@@ -491,8 +516,12 @@ def compute_breakdown(root: Span, members: Sequence[Span], foreign: Sequence[Spa
             timed_bytes[phase] += sample[0]
             timed_ns[phase] += sample[1]
 
-    on_root_thread = sum(s.busy_ns for s in top_level if _same_thread(root, s))
-    unattributed = max(0, root.duration_ns - on_root_thread)
+    on_root_thread = top_level if across_processes else [s for s in top_level if _same_thread(root, s)]
+    gaps = _gaps(root, on_root_thread)
+    if across_processes:
+        unattributed = sum(g.duration_ns for g in gaps)
+    else:
+        unattributed = max(0, root.duration_ns - sum(s.busy_ns for s in on_root_thread))
     link, bound = link_of(s for s in members if s.phase == semconv.PHASE_RUNTIME_INIT)
     phases = tuple(
         sorted(
@@ -515,7 +544,7 @@ def compute_breakdown(root: Span, members: Sequence[Span], foreign: Sequence[Spa
         shards=shards,
         after_ready=after_ready,
         spans=tuple(window),
-        gaps=_gaps(root, [s for s in top_level if _same_thread(root, s)]),
+        gaps=gaps,
         context=_context(root, members, foreign, by_id) if context else (),
         link=link,
     )
@@ -524,8 +553,12 @@ def compute_breakdown(root: Span, members: Sequence[Span], foreign: Sequence[Spa
 def breakdowns(spans: Iterable[Span], context: bool = True) -> list[Breakdown]:
     spans = list(spans)
     groups = group_startups(spans)
+    from .outline import server_startups  # vLLM's own start-up spans make the processes one start-up
+
     if not context:
-        return [compute_breakdown(root, members, context=False) for root, members in groups]
+        combined, groups = server_startups(spans, groups, {}, context=False)
+        return _in_time_order([compute_breakdown(root, members, context=False) for root, members in groups],
+                              combined)
     # Foreign spans: unphased ones no start-up claimed. Only unphased spans can be foreign,
     # so only their ids are looked up (no set of every claimed id: 60 MB at 1M spans).
     unphased = {(s.trace_id, s.span_id): s for s in spans if s.phase is None}
@@ -537,8 +570,17 @@ def breakdowns(spans: Iterable[Span], context: bool = True) -> list[Breakdown]:
     foreign_by_trace: dict[str, list[Span]] = defaultdict(list)
     for span in unphased.values():
         foreign_by_trace[span.trace_id].append(span)
-    return [compute_breakdown(root, members, foreign_by_trace.get(root.trace_id, ()))
-            for root, members in groups]
+    combined, groups = server_startups(spans, groups, foreign_by_trace)
+    return _in_time_order([compute_breakdown(root, members, foreign_by_trace.get(root.trace_id, ()))
+                           for root, members in groups], combined)
+
+
+def _in_time_order(results: list[Breakdown], combined: list[Breakdown]) -> list[Breakdown]:
+    """The start-ups one root each, and the servers' start-ups made of several (outline.py),
+    in the order of their start."""
+    if not combined:
+        return results
+    return sorted(results + combined, key=lambda b: (b.root.start_ns, b.root.span_id))
 
 
 def by_trace(results: Sequence[Breakdown]) -> dict[str, list[Breakdown]]:

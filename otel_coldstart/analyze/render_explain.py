@@ -20,9 +20,20 @@ def _s(ns: int) -> float:
 
 
 def explain_document(b: Breakdown) -> dict:
-    """``startups[i].imports``, ``.compile`` and ``.captures`` (docs/cli.md): None when the
-    start-up has none of them."""
-    return {"imports": _imports_doc(b), "compile": _compile_doc(b), "captures": _captures_doc(b)}
+    """``startups[i].imports``, ``.compile``, ``.captures`` and ``.outline`` (docs/cli.md):
+    None when the start-up has none of them."""
+    return {"imports": _imports_doc(b), "compile": _compile_doc(b), "captures": _captures_doc(b),
+            "outline": _outline_doc(b)}
+
+
+def _outline_doc(b: Breakdown) -> list | None:
+    if not b.outline:
+        return None
+    origin = b.root.start_ns
+    return [{"name": n.name, "kind": n.kind, "depth": n.depth, "process": n.process,
+             "offset_s": _s(n.start_ns - origin), "duration_s": _s(n.duration_ns), "own_s": _s(n.own_ns),
+             "phases": {phase: _s(ns) for phase, ns in n.phases}}
+            for n in b.outline]
 
 
 def _imports_doc(b: Breakdown) -> dict | None:
@@ -108,12 +119,42 @@ def explain_lines(b: Breakdown) -> list[str]:
     return lines
 
 
+OUTLINE_ROWS = 40  # the outline in a report: its first rows (the JSON has them all)
+
+
+def outline_rows(b: Breakdown) -> list[tuple[str, str, str, str]]:
+    """(indented name, duration, process, what is inside) per outline node, in tree order."""
+    rows = []
+    for n in b.outline[:OUTLINE_ROWS]:
+        inside = ", ".join(f"{phase} {format_seconds(ns)}" for phase, ns in n.phases[:4])
+        if n.own_ns and n.kind == "server":
+            inside = (inside + "; " if inside else "") + f"own {format_seconds(n.own_ns)}"
+        rows.append(("  " * n.depth + n.name, format_seconds(n.duration_ns), n.process or "-", inside))
+    return rows
+
+
 def render_explain_text(b: Breakdown, out: TextIO) -> None:
+    if b.outline:
+        processes = len({n.process for n in b.outline if n.process})
+        out.write(f"  outline (the server's start-up spans, our phases inside; {processes} process(es)):\n")
+        rows = outline_rows(b)
+        width = min(48, max(len(_t(name)) for name, *_ in rows) + 2)
+        for name, duration, process, inside in rows:
+            out.write(f"    {_t(name)[:width - 2]:<{width}}{duration:>10}  {_t(process)[:14]:<14}  {_t(inside)}\n")
+        if len(b.outline) > OUTLINE_ROWS:
+            out.write(f"    ... {len(b.outline) - OUTLINE_ROWS} more (--format json has them all)\n")
     for line in explain_lines(b):
         out.write(f"  {_t(line)}\n")
 
 
 def render_explain_markdown(b: Breakdown, out: TextIO) -> None:
+    if b.outline:
+        out.write("| outline (server spans, our phases inside) | time | process | inside |\n|---|---:|---|---|\n")
+        for name, duration, process, inside in outline_rows(b):
+            indent = "&nbsp;" * (2 * (len(name) - len(name.lstrip(" "))))
+            out.write(f"| {indent}{markdown_text(name.strip())} | {duration} | {markdown_text(process)} | "
+                      f"{markdown_text(inside)} |\n")
+        out.write("\n")
     lines = explain_lines(b)
     for line in lines:
         out.write(f"- {markdown_text(line)}\n")

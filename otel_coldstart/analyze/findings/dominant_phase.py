@@ -57,6 +57,12 @@ def check(breakdown: Breakdown, floor: StorageFloor | None = None) -> list[Findi
     if library_step is not None:
         evidence.extend(library_step[0])
         lever = library_step[1]
+    if library_step is None and top.phase not in LEVERS and any(n.kind == "server" and n.name == top.phase for n in breakdown.outline):
+        # The finest piece is a server span's own time (analyze/outline.py): not ours to wrap.
+        evidence.append(f"the own time of the server's {top.phase!r} span(s): no child span and no otel-coldstart "
+                        "phase covers it")
+        lever = (f"look inside the server's {top.phase!r} step (its code.function, the server's logs): "
+                 "otel-coldstart records no phase there yet")
     if top.phase == semconv.PHASE_IMPORT:
         lever = _import_lever(breakdown, evidence) or lever
         own_ns = plugin_import_ns(breakdown)
