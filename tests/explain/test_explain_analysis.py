@@ -119,3 +119,15 @@ def test_fast_import_batches_count_as_import_time_and_in_the_summary():
     assert b.phase("import").busy_ns == 12 * MS
     summary = import_summary(b)
     assert summary.imports == () and summary.batched_calls == 3 and summary.batched_ns == 12 * MS
+
+
+def test_every_per_cache_and_per_stage_attribute_is_documented():
+    import os
+
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "conventions.md"), encoding="utf-8") as f:
+        text = f.read()
+    for cache in semconv.COMPILE_CACHES:
+        assert f"`{semconv.compile_cache_attribute(cache, 'hits')}`" in text or \
+            f"`{semconv.compile_cache_attribute(cache, 'hits')} " in text
+    for stage in semconv.COMPILE_STAGES:
+        assert semconv.compile_stage_attribute(stage) in text or f"`.{stage}_s`" in text
