@@ -94,12 +94,17 @@ def server_startups(spans: Sequence[Span], groups: list[tuple[Span, list[Span]]]
             by_trace[group[0].trace_id].append(group)
         else:
             rest.append(group)
-    combined = [_combine(server_by_trace[trace], trace_groups, spans, foreign_by_trace.get(trace, ()), context)
+    trace_spans: dict[str, dict[str, Span]] = defaultdict(dict)  # one pass, only for those traces
+    for span in spans:
+        if span.trace_id in by_trace:
+            trace_spans[span.trace_id][span.span_id] = span
+    combined = [_combine(server_by_trace[trace], trace_groups, trace_spans[trace], foreign_by_trace.get(trace, ()),
+                         context)
                 for trace, trace_groups in by_trace.items()]
     return combined, rest
 
 
-def _combine(server: list[Span], groups: list[tuple[Span, list[Span]]], spans: Sequence[Span],
+def _combine(server: list[Span], groups: list[tuple[Span, list[Span]]], trace_spans: dict[str, Span],
              foreign: Sequence[Span], context: bool = True) -> Breakdown:
     roots = [root for root, _ in groups]
     if len(groups) == 1 and all(roots[0].start_ns <= s.start_ns and s.end_ns <= roots[0].end_ns for s in server):
@@ -111,7 +116,6 @@ def _combine(server: list[Span], groups: list[tuple[Span, list[Span]]], spans: S
         breakdown = compute_breakdown(root, members, foreign, context)
         return dataclasses.replace(breakdown, outline=_outline(root, members, {s.span_id for s in server},
                                                                {root.span_id}))
-    trace_spans = {s.span_id: s for s in spans if s.trace_id == roots[0].trace_id}
     server_ids = {s.span_id for s in server}
     root_ids = {r.span_id for r in roots}
     outline_ids = server_ids | root_ids

@@ -83,7 +83,7 @@ def render_startup_text(breakdown: Breakdown, out: TextIO) -> None:
                       "throughput and savings\n")
     for line in lazy_lines(breakdown):  # files still partly on storage at ready(), and their first use
         out.write(f"  {_t(line)}\n")
-    if breakdown.context and not breakdown.outline:  # with an outline, those spans are in it
+    if breakdown.context:
         out.write("  context (spans that are not ours):\n")
         for item in breakdown.context[:5]:
             inside = f" contains {_t(', '.join(item.phases_inside))}" if item.phases_inside else ""

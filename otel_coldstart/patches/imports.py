@@ -161,6 +161,10 @@ def _enter(name):
         local.busy = False
     if local.busy:
         return None
+    if stack and stack[0].session is not session:
+        # Left from another start-up: a child forked during an import, or a re-instrument
+        # in the middle of one. Those imports are not this start-up's.
+        stack.clear()
     frame = _Import(name, time.perf_counter_ns())
     if not stack:  # a top-level import: it may become a span
         local.busy = True

@@ -209,7 +209,9 @@ def test_works_whether_torch_is_imported_before_or_after(tmp_path, order):
     assert names.count("coldstart.deserialize") == 2
     assert names.count("coldstart.cast") == 1
     assert names.count("model.startup") == 1
-    assert names.count("coldstart.import") == 1
+    # The process start to instrument(), and (patches/imports.py) the imports after it: torch's
+    # when it is imported after instrument().
+    assert names.count("coldstart.import") >= (2 if order == "after" else 1)
 
 
 @pytest.mark.internal_errors_expected

@@ -55,14 +55,14 @@ def test_a_compilation_and_its_recompilation_carry_frame_stages_reason_and_cache
     assert summary.stages["dynamo"] > 0
 
 
-def test_without_compilation_metrics_the_span_says_unknown_and_ends_at_the_compilation_end(traced, monkeypatch):
+def test_without_compilation_metrics_the_span_says_unknown_and_ends_at_the_compilation_end(traced):
     import torch._dynamo
     import torch._dynamo.config
 
     torch._dynamo.reset()
-    monkeypatch.setattr(torch._dynamo.config, "log_compilation_metrics", False)  # torch publishes none
-    compiled = torch.compile(_scaled, backend="eager")
-    assert torch.equal(compiled(torch.ones(3)), _scaled(torch.ones(3)))
+    with torch._dynamo.config.patch(log_compilation_metrics=False):  # torch publishes none
+        compiled = torch.compile(_scaled, backend="eager")
+        assert torch.equal(compiled(torch.ones(3)), _scaled(torch.ones(3)))
     otel_coldstart.ready()
 
     (span,) = traced.by_phase(semconv.PHASE_COMPILE)

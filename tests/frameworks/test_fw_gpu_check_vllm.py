@@ -12,6 +12,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 import otel_coldstart
+from otel_coldstart import semconv
 
 from framework_checks import REPO, clean_env, run_python
 
@@ -52,7 +53,8 @@ def test_receiver_and_checks_on_a_real_traced_load(gpu_check, tmp_path):
             otel_coldstart.uninstrument()
             provider.shutdown()
         spans = receiver.spans()
-    names = sorted(s.name for s in spans)
+    # (imports after instrument() are spans of their own, patches/imports.py: not the point here)
+    names = sorted(s.name for s in spans if semconv.IMPORT_MODULES not in s.attributes)
     assert names == ["Load weights", "Worker init", "coldstart.cast", "coldstart.deserialize", "model.startup"]
     # Everything holds on CPU except the copies to a GPU there is none of.
     assert gpu_check.check(spans, str(model_dir), 1) == ["no host-to-device bytes recorded"]
