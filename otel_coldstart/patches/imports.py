@@ -61,7 +61,7 @@ BATCH_MIN_MS = 0.5  # a batch of fast imports shorter than this in all is not wr
 # back into this module only before and after the original, never around the import's body.
 _WRAPPER_SOURCE = """
 def _find_and_load(name, import_):
-    frame = _enter(name)
+    frame = _enter(name) if _live[0] else None
     if frame is None:
         return _original(name, import_)
     try:
@@ -74,7 +74,7 @@ def _find_and_load(name, import_):
 """
 _WRAPPER_FILENAME = "<frozen importlib._bootstrap>"
 
-_installed = None  # (bootstrap module, original function, our wrapper) while patched
+_installed = None  # (bootstrap module, original function, our wrapper, its live flag) while patched
 _min_ns = int(DEFAULT_MIN_MS * 1e6)
 _local = threading.local()  # .stack: imports in progress on this thread; .busy: our own bookkeeping
 
@@ -101,14 +101,15 @@ def patch() -> None:
     if bootstrap is None or not callable(original) or getattr(original, "__coldstart_imports__", False):
         return
     _min_ns = _threshold_ns()
-    namespace = {"_original": original, "_enter": _enter, "_leave": _leave, "__name__": __name__}
+    live = [True]  # cleared by unpatch(): a wrapper left in someone else's chain goes inert
+    namespace = {"_original": original, "_enter": _enter, "_leave": _leave, "_live": live, "__name__": __name__}
     exec(compile(_WRAPPER_SOURCE, _WRAPPER_FILENAME, "exec"), namespace)
     wrapper = namespace["_find_and_load"]
     wrapper.__coldstart_imports__ = True
     wrapper.__wrapped__ = original
     wrapper.__doc__ = original.__doc__
     bootstrap._find_and_load = wrapper
-    _installed = (bootstrap, original, wrapper)
+    _installed = (bootstrap, original, wrapper, live)
 
 
 def unpatch() -> None:
@@ -116,9 +117,10 @@ def unpatch() -> None:
     installed, _installed = _installed, None
     if installed is None:
         return
-    bootstrap, original, wrapper = installed
+    bootstrap, original, wrapper, live = installed
+    live[0] = False
     # Put the original back unless someone wrapped over ours since: then ours stays in their
-    # chain and does nothing (_enter answers None without a session), so theirs keeps working.
+    # chain, inert (a pass-through), so theirs keeps working, and a later patch() wraps theirs.
     if getattr(bootstrap, "_find_and_load", None) is wrapper:
         bootstrap._find_and_load = original
 

@@ -219,3 +219,26 @@ def test_uninstrument_restores_the_exact_original():
     finally:
         otel_coldstart.uninstrument()
     assert bootstrap._find_and_load is original
+
+
+def test_a_wrapper_someone_put_over_ours_keeps_working_and_ours_goes_inert(modules, traced):
+    bootstrap = sys.modules["_frozen_importlib"]
+    ours = bootstrap._find_and_load
+    seen = []
+
+    def theirs(name, import_):
+        seen.append(name)
+        return ours(name, import_)
+
+    bootstrap._find_and_load = theirs
+    try:
+        traced.reinstrument()  # unpatch cannot restore (theirs is on top); patch wraps theirs
+        assert bootstrap._find_and_load.__wrapped__ is theirs
+        modules("wrapped_twice", "import time\ntime.sleep(0.03)\n")
+        import wrapped_twice  # noqa: F401
+        assert "wrapped_twice" in seen
+        assert [s.attributes[semconv.IMPORT_MODULE] for s in _imports(traced)] == ["wrapped_twice"]  # once
+    finally:
+        otel_coldstart.uninstrument()
+        assert bootstrap._find_and_load is theirs
+        bootstrap._find_and_load = ours.__wrapped__
