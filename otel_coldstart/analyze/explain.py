@@ -31,6 +31,7 @@ class ImportRecord:
     packages: tuple[tuple[str, int], ...]  # (top-level package, summed self ns), largest first
     failed: bool
     interrupted: bool
+    parent_id: str | None = None  # the span it ran under (a phase of the user's or a library step)
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ def import_summary(b: Breakdown) -> ImportSummary | None:
                 packages=_pairs(attrs.get(semconv.IMPORT_PACKAGES), attrs.get(semconv.IMPORT_PACKAGES_S)),
                 failed=attrs.get(semconv.IMPORT_FAILED) is True,
                 interrupted=attrs.get(semconv.INTERRUPTED) is True,
+                parent_id=span.parent_id,
             ))
         elif span.is_aggregate and semconv.IMPORT_MODULES in attrs:
             batched_ns += span.busy_ns

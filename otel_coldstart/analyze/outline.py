@@ -127,8 +127,8 @@ def _combine(server: list[Span], groups: list[tuple[Span, list[Span]]], trace_sp
     attrs = dict(base.attributes) if base.is_root else {}
     ready = all(r.attributes.get(semconv.READY) is True for r in roots)
     attrs[semconv.READY] = ready
-    not_ready = next((r for r in sorted(roots, key=lambda r: r.start_ns) if r.attributes.get(semconv.READY) is not True),
-                     None)
+    not_ready = next((r for r in sorted(roots, key=lambda r: r.start_ns)
+                      if r.attributes.get(semconv.READY) is not True), None)
     for key in (semconv.END_REASON, semconv.END_PHASE, semconv.END_EXCEPTION_TYPE):
         attrs.pop(key, None)
         source = not_ready if not_ready is not None else roots[0]

@@ -192,7 +192,8 @@ def build(launched: bool = True, workers: int = 2) -> tuple[list[str], dict]:
         worker.ours("coldstart.compile", "compile", root, 31_200, 39_000, **{
             "coldstart.compile.id": "0/0", "coldstart.compile.trigger": "dynamo", "coldstart.compile.recompile": False,
             "coldstart.compile.cache.hits": 0, "coldstart.compile.cache.misses": 2,
-            "coldstart.compile.frame": "forward (/usr/lib/python3.12/site-packages/vllm/model_executor/models/llama.py:380)",
+            "coldstart.compile.frame":
+                "forward (/usr/lib/python3.12/site-packages/vllm/model_executor/models/llama.py:380)",
             "coldstart.compile.stage.dynamo_s": 7.7})
         capture = worker.vllm("Capture model", "vllm.v1.worker.gpu_model_runner", "GPUModelRunner.capture_model",
                               executor, 40_000, 58_000)

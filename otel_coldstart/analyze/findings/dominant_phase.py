@@ -57,7 +57,8 @@ def check(breakdown: Breakdown, floor: StorageFloor | None = None) -> list[Findi
     if library_step is not None:
         evidence.extend(library_step[0])
         lever = library_step[1]
-    if library_step is None and top.phase not in LEVERS and any(n.kind == "server" and n.name == top.phase for n in breakdown.outline):
+    server_step = any(n.kind == "server" and n.name == top.phase for n in breakdown.outline)
+    if library_step is None and top.phase not in LEVERS and server_step:
         # The finest piece is a server span's own time (analyze/outline.py): not ours to wrap.
         evidence.append(f"the own time of the server's {top.phase!r} span(s): no child span and no otel-coldstart "
                         "phase covers it")
@@ -100,14 +101,23 @@ def _import_lever(breakdown: Breakdown, evidence: list[str]) -> str | None:
         f"{i.module} {format_seconds(i.ns)}" + (f" ({i.modules} modules)" if i.modules else "")
         for i in summary.imports[:3]))
     biggest = summary.imports[0]
+    # An import made by a library step whose work is importing (transformers' import of the
+    # model's code): that step's lever fits better than "import it lazily".
+    parent = next((s for s in breakdown.spans if s.span_id == biggest.parent_id), None)
+    step = _transformers.explain(parent.phase, breakdown.spans) if parent is not None and parent.phase else None
+    if step is not None:
+        evidence.append(f"{biggest.module} was imported by {parent.phase}")
+        return step[1]
     own_package = biggest.module.partition(".")[0]
     others = [(package, ns) for package, ns in biggest.packages if package != own_package]
     if others and others[0][1] >= 0.2 * biggest.ns:
         package, ns = others[0]
-        what = f"`import {biggest.module}` takes {format_seconds(biggest.ns)}, {format_seconds(ns)} of it importing {package}"
+        what = (f"`import {biggest.module}` takes {format_seconds(biggest.ns)}, "
+                f"{format_seconds(ns)} of it importing {package}")
     else:
         heavy = ", ".join(f"{m} {format_seconds(ns)}" for m, ns in biggest.heaviest[:2])
-        what = f"`import {biggest.module}` takes {format_seconds(biggest.ns)}" + (f" (heaviest: {heavy})" if heavy else "")
+        what = f"`import {biggest.module}` takes {format_seconds(biggest.ns)}"
+        what += f" (heaviest: {heavy})" if heavy else ""
     return (f"{what}: import it lazily where it is first used, or trim what it pulls in; "
             "defer other optional imports, trim the image's site-packages")
 
