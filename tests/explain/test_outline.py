@@ -8,11 +8,14 @@ import json
 import subprocess
 import sys
 
+import pytest
 import vllm_trace
 from analyze_records import child, only, root
 from otel_coldstart.analyze.breakdown import breakdowns
 from otel_coldstart.analyze.findings import dominant_phase
 from otel_coldstart.analyze.readers import read_trace_file
+
+pytestmark = pytest.mark.process  # the report is read through the CLI, as a user reads it
 
 
 def _analyze(path: str, fmt: str = "json") -> str:
