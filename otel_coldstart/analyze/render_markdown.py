@@ -9,7 +9,6 @@ from .breakdown import Breakdown, bandwidth_warnings, by_trace
 from .escape import markdown_code, markdown_fence, markdown_text
 from .report import Report
 from .lazy import lines as lazy_lines
-from .findings import Finding
 from .render_explain import render_explain_markdown
 from .render_interrupted import render_killed_text, render_stalls_text, state_text
 from .render import dominant_line, saving_text

@@ -10,6 +10,7 @@ from otel_coldstart.analyze.breakdown import breakdowns
 from otel_coldstart.analyze.explain import compile_summary, import_summary
 from otel_coldstart.analyze.findings import compile_cache, dominant_phase, find
 from otel_coldstart.analyze.render_json import analysis_document
+from otel_coldstart.analyze.report import Report
 
 FRAME = "forward (/srv/model.py:42)"
 
@@ -80,7 +81,7 @@ def test_wrong_typed_compile_attributes_read_as_unknown():
 def test_the_json_document_has_the_compile_summary():
     (b,) = breakdowns(startup("aa" * 16, 800, 0, 2, **{semconv.COMPILE_ID: "1/2",
                                                        semconv.COMPILE_RECOMPILE: True}))
-    doc = analysis_document([b], find([b]), [])
+    doc = analysis_document(Report.of([b]))
     compiled = doc["startups"][0]["compile"]
     assert compiled["compilations"] == 1 and compiled["recompilations"] == 1
     assert compiled["seconds"] == 0.8 and compiled["cache_hits"] == 0 and compiled["cache_misses"] == 2
