@@ -3,12 +3,14 @@ document, and their lines in the text and Markdown reports. Writes, never comput
 
 from __future__ import annotations
 
-from typing import TextIO
+import html
+from typing import Callable, TextIO
 
 from .breakdown import Breakdown
 from .escape import markdown_text
 from .escape import terminal_text as _t
 from .explain import capture_summary, compile_summary, import_summary
+from .labels import shorten
 from .units import format_seconds
 
 
@@ -140,7 +142,8 @@ def render_explain_text(b: Breakdown, out: TextIO) -> None:
         rows = outline_rows(b)
         width = min(48, max(len(_t(name)) for name, *_ in rows) + 2)
         for name, duration, process, inside in rows:
-            out.write(f"    {_t(name)[:width - 2]:<{width}}{duration:>10}  {_t(process)[:14]:<14}  {_t(inside)}\n")
+            out.write(f"    {shorten(_t(name), width - 2):<{width}}{duration:>10}  {shorten(_t(process), 14):<14}"
+                      f"  {_t(inside)}\n")
         if len(b.outline) > OUTLINE_ROWS:
             out.write(f"    ... {len(b.outline) - OUTLINE_ROWS} more (--format json has them all)\n")
     for line in explain_lines(b):
@@ -160,3 +163,21 @@ def render_explain_markdown(b: Breakdown, out: TextIO) -> None:
         out.write(f"- {markdown_text(line)}\n")
     if lines:
         out.write("\n")
+
+
+def render_explain_html(b: Breakdown, w: Callable[[str], object]) -> None:
+    """The same outline and lines in the HTML page (render_html), everything escaped."""
+    e = html.escape
+    if b.outline:
+        w("<h3>Outline</h3>\n<p class=\"muted\">The server's own start-up spans, our phases inside.</p>\n"
+          "<table class=\"data outline\"><thead><tr><th>span</th><th class=\"num\">time</th><th>process</th>"
+          "<th>inside</th></tr></thead><tbody>\n")
+        for name, duration, process, inside in outline_rows(b):
+            depth = len(name) - len(name.lstrip(" "))
+            w(f"<tr><td style=\"padding-left:{depth}ch\">{e(name.strip())}</td><td class=\"num\">{e(duration)}</td>"
+              f"<td>{e(process)}</td><td>{e(inside)}</td></tr>\n")
+        w("</tbody></table>\n")
+    lines = explain_lines(b)
+    if lines:
+        w("<h3>Why those phases took long</h3>\n<ul class=\"explain\">"
+          + "".join(f"<li>{e(line)}</li>" for line in lines) + "</ul>\n")

@@ -22,6 +22,7 @@ from .breakdown import Breakdown, bandwidth_warnings, by_trace
 from .capacity import summarize_group
 from .lazy import lines as lazy_lines
 from .render import dominant_line, saving_text
+from .render_explain import render_explain_html
 from .render_interrupted import render_killed_text, render_stalls_text, state_text
 from .render_svg import svg_waterfall
 from .report import Report
@@ -156,6 +157,7 @@ def _startup(b: Breakdown, w, link) -> None:
       "background:#c0392b\"></div></td><td></td><td></td><td></td></tr>\n</tbody></table>\n")
     for warning in bandwidth_warnings(b):
         w(f"<p class=\"warning\">! {_e(warning)}</p>\n")
+    render_explain_html(b, w)  # the outline, imports, compilations, captures
     w("<h3>Waterfall</h3>\n<div class=\"waterfall-box\">")
     w(svg_waterfall(b, standalone=False))
     w("</div>\n")

@@ -4,6 +4,7 @@ spans from the vLLM plugin in every process, read by ``otel-coldstart analyze``.
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -14,8 +15,9 @@ from analyze_records import child, only, root
 from otel_coldstart.analyze.breakdown import breakdowns
 from otel_coldstart.analyze.findings import dominant_phase
 from otel_coldstart.analyze.readers import read_trace_file
+from otel_coldstart.analyze.render_html import render_html
+from otel_coldstart.analyze.report import Report
 
-pytestmark = pytest.mark.process  # the report is read through the CLI, as a user reads it
 
 
 def _analyze(path: str, fmt: str = "json") -> str:
@@ -25,6 +27,7 @@ def _analyze(path: str, fmt: str = "json") -> str:
     return completed.stdout
 
 
+@pytest.mark.process  # the report is read through the CLI, as a user reads it
 def test_a_vllm_start_up_across_processes_is_one_start_up_with_both_levels(tmp_path):
     path, facts = vllm_trace.write(str(tmp_path), launched=True, workers=2)
     document = json.loads(_analyze(path))
@@ -66,6 +69,7 @@ def test_a_vllm_start_up_across_processes_is_one_start_up_with_both_levels(tmp_p
     assert "| outline (server spans, our phases inside) |" in markdown
 
 
+@pytest.mark.process
 def test_without_a_launcher_the_front_end_is_its_own_start_up_and_the_rest_is_one(tmp_path):
     path, facts = vllm_trace.write(str(tmp_path), launched=False, workers=2)
     front, server = sorted(json.loads(_analyze(path))["startups"], key=lambda s: s["start_unix_ns"])
@@ -73,6 +77,22 @@ def test_without_a_launcher_the_front_end_is_its_own_start_up_and_the_rest_is_on
     assert server["trace_id"] == vllm_trace.TRACE and server["span_id"] == facts["overall"]
     assert server["duration_s"] == 55.8  # "Overall Loading" is the outermost: it spans the rest
     assert [n["name"] for n in server["outline"]][0] == "Overall Loading"
+
+
+def test_the_html_page_has_the_outline_and_compare_and_capacity_count_one_start_up(tmp_path):
+    path, facts = vllm_trace.write(str(tmp_path), launched=True, workers=2)
+    spans = read_trace_file(path)
+    out = io.StringIO()
+    render_html(Report.of(breakdowns(spans)), out)
+    page = out.getvalue()
+    assert "<h3>Outline</h3>" in page and "Load weights" in page and "Worker_TP1" in page
+    assert "graph captures: 134 in" in page
+    # compare and capacity read start-ups without the spans that are not ours (context=False):
+    # still one start-up per server, with the same phases.
+    (slim,) = breakdowns(spans, context=False)
+    (full,) = breakdowns(spans)
+    assert slim.root.span_id == facts["front_root"] and slim.phases == full.phases
+    assert slim.unattributed_ns == full.unattributed_ns and slim.slim().dominant == full.dominant
 
 
 def test_in_one_process_the_breakdown_is_as_without_the_outline_and_finest_phases_decide():
