@@ -60,13 +60,22 @@ def aggregate(parent: Span, phase: str, start_ms: float, end_ms: float, busy_ms:
         semconv.BYTES: nbytes, **attrs})
 
 
-def otlp_attr(key: str, value) -> dict:
-    """One OTLP JSON attribute, as the plugin writes it (ints as decimal strings)."""
+def otlp_value(value) -> dict:
+    """One OTLP JSON attribute value, as the plugin writes it (ints as decimal strings)."""
     if isinstance(value, bool):
-        return {"key": key, "value": {"boolValue": value}}
+        return {"boolValue": value}
     if isinstance(value, int):
-        return {"key": key, "value": {"intValue": str(value)}}
-    return {"key": key, "value": {"stringValue": value}}
+        return {"intValue": str(value)}
+    if isinstance(value, float):
+        return {"doubleValue": value}
+    if isinstance(value, (list, tuple)):
+        return {"arrayValue": {"values": [otlp_value(v) for v in value]}}
+    return {"stringValue": str(value)}
+
+
+def otlp_attr(key: str, value) -> dict:
+    """One OTLP JSON attribute, as the plugin writes it."""
+    return {"key": key, "value": otlp_value(value)}
 
 
 def only(spans: list[Span]) -> Breakdown:

@@ -41,6 +41,8 @@ from __future__ import annotations
 import json
 import os
 
+from analyze_records import otlp_attr
+
 MS = 1_000_000
 T0 = 1_760_000_000_000_000_000
 TRACE = "5e" * 16
@@ -54,20 +56,8 @@ def _id() -> str:
     return f"{next(_ids):016x}"
 
 
-def _value(value):
-    if isinstance(value, bool):
-        return {"boolValue": value}
-    if isinstance(value, int):
-        return {"intValue": str(value)}
-    if isinstance(value, float):
-        return {"doubleValue": value}
-    if isinstance(value, (list, tuple)):
-        return {"arrayValue": {"values": [_value(v) for v in value]}}
-    return {"stringValue": str(value)}
-
-
 def _attributes(attrs: dict) -> list:
-    return [{"key": k, "value": _value(v)} for k, v in attrs.items()]
+    return [otlp_attr(k, v) for k, v in attrs.items()]
 
 
 class Process:
