@@ -61,7 +61,7 @@ def test_serving_dtype_projection_of_a_cast_bf16_checkpoint_matches_an_fp16_one(
 
 
 def test_compile_cache_projection_of_an_empty_inductor_cache_matches_a_warm_one():
-    _validate("compile-cache")  # skips, saying why, until the runtime records cache provenance
+    _validate("compile-cache")  # reads the cache provenance patches/compile.py records (issue 26)
 
 
 def test_the_benchmark_script_runs_end_to_end_in_smoke_mode(tmp_path):
