@@ -77,6 +77,7 @@ _WRAPPER_FILENAME = "<frozen importlib._bootstrap>"
 _installed = None  # (bootstrap module, original function, our wrapper, its live flag) while patched
 _min_ns = int(DEFAULT_MIN_MS * 1e6)
 _local = threading.local()  # .stack: imports in progress on this thread; .busy: our own bookkeeping
+OWN_THREAD_PREFIX = "otel-coldstart-"  # every thread the plugin starts is named so
 
 
 def get_version() -> str | None:
@@ -160,7 +161,10 @@ def _enter(name):
     stack = getattr(local, "stack", None)
     if stack is None:
         stack = local.stack = []
-        local.busy = False
+        # Our own threads (the in-flight monitor, the span exporter, ...) import our modules and
+        # the SDK's lazily: the plugin's cost, not the host's import time, and a second thread's
+        # span would overlap the host's phases. Decided once per thread.
+        local.busy = threading.current_thread().name.startswith(OWN_THREAD_PREFIX)
     if local.busy:
         return None
     if stack and stack[0].session is not session:

@@ -163,6 +163,22 @@ def test_threads_importing_at_once_each_get_their_span(modules, traced):
     assert all(s.attributes[semconv.IMPORT_MODULE] == t for t, s in by_thread.items())
 
 
+def test_imports_on_the_plugins_own_threads_are_not_the_hosts(modules, traced):
+    """The in-flight monitor imports our time-to-ready modules lazily while the host imports
+    torch: a span for it overlapped the host's phases (phases summed past the root)."""
+    modules("ours_slow", "import time\ntime.sleep(0.04)\nVALUE = 1\n")
+    modules("hosts_slow", "import time\ntime.sleep(0.04)\nVALUE = 2\n")
+    got = {}
+    for module, name in (("ours_slow", imports.OWN_THREAD_PREFIX + "inflight"), ("hosts_slow", "host-pool-0")):
+        thread = threading.Thread(target=lambda m=module: got.__setitem__(m, importlib.import_module(m).VALUE),
+                                  name=name)
+        thread.start()
+        thread.join()
+    assert got == {"ours_slow": 1, "hosts_slow": 2}  # both imported, as without the plugin
+    recorded = {s.attributes[semconv.IMPORT_MODULE] for s in _imports(traced)}
+    assert "hosts_slow" in recorded and "ours_slow" not in recorded
+
+
 def test_transformers_lazy_module_resolves_through_the_hook(traced):
     import transformers
 
