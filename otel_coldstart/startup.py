@@ -10,7 +10,7 @@ A :class:`Startup` is made by ``instrument()`` (controller.py) and dropped by
 - the **storage ledger** (patches/_storage.py: each file's residency before its first read,
   and the storage figures still to settle);
 - the **progress board** and its monitor thread (inflight.py);
-- the per-start-up device facts the per-call patches keep (``stream_tails``, ``cuda_up``,
+- the per-start-up device facts the per-call patches keep (``device_windows``, ``cuda_up``,
   ``runtime_failure_recorded``);
 - the **after-ready job** (the summary and the metrics only we push, on a thread of ours).
 
@@ -169,9 +169,9 @@ class Startup:
         self.storage = StorageLedger(session)
         self.progress = None  # inflight.ProgressBoard, once started
         # Device facts of the per-call patches (tensor_ops, runtime), per start-up.
-        # (device index, stream id) -> the end event of the latest timed asynchronous work
-        # queued there: a later blocking copy on that stream waits for it first.
-        self.stream_tails: dict = {}
+        # (device index, stream id) -> its _device_windows.StreamWindow: the timed work queued
+        # there, shared by every thread that uses the stream, and its pool of spare events.
+        self.device_windows: dict = {}
         self.cuda_up = False  # CUDA is initialised: a copy to CUDA no longer initialises it first
         self.runtime_failure_recorded = False  # a failed CUDA initialisation has its span
         self.after_ready_job: threading.Thread | None = None

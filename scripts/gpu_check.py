@@ -184,10 +184,10 @@ def plant_host_sync():
     from otel_coldstart.patches import _device_windows
 
     def waiting(real):
-        def try_resolve(windows, gate):
-            for window in windows.values():
+        def try_resolve(work, gate=_device_windows.gate):
+            for window in list(work.open):
                 gate(window.end_event.synchronize)
-            return real(windows, gate)
+            return real(work, gate)
         return try_resolve
 
     return _replaced(_device_windows, "try_resolve", waiting)
@@ -197,7 +197,7 @@ def plant_launch_bandwidth():
     """Bandwidth from busy time for queued work (bytes over launch time), as the first round
     had it."""
     from otel_coldstart import semconv
-    from otel_coldstart.patches import tensor_ops
+    from otel_coldstart.patches import _device_windows
 
     def launch_timed(real):
         def settle(aggregate, final_deadline):
@@ -207,7 +207,7 @@ def plant_launch_bandwidth():
             return done
         return settle
 
-    return _replaced(tensor_ops, "_settle", launch_timed)
+    return _replaced(_device_windows, "settle", launch_timed)
 
 
 def plant_byte_miscount():
@@ -227,11 +227,11 @@ def plant_byte_miscount():
 def plant_no_events():
     """No CUDA events: GPU casts, d2d copies and queued copies timed by their launch, and a
     blocking copy charged whatever it waited for."""
-    from otel_coldstart.patches import tensor_ops
+    from otel_coldstart.patches import _device_windows
 
     stack = contextlib.ExitStack()
-    stack.enter_context(_replaced(tensor_ops, "_mark", lambda real: lambda device: None))
-    stack.enter_context(_replaced(tensor_ops, "_mark_blocking", lambda real: lambda plan, device: None))
+    stack.enter_context(_replaced(_device_windows, "mark", lambda real: lambda device: None))
+    stack.enter_context(_replaced(_device_windows, "mark_blocking", lambda real: lambda device: None))
     return stack
 
 

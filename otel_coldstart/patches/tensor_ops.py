@@ -14,16 +14,13 @@ host into a pageable temporary and moves the destination dtype's bytes.
 
 GPU work is asynchronous: a copy queued with ``non_blocking=True``, and a cast on the GPU or
 a device-to-device copy whatever ``non_blocking`` says, return before the device has done
-it, so their call time says nothing about the work. For those, CUDA events are recorded on
-the work's stream (keyed by device and stream; the source device's for D2H and d2d, as
-Copy.cu does) around the calls, re-used, and resolved when the aggregate ends by
-``query()``, never a wait (``_device_windows.py``): an aggregate whose work is still queued
-is held by the recorder and written once it is done (``coldstart.copy.async_s``, the span
-extended to when the work finished, the achieved bandwidth). A blocking copy behind such
-work is bracketed by events so the wait is not its own time (``coldstart.copy.waited_s``).
-Every event call is atomic against a CUDA graph capture beginning on any thread
-(``_guard.outside_captures``). A copy that is the first CUDA touch initialises CUDA before
-its clock starts.
+it, so their call time says nothing about the work. For those, this module picks the
+stream the work runs on (the source device's for D2H and d2d, as Copy.cu does; the
+destination's for a cast between GPUs, whose last work runs there) and
+``_device_windows.py`` times it with CUDA events, never a wait (``coldstart.copy.async_s``,
+``coldstart.copy.waited_s``). A call that returns its source (``.to()`` to where and what
+it already is) is known before it runs and records no event. A copy that is the first CUDA
+touch initialises CUDA before its clock starts.
 
 These wrappers sit on the hottest paths torch has, so they are removed at ``ready()``:
 after it, ``torch.Tensor.to is`` the original. While the start-up is open, a call that stays
@@ -36,13 +33,12 @@ expects storage reads (recorder.py). Calls that may reach a device take the full
 
 from __future__ import annotations
 
-import threading
 import time
 
 from .. import probes, semconv
 from .. import session as _session
 from .._errors import report_internal_error
-from ..recorder import ASYNC_WORK, thread_state
+from ..recorder import thread_state
 from . import _cuda_copy, _device_windows, _guard
 from ._tensor_bytes import tensor_nbytes
 from ._wrapping import PatchSet, installed_version
@@ -57,17 +53,9 @@ _real_types: frozenset = frozenset()
 # aggregates by the detail and copies the attributes per aggregate. One object per pair, so
 # the per-call path makes no tuple and the recorder can compare details by identity.
 _casts: dict = {}
-_local = threading.local()  # .spare_events: {(device, stream) key: CUDA event not yet owned by a window}
-# Per start-up device facts live on the Startup (startup.py): ``stream_tails``, (device
-# index, stream id) -> the end event of the latest timed asynchronous work queued there (a
-# later blocking copy on that stream waits for it first, see _mark_blocking), and
-# ``cuda_up``, CUDA initialised (until then a copy to CUDA initialises it before timing).
-
-
-def _stream_tails() -> dict:
-    session = _session.ACTIVE
-    startup = session.startup if session is not None else None
-    return startup.stream_tails if startup is not None else {}
+# Per start-up device facts live on the Startup (startup.py): ``device_windows`` (see
+# _device_windows.py) and ``cuda_up``, CUDA initialised (until then a copy to CUDA
+# initialises it before timing).
 
 
 def _cuda_up() -> bool:
@@ -120,8 +108,6 @@ def patch() -> None:
 
 def unpatch() -> None:
     _patches.restore()
-    _local.__dict__.pop("spare_events", None)
-    _stream_tails().clear()
 
 
 def _resolve_fake_types() -> None:
@@ -248,14 +234,13 @@ class _Plan:
     work, whether that work is asynchronous (events around it, resolved later) or a blocking
     copy that may first wait for earlier queued work (events only then)."""
 
-    __slots__ = ("queued", "mark", "timed", "blocking_before", "blocking_stream")
+    __slots__ = ("queued", "mark", "timed", "blocking")
 
     def __init__(self, queued: bool) -> None:
         self.queued = queued
         self.mark = None  # _device_windows.Mark before asynchronous device work
         self.timed = False  # the call's device work is asynchronous: it should have a mark
-        self.blocking_before = None  # event before a blocking copy that will wait for queued work
-        self.blocking_stream = None
+        self.blocking = None  # _device_windows.mark_blocking's bracket: a blocking copy behind queued work
 
 
 # Shared plans for the common calls with nothing to time (never mutated): no allocation per call.
@@ -292,9 +277,9 @@ def _plan(work_device, direction: str | None, queued: bool) -> _Plan:
     plan = _Plan(queued)
     if direction is None or queued:
         plan.timed = True
-        plan.mark = _mark(work_device)
-    elif _stream_tails():
-        _mark_blocking(plan, work_device)
+        plan.mark = _device_windows.mark(work_device)
+    elif _device_windows.work_pending():
+        plan.blocking = _device_windows.mark_blocking(work_device)
     return plan
 
 
@@ -336,8 +321,8 @@ def _tensor_move(method: str):
                 _record_tensors(session, instance, result, start, end, io_before, io_after, plan)
             except Exception:
                 report_internal_error(f"Tensor.{method}")
-        elif plan is not None and plan.mark is not None:  # a no-op: the event goes back to the spares
-            _local.__dict__.setdefault("spare_events", {})[plan.mark.key] = plan.mark.event
+        elif plan is not None and plan.mark is not None:  # a no-op after all: the event goes back
+            _device_windows.give_back(plan.mark)
         return result
 
     return wrapper
@@ -350,7 +335,7 @@ def _plan_move(method: str, instance, args, kwargs, from_host: bool) -> _Plan:
     if not _cuda_possible:
         return _untimed(queued)
     if from_host:
-        if method not in ("to", "cuda") or not (queued or _stream_tails() or not _cuda_up()):
+        if method not in ("to", "cuda") or not (queued or not _cuda_up() or _device_windows.work_pending()):
             return _untimed(queued)  # a host cast or a blocking copy with nothing queued before it
         if method == "to" and args and type(args[0]) is _dtype_type and kwargs.get("device") is None:
             return _untimed(queued)  # .to(dtype): stays on the host
@@ -358,8 +343,11 @@ def _plan_move(method: str, instance, args, kwargs, from_host: bool) -> _Plan:
         if target is not None and not _cuda_up():
             _initialise_cuda_first()
         return _plan(target, "h2d", queued)
-    direction = "d2h" if _move_goes_to_host(method, args, kwargs) else None
-    return _plan(instance.device, direction, queued)
+    if _move_returns_self(method, instance, args, kwargs):
+        return _untimed(queued)  # a no-op: no event (finding 8)
+    if _move_goes_to_host(method, args, kwargs):
+        return _plan(instance.device, "d2h", queued)
+    return _plan(_gpu_work_device(instance, *_move_target(method, args, kwargs)), None, queued)
 
 
 def _tensor_copy(wrapped, instance, args, kwargs):
@@ -383,8 +371,10 @@ def _tensor_copy(wrapped, instance, args, kwargs):
             # Copy.cu: an H2D copy runs on the destination device's current stream.
             plan = _plan(instance.device, "h2d", queued) if _cuda_possible and instance.is_cuda else _untimed(queued)
         elif _cuda_possible and source.is_cuda:
-            # D2H and device-to-device (also across GPUs): the source device's stream.
-            plan = _plan(source.device, "d2h" if instance.is_cpu else None, queued)
+            # D2H and device-to-device: the source device's stream; a cast between GPUs: the
+            # destination's (_gpu_work_device).
+            plan = _plan(source.device, "d2h", queued) if instance.is_cpu else _plan(
+                _gpu_work_device(source, instance.device, instance.dtype), None, queued)
         else:
             plan = _other_device_plan(instance.is_cpu, queued)
     except Exception:
@@ -508,15 +498,13 @@ def _add(session, phase, detail, detail_attrs, nbytes, start, end, io_before, io
     if plan is not None:
         queued = plan.queued and phase in _DEVICE_PHASES
         if plan.timed and phase in _TIMED_PHASES:
-            def on_add(aggregate, mark=plan.mark, busy=end - start):
-                _join_device_work(aggregate, mark, busy)
-        elif plan.blocking_before is not None:
-            start, waited_ns = _finish_blocking(plan, start, end)
-            if waited_ns:
-                def on_add(aggregate, waited=waited_ns):
-                    if "waited_ns" not in aggregate.extras:
-                        aggregate.end_hooks.append(_waited_attribute)
-                    aggregate.extras["waited_ns"] = aggregate.extras.get("waited_ns", 0) + waited
+            def on_add(aggregate, mark=plan.mark):
+                _device_windows.join_call(aggregate, mark, nbytes, start, end)
+        elif plan.blocking is not None:
+            copy = _device_windows.finish_blocking(plan.blocking, start, end)
+            if copy is not None:
+                def on_add(aggregate):
+                    _device_windows.add_blocking(aggregate, copy)
     session.recorder.add(phase, detail, detail_attrs, nbytes, start, end, read_bytes, major_faults,
                          pinned=pinned, non_blocking=queued, on_add=on_add)
 
@@ -559,6 +547,82 @@ def _move_is_non_blocking(method: str, args, kwargs) -> bool:
 
     position = 1 if args and isinstance(args[0], (torch.dtype, torch.Tensor)) else 2
     return len(args) > position and args[position] is True
+
+
+_DTYPE_METHODS = {"half": "float16", "bfloat16": "bfloat16", "float": "float32"}
+
+
+def _move_target(method: str, args, kwargs):
+    """(device, dtype) a move of a CUDA tensor asks for, either None when not named; raises
+    when the arguments cannot be read (the caller then assumes a copy)."""
+    import torch
+
+    if method in _DTYPE_METHODS:
+        return None, getattr(torch, _DTYPE_METHODS[method])
+    if method == "cuda":
+        target = kwargs.get("device", args[0] if args else None)
+        return (torch.device("cuda") if target is None else _cuda_or_none(target)), None
+    if method == "cpu":
+        return torch.device("cpu"), None
+    kwargs = dict(kwargs)
+    kwargs.pop("copy", None)
+    # Tensor.to's own parser (Module.to uses it too): every signature, tensor "other" included.
+    device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+    return device, dtype
+
+
+def _same_gpu(device, other) -> bool:
+    """``device`` (as named by the caller: "cuda" is the current one) is ``other``."""
+    if device is None:
+        return True
+    if device.type != other.type:
+        return False
+    if device.index is None:
+        import torch
+
+        return torch.cuda.current_device() == other.index
+    return device.index == other.index
+
+
+def _move_returns_self(method: str, instance, args, kwargs) -> bool:
+    """A move of a CUDA tensor to the device and dtype it has: torch returns the tensor itself
+    (Tensor.to's alias rule; .cuda() "no copy is performed"), nothing runs on the device, so
+    no event is recorded (issue 23 finding 8). Unsure (copy=True, a memory format, arguments
+    we cannot read): False, events as for a copy."""
+    import torch
+
+    try:
+        if method == "to":
+            # to(device, dtype, non_blocking, copy) | to(dtype | tensor, non_blocking, copy)
+            copy_at = 3 if args and args[0] is not None and type(args[0]) is not _dtype_type \
+                and not isinstance(args[0], torch.Tensor) else 2
+            if kwargs.get("copy") or len(args) > copy_at and args[copy_at] or kwargs.get("memory_format"):
+                return False
+            args = args[:copy_at]
+        device, dtype = _move_target(method, args, kwargs)
+        return _same_gpu(device, instance.device) and (dtype is None or dtype == instance.dtype)
+    except Exception:
+        return False
+
+
+def _gpu_work_device(source, device, dtype):
+    """The device whose stream carries a GPU tensor's cast or copy to ``device``/``dtype``.
+    Copy.cu runs a copy between GPUs on the source device's stream, and makes the
+    destination's current stream wait for it; with a dtype change and no peer access, a
+    blocking cast converts on the destination after the copy (copy_kernel_cuda's
+    temporaries). So a cast between GPUs is timed on the destination's stream, whose end
+    event completes after all of it, peer access or not."""
+    try:
+        if device is not None and device.type == "cuda" and dtype is not None and dtype != source.dtype \
+                and not _same_gpu(device, source.device):
+            if device.index is None:
+                import torch
+
+                device = torch.device("cuda", torch.cuda.current_device())
+            return device
+    except Exception:
+        pass
+    return source.device
 
 
 def _move_target_gpu(method: str, instance, args, kwargs):
@@ -626,169 +690,6 @@ def _initialise_cuda_first() -> None:
     session = _session.ACTIVE
     if session is not None and session.startup is not None:
         session.startup.cuda_up = torch.cuda.is_initialized()
-
-
-# --- device timing: CUDA events, resolved without waiting --------------------------------------
-
-def _gate(call, *args):
-    return _guard.outside_captures(call, *args)
-
-
-def _stream_of(device):
-    import torch
-
-    if device.index is None:  # one key per physical device, however the caller named it
-        device = torch.device("cuda", torch.cuda.current_device())
-    stream = torch.cuda.current_stream(device)
-    return (device.index, stream.stream_id), stream
-
-
-def _mark(device):
-    """An event recorded on the stream the call's device work will be queued on, before the
-    call. Events are per-thread spares per (device, stream) until a window keeps one."""
-    import torch
-
-    if _guard.any_capture_open() or torch.cuda.is_current_stream_capturing():
-        return None  # a capture we did or did not see: record nothing into or beside it
-    key, stream = _stream_of(device)
-    spares = _local.__dict__.setdefault("spare_events", {})
-    event = spares.pop(key, None)
-    if event is None:
-        ran, event = _gate(_new_event)  # creating an event is a CUDA call too
-        if not ran:
-            return None
-    wall_ns = time.time_ns()
-    ran, _ = _gate(event.record, stream)
-    if not ran:
-        spares[key] = event
-        return None
-    return _device_windows.Mark(key, stream, event, wall_ns)
-
-
-def _new_event():
-    import torch
-
-    return torch.cuda.Event(enable_timing=True)
-
-
-class _DeviceWork:
-    """Per-aggregate state of its timed device work."""
-
-    __slots__ = ("windows", "timed_host_ns", "untimed_calls")
-
-    def __init__(self) -> None:
-        self.windows: dict = {}  # (device index, stream id) -> _device_windows.DeviceWindow
-        self.timed_host_ns = 0  # host time of the calls whose device time the windows hold
-        self.untimed_calls = 0  # asynchronous calls with no events (a capture was open)
-
-
-def _join_device_work(aggregate, mark, busy_ns: int) -> None:
-    work = aggregate.extras.get("device_work")
-    if work is None:
-        work = aggregate.extras["device_work"] = _DeviceWork()
-        aggregate.extras[ASYNC_WORK] = True  # its busy time is launch time: no bandwidth from it
-        aggregate.settle = _settle
-    if mark is None:
-        work.untimed_calls += 1
-        return
-    window, spare, timed = _device_windows.join(work.windows.get(mark.key), mark, _new_event, _gate)
-    if window is None:  # no event could be made for a new window (a capture began): untimed
-        work.untimed_calls += 1
-        _local.__dict__.setdefault("spare_events", {})[mark.key] = mark.event
-        return
-    work.windows[mark.key] = window
-    if spare is not None:
-        _local.__dict__.setdefault("spare_events", {})[mark.key] = spare
-    if timed and not window.broken:
-        work.timed_host_ns += busy_ns
-        _stream_tails()[mark.key] = window.end_event  # a later blocking copy here may wait for it
-    else:
-        work.untimed_calls += 1
-
-
-def _settle(aggregate, final_deadline: float | None) -> bool:
-    """The aggregate ended: read its device time if the work finished (query, no wait), else
-    ask to be held; at the end of the start-up, poll a bounded time, then give up and mark.
-
-    Its bandwidth (``coldstart.throughput``) is written only when every byte's time is
-    known: host time of its blocking calls plus device time of the rest. A call without
-    events (a capture was open, a device without events) or work unresolved at the end
-    leaves the aggregate without one: a launch time is no transfer time."""
-    work = aggregate.extras.get("device_work")
-    if work is None:
-        return True
-    resolution = None
-    unresolved = False
-    if work.windows:  # else every call was untimed: nothing to wait for
-        if final_deadline is not None:
-            resolution = _device_windows.resolve_bounded(work.windows, _gate, final_deadline)
-            unresolved = resolution is None  # still running at the end, or a capture stayed open
-        else:
-            resolution = _device_windows.try_resolve(work.windows, _gate)
-            if resolution is None:
-                return False
-    aggregate.extras.pop("device_work", None)
-    tails = _stream_tails()
-    for key, window in work.windows.items():
-        if tails.get(key) is window.end_event:
-            tails.pop(key, None)  # another thread may have dropped it meanwhile
-    untimed = work.untimed_calls + sum(w.calls for w in work.windows.values() if w.broken)
-    if unresolved:
-        untimed = work.untimed_calls + sum(w.calls for w in work.windows.values())  # blocking calls keep theirs
-        aggregate.attributes[semconv.COPY_ASYNC_UNRESOLVED] = True
-    elif resolution is not None and any(not w.broken for w in work.windows.values()):
-        aggregate.attributes[semconv.COPY_ASYNC_S] = resolution.device_ns / 1e9
-        aggregate.last_ns = max(aggregate.last_ns, resolution.last_end_ns)
-        # Achieved bandwidth: the host-timed calls' own time plus the device time of the rest.
-        effective_ns = max(0, aggregate.busy_ns - work.timed_host_ns) + resolution.device_ns
-        if not untimed and effective_ns > 0 and aggregate.bytes > 0:
-            aggregate.attributes[semconv.THROUGHPUT] = aggregate.bytes / (effective_ns / 1e9)
-    if untimed:
-        aggregate.attributes[semconv.COPY_UNTIMED_CALLS] = untimed
-    return True
-
-
-def _mark_blocking(plan: _Plan, device) -> None:
-    """A blocking copy on a stream where timed work may still be queued: it will wait for that
-    work first. Bracket it with events so that wait is not counted as the copy's time."""
-    key, stream = _stream_of(device)
-    tails = _stream_tails()
-    tail = tails.get(key)
-    if tail is None:
-        return
-    ran, done = _gate(tail.query)
-    if not ran:
-        return
-    if done:
-        tails.pop(key, None)
-        return
-    ran, before = _gate(_new_event)
-    if ran:
-        ran, _ = _gate(before.record, stream)
-    if ran:
-        plan.blocking_before, plan.blocking_stream = before, stream
-
-
-def _finish_blocking(plan: _Plan, start: int, end: int) -> tuple[int, int]:
-    """(start moved so the call's busy time is the copy's own device time, waited ns)."""
-    ran, after = _gate(_new_event)
-    if ran:
-        ran, _ = _gate(after.record, plan.blocking_stream)
-    if not ran:
-        return start, 0
-    try:
-        device_ns = _device_windows.blocking_call_device_ns(plan.blocking_before, after, _gate)
-    except Exception:
-        device_ns = None
-    if device_ns is None or device_ns >= end - start:
-        return start, 0
-    return end - device_ns, (end - start) - device_ns
-
-
-def _waited_attribute(aggregate) -> None:
-    waited = aggregate.extras.pop("waited_ns", 0)
-    if waited:
-        aggregate.attributes[semconv.COPY_WAITED_S] = waited / 1e9
 
 
 # --- Module.to and friends ----------------------------------------------------------------------

@@ -21,64 +21,68 @@ from _standins import MS, Described, Timeline, TimelineStream, make_event_class,
 
 # --- the pure scheduler --------------------------------------------------------------------------
 
-def _queue_call(line, Event, windows, stream, device_ns, host_ns=10_000, key=None):
-    key = key or (0, stream)
+def _window(stream="s0", key=None):
+    return _device_windows.StreamWindow(key or (0, stream), stream)
+
+
+def _queue_call(line, Event, window, work, device_ns, host_ns=10_000, nbytes=1, before_ns=0):
+    """One call queuing ``device_ns`` of work on ``window``'s stream; ``before_ns`` of host
+    work inside the call before the work reaches the stream."""
     mark_event = Event(enable_timing=True)
-    mark_event.record(stream)
-    mark = _device_windows.Mark(key, stream, mark_event, line.host_ns)
-    line.queue(stream, device_ns)
+    mark_event.record(window.stream)
+    mark = _device_windows.Mark(window, mark_event, line.host_ns)
+    start = line.host_ns
+    line.host_ns += before_ns
+    line.queue(window.stream, device_ns)
     line.host_ns += host_ns
-    window, spare, timed = _device_windows.join(windows.get(key), mark, lambda: Event(enable_timing=True),
-                                                open_gate)
-    windows[key] = window
-    return spare, timed
+    return _device_windows.join(work, mark, nbytes, start, line.host_ns, lambda: Event(enable_timing=True),
+                                open_gate)
 
 
 def test_scheduler_resolves_by_query_only_and_waits_for_nothing():
     line = Timeline()
     Event = make_event_class(line)
-    windows: dict = {}
+    window, work = _window(), _device_windows.DeviceWork()
     for _ in range(3):
-        _queue_call(line, Event, windows, "s0", 10 * MS)
-    assert _device_windows.try_resolve(windows, open_gate) is None  # still queued: not resolved, no wait
+        _queue_call(line, Event, window, work, 10 * MS)
+    assert _device_windows.try_resolve(work, open_gate) is None  # still queued: not resolved, no wait
     line.host_ns += 30 * MS
-    resolution = _device_windows.try_resolve(windows, open_gate)
+    resolution = _device_windows.try_resolve(work, open_gate)
     assert resolution.device_ns == pytest.approx(30 * MS, abs=100_000)
 
 
 def test_scheduler_closes_segments_over_host_gaps():
     line = Timeline()
     Event = make_event_class(line)
-    windows: dict = {}
+    window, work = _window(), _device_windows.DeviceWork()
     start = line.host_ns
-    spare, _ = _queue_call(line, Event, windows, "s0", 10 * MS)
-    assert spare is None  # the first mark is the window's start
+    _queue_call(line, Event, window, work, 10 * MS)
     line.host_ns += 50 * MS  # the host reads the next shard; the device is idle
-    spare, _ = _queue_call(line, Event, windows, "s0", 10 * MS)
-    assert spare is not None  # the old segment start comes back for re-use
+    _queue_call(line, Event, window, work, 10 * MS)
+    assert len(window.spares) == 1  # the closed segment's start event is kept for re-use
     line.host_ns += 100 * MS
-    resolution = _device_windows.try_resolve(windows, open_gate)
+    resolution = _device_windows.try_resolve(work, open_gate)
     assert resolution.device_ns == pytest.approx(20 * MS, abs=100_000)
-    # The window ends when the last work finished: 10 ms, idle until 50 ms, 10 ms more.
-    assert resolution.last_end_ns == pytest.approx(start + 60 * MS, abs=100_000)
+    # The work ends when the last of it finished: 10 ms, idle until 50 ms, 10 ms more.
+    assert resolution.last_end_ns == pytest.approx(start + 60 * MS + 10_000, abs=100_000)
 
 
 def test_scheduler_streams_of_one_device_add_and_devices_overlap():
     line = Timeline()
     Event = make_event_class(line)
-    windows: dict = {}
-    _queue_call(line, Event, windows, "a", 10 * MS, key=(0, "a"))
-    _queue_call(line, Event, windows, "b", 20 * MS, key=(0, "b"))
-    _queue_call(line, Event, windows, "c", 5 * MS, key=(1, "c"))
+    work = _device_windows.DeviceWork()
+    _queue_call(line, Event, _window("a", (0, "a")), work, 10 * MS)
+    _queue_call(line, Event, _window("b", (0, "b")), work, 20 * MS)
+    _queue_call(line, Event, _window("c", (1, "c")), work, 5 * MS)
     line.host_ns += 100 * MS
-    assert _device_windows.try_resolve(windows, open_gate).device_ns == pytest.approx(30 * MS, abs=100_000)
+    assert _device_windows.try_resolve(work, open_gate).device_ns == pytest.approx(30 * MS, abs=100_000)
 
 
 def test_scheduler_bounded_final_wait_polls_then_gives_up():
     line = Timeline()
     Event = make_event_class(line)
-    windows: dict = {}
-    _queue_call(line, Event, windows, "s0", 10_000 * MS)  # ten device seconds queued
+    work = _device_windows.DeviceWork()
+    _queue_call(line, Event, _window(), work, 10_000 * MS)  # ten device seconds queued
     clock = [0.0]
     polls = []
 
@@ -87,23 +91,21 @@ def test_scheduler_bounded_final_wait_polls_then_gives_up():
         clock[0] += seconds
         line.host_ns += int(seconds * 1e9)
 
-    assert _device_windows.resolve_bounded(windows, open_gate, 0.5, clock=lambda: clock[0],
-                                           sleep=sleep) is None
+    assert _device_windows.resolve_bounded(work, open_gate, 0.5, clock=lambda: clock[0], sleep=sleep) is None
     assert clock[0] == pytest.approx(0.5, abs=0.01) and len(polls) >= 100
     # Work that finishes inside the bound is resolved.
-    windows = {}
-    _queue_call(line, Event, windows, "s1", 100 * MS)
+    work = _device_windows.DeviceWork()
+    _queue_call(line, Event, _window("s1"), work, 100 * MS)
     clock[0] = 0.0
-    resolution = _device_windows.resolve_bounded(windows, open_gate, 0.5, clock=lambda: clock[0],
-                                                 sleep=sleep)
+    resolution = _device_windows.resolve_bounded(work, open_gate, 0.5, clock=lambda: clock[0], sleep=sleep)
     assert resolution.device_ns == pytest.approx(100 * MS, abs=1 * MS)
 
 
 def test_scheduler_refused_gate_never_calls_events():
     line = Timeline()
     Event = make_event_class(line)
-    windows: dict = {}
-    _queue_call(line, Event, windows, "s0", 10 * MS)
+    work = _device_windows.DeviceWork()
+    _queue_call(line, Event, _window(), work, 10 * MS)
     line.host_ns += 100 * MS
     calls = []
 
@@ -111,11 +113,11 @@ def test_scheduler_refused_gate_never_calls_events():
         calls.append(call)
         return False, None
 
-    assert _device_windows.try_resolve(windows, closed_gate) is None
+    assert _device_windows.try_resolve(work, closed_gate) is None
     assert len(calls) == 1  # asked once, refused, nothing further attempted
 
 
-def test_scheduler_failed_elapsed_time_marks_the_window_broken():
+def test_scheduler_failed_elapsed_time_leaves_the_calls_untimed():
     class Broken:
         def query(self):
             return True
@@ -126,10 +128,75 @@ def test_scheduler_failed_elapsed_time_marks_the_window_broken():
         def record(self, stream=None):
             pass
 
-    mark = _device_windows.Mark((0, "s"), "s", Broken(), 0)
-    window, _, _ = _device_windows.join(None, mark, Broken, open_gate)
-    resolution = _device_windows.try_resolve({(0, "s"): window}, open_gate)
-    assert window.broken and resolution.device_ns == 0
+    window, work = _window(), _device_windows.DeviceWork()
+    mark = _device_windows.Mark(window, Broken(), 0)
+    assert _device_windows.join(work, mark, 1, 0, 1, Broken, open_gate)
+    resolution = _device_windows.try_resolve(work, open_gate)
+    assert resolution.device_ns == 0 and work.untimed_calls == 1 and not work.open
+
+
+def test_two_threads_sharing_a_stream_share_its_time_not_double_it():
+    """Finding 4: events measure a stream. Two aggregates (two threads) queuing on one stream
+    used to get a window each over the whole stream: up to twice its device time in all."""
+    line = Timeline()
+    Event = make_event_class(line)
+    window = _window()
+    first, second = _device_windows.DeviceWork(), _device_windows.DeviceWork()
+    for _ in range(4):  # interleaved, as two loader threads on the default stream do
+        _queue_call(line, Event, window, first, 10 * MS, nbytes=1000)
+        _queue_call(line, Event, window, second, 10 * MS, nbytes=1000)
+    line.host_ns += 200 * MS
+    a = _device_windows.try_resolve(first, open_gate).device_ns
+    b = _device_windows.try_resolve(second, open_gate).device_ns
+    assert a + b == pytest.approx(80 * MS, abs=200_000)  # the stream's time, once
+    assert a == pytest.approx(40 * MS, abs=200_000) and b == pytest.approx(40 * MS, abs=200_000)
+
+
+def test_idle_start_of_a_window_is_not_device_time():
+    """Finding 7: the host's work inside a call before its copy reaches an idle stream (a
+    contiguous temporary made first) is not device time."""
+    line = Timeline()
+    Event = make_event_class(line)
+    window, work = _window(), _device_windows.DeviceWork()
+    _queue_call(line, Event, window, work, 10 * MS, before_ns=5 * MS)
+    line.host_ns += 50 * MS
+    _queue_call(line, Event, window, work, 10 * MS, before_ns=3 * MS)  # a new segment, idle start too
+    line.host_ns += 50 * MS
+    assert _device_windows.try_resolve(work, open_gate).device_ns == pytest.approx(20 * MS, abs=100_000)
+
+
+def test_event_pool_is_bounded():
+    line = Timeline()
+    Event = make_event_class(line)
+    window = _window()
+    for _ in range(3 * _device_windows.SPARES):
+        window.give_back(Event(enable_timing=True))
+    assert len(window.spares) == _device_windows.SPARES
+
+
+def test_gate_makes_event_calls_in_relaxed_capture_mode(monkeypatch):
+    """Finding 6: a capture we did not see (another thread, global mode) must not meet an
+    event call of ours: each is made with this thread's capture mode relaxed, then restored."""
+    modes = [0]
+
+    def exchange(mode):
+        previous, modes[0] = modes[0], mode
+        return previous
+
+    monkeypatch.setattr(_device_windows, "_exchange_capture_mode", exchange)
+    seen = []
+    assert _device_windows.gate(lambda: seen.append(modes[0]) or "done") == (True, "done")
+    assert seen == [_device_windows.CAPTURE_MODE_RELAXED] and modes == [0]
+    _guard.capture_started()
+    try:
+        assert _device_windows.gate(lambda: seen.append("called")) == (False, None)
+    finally:
+        _guard.capture_ended()
+    assert seen == [_device_windows.CAPTURE_MODE_RELAXED]
+
+
+def test_capture_mode_binding_without_a_cuda_driver_is_none():
+    assert _device_windows._bind_capture_mode() is None  # a CPU build: the gate alone
 
 
 # --- tensor_ops over the scheduler: marks, joins, settle, held aggregates -----------------------
@@ -143,24 +210,27 @@ def timeline(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: TimelineStream(device))
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.setattr(tensor_ops, "time", line)
+    monkeypatch.setattr(_device_windows, "_clock_ns", line.time_ns)
+    registry: dict = {}
+    monkeypatch.setattr(_device_windows, "windows", lambda: registry)
     line.Event = Event
     line.Stream = TimelineStream
+    line.windows = registry
     yield line
-    tensor_ops._local.__dict__.pop("spare_events", None)
-    tensor_ops._stream_tails().clear()
 
 
 def _timed_call(line, aggregate, nbytes, device_ns, host_ns=10_000, device_index=0):
     """What the wrappers do around one call whose device work is asynchronous."""
     device = torch.device("cuda", device_index)
-    mark = tensor_ops._mark(device)
+    mark = _device_windows.mark(device)
+    start = line.host_ns
+    line.host_ns += host_ns  # the call launches its work as it returns
     line.queue(line.Stream(device), device_ns)
-    line.host_ns += host_ns
     aggregate.calls += 1
     aggregate.bytes += nbytes
     aggregate.busy_ns += host_ns
     aggregate.last_ns = line.host_ns
-    tensor_ops._join_device_work(aggregate, mark, host_ns)
+    _device_windows.join_call(aggregate, mark, nbytes, start, line.host_ns)
 
 
 def _aggregate(line, phase=semconv.PHASE_H2D) -> Aggregate:
@@ -179,7 +249,7 @@ def test_aggregate_ending_with_copies_queued_is_held_not_waited_for(timeline):
     assert aggregate.settle(aggregate, None) is True
     assert aggregate.attributes[semconv.COPY_ASYNC_S] == pytest.approx(0.030)
     assert aggregate.attributes[semconv.THROUGHPUT] == pytest.approx(3_000_000 / 0.030, rel=1e-3)
-    assert aggregate.last_ns == pytest.approx(aggregate.first_ns + 30 * MS, abs=1)
+    assert aggregate.last_ns == pytest.approx(aggregate.first_ns + 10_000 + 30 * MS, abs=1)  # launched, then 30 ms
     assert semconv.COPY_UNTIMED_CALLS not in aggregate.attributes
 
 
@@ -209,7 +279,7 @@ def test_no_event_call_while_a_capture_is_open_and_the_calls_are_marked(timeline
     _timed_call(timeline, aggregate, 1_000_000, 10 * MS)
     _guard.capture_started()
     try:
-        assert tensor_ops._mark(torch.device("cuda", 0)) is None
+        assert _device_windows.mark(torch.device("cuda", 0)) is None
         _timed_call(timeline, aggregate, 1_000_000, 10 * MS)
         timeline.host_ns += 100 * MS
         assert aggregate.settle(aggregate, None) is False  # cannot even query: held
@@ -224,7 +294,7 @@ def test_windows_are_keyed_by_device_and_stream(timeline):
     aggregate = _aggregate(timeline, semconv.PHASE_D2D)
     _timed_call(timeline, aggregate, 1, 10 * MS, device_index=0)
     _timed_call(timeline, aggregate, 1, 10 * MS, device_index=1)
-    assert set(aggregate.extras["device_work"].windows) == {(0, 0), (1, 1)}
+    assert set(timeline.windows) == {(0, 0), (1, 1)}
     timeline.host_ns += 100 * MS
     assert aggregate.settle(aggregate, None)
     assert aggregate.attributes[semconv.COPY_ASYNC_S] == pytest.approx(0.010)  # two devices in parallel
@@ -236,23 +306,49 @@ def test_blocking_copy_after_a_queued_gpu_cast_is_not_charged_the_cast(timeline,
     device = torch.device("cuda", 0)
     cast = _aggregate(timeline, semconv.PHASE_CAST)
     _timed_call(timeline, cast, 1_000_000, 80 * MS)  # an asynchronous GPU cast, 80 ms of device work
-    plan = tensor_ops._Plan(False)
-    tensor_ops._mark_blocking(plan, device)
-    assert plan.blocking_before is not None
+    bracket = _device_windows.mark_blocking(device)
+    assert bracket is not None
     start = timeline.host_ns
     timeline.queue(timeline.Stream(device), 5 * MS)  # the copy itself, after the cast
     timeline.host_ns = timeline.free_at_ns[timeline.Stream(device)]  # the blocking call returns then
-    moved_start, waited = tensor_ops._finish_blocking(plan, start, timeline.host_ns)
-    assert timeline.host_ns - moved_start == pytest.approx(5 * MS, abs=100_000)
-    assert waited == pytest.approx(80 * MS - 10_000, abs=200_000)
+    copy = _device_windows.finish_blocking(bracket, start, timeline.host_ns)
+    h2d = _aggregate(timeline)
+    h2d.busy_ns = timeline.host_ns - start
+    _device_windows.add_blocking(h2d, copy)
+    assert h2d.settle(h2d, None)
+    h2d.run_end_hooks()
+    assert h2d.busy_ns == pytest.approx(5 * MS, abs=100_000)
+    assert h2d.attributes[semconv.COPY_WAITED_S] == pytest.approx(0.080 - 10e-6, abs=2e-4)
     assert cast.settle(cast, None) and cast.attributes[semconv.COPY_ASYNC_S] == pytest.approx(0.080)
 
 
+def test_blocking_copy_asks_no_elapsed_time_before_its_events_completed(timeline):
+    """Finding 3: ``after`` is recorded once the blocking call returned, and completes a little
+    later (or behind another thread's work on the stream): CUDAEvent refuses elapsed_time
+    until both events completed. It is asked at settle, after query() says so."""
+    device = torch.device("cuda", 0)
+    cast = _aggregate(timeline, semconv.PHASE_CAST)
+    _timed_call(timeline, cast, 1_000_000, 80 * MS)
+    bracket = _device_windows.mark_blocking(device)
+    start = timeline.host_ns
+    stream = timeline.Stream(device)
+    timeline.queue(stream, 5 * MS)
+    timeline.host_ns = timeline.free_at_ns[stream]  # the copy returns
+    timeline.queue(stream, 2 * MS)  # another thread queues work before ``after`` is recorded
+    copy = _device_windows.finish_blocking(bracket, start, timeline.host_ns)  # must not raise nor lose it
+    h2d = _aggregate(timeline)
+    h2d.busy_ns = timeline.host_ns - start
+    _device_windows.add_blocking(h2d, copy)
+    assert h2d.settle(h2d, None) is False  # ``after`` not complete yet: held, nothing waited
+    timeline.host_ns += 10 * MS
+    assert h2d.settle(h2d, None)
+    h2d.run_end_hooks()
+    assert semconv.COPY_WAITED_S in h2d.attributes  # the wait is kept, not dropped
+
+
 def test_blocking_copy_with_nothing_queued_takes_no_event(timeline):
-    plan = tensor_ops._Plan(False)
     created = timeline.Event.created
-    tensor_ops._mark_blocking(plan, torch.device("cuda", 0))
-    assert plan.blocking_before is None and timeline.Event.created == created
+    assert _device_windows.mark_blocking(torch.device("cuda", 0)) is None and timeline.Event.created == created
 
 
 # --- capture atomicity: a capture starting on another thread never meets an event call ---------
@@ -380,11 +476,12 @@ def test_recorder_holds_unfinished_aggregates_and_writes_them_later_or_at_the_en
 def test_scheduler_makes_no_event_when_the_gate_refuses():
     line = Timeline()
     Event = make_event_class(line)
-    mark = _device_windows.Mark((0, "s"), "s", Event(enable_timing=True), line.host_ns)
+    window, work = _window(), _device_windows.DeviceWork()
+    mark = _device_windows.Mark(window, Event(enable_timing=True), line.host_ns)
     created = Event.created
-    window, spare, timed = _device_windows.join(None, mark, lambda: Event(enable_timing=True),
-                                                lambda call, *args: (False, None))
-    assert window is None and spare is mark.event and not timed and Event.created == created
+    timed = _device_windows.join(work, mark, 1, 0, 1, lambda: Event(enable_timing=True),
+                                 lambda call, *args: (False, None))
+    assert not timed and window.spares == [mark.event] and Event.created == created and work.untimed_calls == 1
 
 
 
@@ -401,8 +498,8 @@ def test_queued_copies_through_the_wrapper_are_held_past_their_span_and_written_
     result = Described(torch.ones(1024), "cuda:0")
 
     def queued_to(*args, **kwargs):  # Tensor.to(..., non_blocking=True): queued, returns at once
-        timeline.queue(stream, 10 * MS)
         timeline.host_ns += 10_000
+        timeline.queue(stream, 10 * MS)  # queued as it returns
         return result
 
     wrapper = tensor_ops._tensor_move("to")
@@ -462,14 +559,14 @@ def test_copy_is_timed_on_the_stream_copy_cu_uses(timeline, traced, monkeypatch,
     source = Described(torch.ones(256), source_device, pinned=True)
     destination = Described(torch.empty(256), destination_device, pinned=True)
     keys = []
-    real_mark = tensor_ops._mark
+    real_mark = _device_windows.mark
 
     def mark(device):
         made = real_mark(device)
-        keys.append(made.key)
+        keys.append(made.window.key)
         return made
 
-    monkeypatch.setattr(tensor_ops, "_mark", mark)
+    monkeypatch.setattr(_device_windows, "mark", mark)
     with otel_coldstart.phase("copies"):
         tensor_ops._tensor_copy(lambda *a, **k: destination, destination, (source, True), {})
     assert keys == [(stream_device, stream_device)]  # (device index, stream id of the stand-in)
@@ -540,3 +637,62 @@ def test_synchronous_aggregates_keep_bytes_over_busy_time():
     assert aggregate.span_attributes()[semconv.THROUGHPUT] == pytest.approx(1e9)
     aggregate.non_blocking_calls = 1  # queued on a device without events: launch time
     assert semconv.THROUGHPUT not in aggregate.span_attributes()
+
+
+# --- the second part of issue 23: no-op moves, casts between GPUs, captures we did not see -------
+
+def test_a_no_op_to_on_a_cuda_tensor_records_no_event(timeline, traced, monkeypatch):
+    """Finding 8: ``.to()`` to the device and dtype a CUDA tensor has returns it; known before
+    the call, so no event is made or recorded and nothing is counted."""
+    import otel_coldstart
+
+    monkeypatch.setattr(tensor_ops, "_cuda_possible", True)
+    monkeypatch.setattr(otel_coldstart.controller.CONTROLLER.startup, "cuda_up", True)
+    recorded = []
+    real_record = timeline.Event.record
+    monkeypatch.setattr(timeline.Event, "record", lambda self, stream=None: recorded.append(stream) or real_record(
+        self, stream))
+    tensor = Described(torch.ones(16), "cuda:0")
+    for method, args, kwargs in (("to", ("cuda:0",), {}), ("to", (torch.float32,), {"non_blocking": True}),
+                                 ("cuda", (0,), {}), ("float", (), {}), ("to", ("cuda:0", torch.float32), {})):
+        wrapper = tensor_ops._tensor_move(method)
+        with otel_coldstart.phase("noop"):
+            assert wrapper(lambda *a, **k: tensor, tensor, args, kwargs) is tensor
+    assert recorded == [] and timeline.Event.created == 0
+    # A real move still is timed.
+    half = Described(torch.ones(16, dtype=torch.float16), "cuda:0")
+    with otel_coldstart.phase("cast"):
+        tensor_ops._tensor_move("half")(lambda *a, **k: half, tensor, (), {})
+    assert len(recorded) == 2  # the mark before, the end event after
+
+
+def test_a_cast_between_gpus_is_timed_on_the_destination_stream(timeline, traced, monkeypatch):
+    """Without peer access Copy.cu copies on the source's stream, then casts on the
+    destination's: only an end event there completes after all of it."""
+    import otel_coldstart
+
+    monkeypatch.setattr(tensor_ops, "_cuda_possible", True)
+    monkeypatch.setattr(otel_coldstart.controller.CONTROLLER.startup, "cuda_up", True)
+    keys = []
+    real_mark = _device_windows.mark
+    monkeypatch.setattr(_device_windows, "mark", lambda device: keys.append(device.index) or real_mark(device))
+    source = Described(torch.ones(64), "cuda:0")
+    cast = Described(torch.ones(64, dtype=torch.float16), "cuda:1")
+    same = Described(torch.ones(64), "cuda:1")
+    with otel_coldstart.phase("moves"):
+        tensor_ops._tensor_move("to")(lambda *a, **k: cast, source, ("cuda:1", torch.float16), {})
+        tensor_ops._tensor_copy(lambda *a, **k: cast, cast, (source,), {})
+        tensor_ops._tensor_move("to")(lambda *a, **k: same, source, ("cuda:1",), {})  # no cast: the source's
+    assert keys == [1, 1, 0]
+
+
+def test_no_event_on_a_stream_captured_by_code_we_did_not_see(timeline, monkeypatch):
+    """Finding 6: a capture begun with torch._C._CUDAGraph (or cupy) on the work's stream,
+    which is not the current stream of the current device: no event is recorded into it."""
+    class CapturingStream(TimelineStream):
+        def is_capturing(self):
+            return True
+
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: CapturingStream(device))
+    assert _device_windows.mark(torch.device("cuda", 1)) is None
+    assert timeline.Event.created == 0

@@ -21,7 +21,7 @@ import torch
 import otel_coldstart
 from otel_coldstart import semconv
 from otel_coldstart import session as _session
-from otel_coldstart.patches import tensor_ops
+from otel_coldstart.patches import _device_windows, tensor_ops
 
 from _standins import (MS, Described, DescribedStorage, Timeline, TimelineStream, make_event_class,
                        stand_in_cuda_runtime)
@@ -50,13 +50,12 @@ def device(traced, monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: line.current)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.setattr(tensor_ops, "time", line)
+    monkeypatch.setattr(_device_windows, "_clock_ns", line.time_ns)
     monkeypatch.setattr(tensor_ops, "_cuda_possible", True)
     from otel_coldstart.controller import CONTROLLER
 
     monkeypatch.setattr(CONTROLLER.startup, "cuda_up", True)  # per start-up (startup.py)
     yield line
-    tensor_ops._local.__dict__.pop("spare_events", None)
-    tensor_ops._stream_tails().clear()
 
 
 def _records(gpu_check):
@@ -69,8 +68,8 @@ def _records(gpu_check):
 def _queued(line, result, device_ns, host_ns=10_000):
     """A call that queues ``device_ns`` of work on the current stream and returns."""
     def call(*args, **kwargs):
-        line.queue(line.current, device_ns)
         line.host_ns += host_ns
+        line.queue(line.current, device_ns)  # queued as the call returns
         return result
     return call
 
