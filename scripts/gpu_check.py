@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass, field
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_CUDA, EXIT_MISSING_DEPENDENCY, EXIT_INCONCLUSIVE = 0, 1, 2, 3, 4, 5
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CHECKS = ("stall", "throughput", "bytes", "capture_race", "cast_copy", "runtime_init", "vllm")
+CHECKS = ("stall", "throughput", "bytes", "capture_race", "cast_copy", "windows", "runtime_init", "vllm")
 
 # What each check compares, what it would fail on, and its negative control (--help prints it).
 CHECK_HELP = {
@@ -74,6 +74,15 @@ CHECK_HELP = {
                  "bracketed truth; a blocking H2D queued behind 0.2 s of device work keeps its own time and "
                  "reports the wait (coldstart.copy.waited_s). Control: no events (plant no_events, GPU work "
                  "timed by its launch) must fail.",
+    "windows": "issue 23's second part, in one process: a no-op .to()/.float() of a CUDA tensor makes no "
+               "CUDA event (noop_events); two threads casting on the default stream report the stream's time "
+               "once between them, within 25% (+1 ms) of the same casts timed alone (shared_stream); a "
+               "non-blocking copy of a transposed host tensor (the host makes a contiguous temporary first) "
+               "reports the copy's device time, not the temporary's (idle_start, within 30% + 1 ms); a blocking "
+               "H2D behind queued casts reports waited_s every time (blocking_waits); captures begun with "
+               "torch._C._CUDAGraph (unseen by the wrappers) in global mode while another thread copies and "
+               "settles all succeed and replay right (unseen_capture). Control: a segment's idle start counted "
+               "(plant idle_counted) must fail idle_start.",
     "runtime_init": "the driver and lazy_init runtime_init spans against is_available() and "
                     "torch.cuda.init() timed alone in a plain process (0.5x-2x or +-50 ms); the first "
                     ".to('cuda') does not contain the init. Control: the copy initialising CUDA inside its "
@@ -158,6 +167,7 @@ def estimate_s(checks, shards: int = DEFAULT_SHARDS, shard_mib: int = DEFAULT_SH
         "bytes": CHILD_START_S + 4.0,
         "capture_race": 3 * (CHILD_START_S + captures * 0.05 + 2.0),  # plain, instrumented, control
         "cast_copy": CHILD_START_S + 2 * (1.0 + BEHIND_SLEEP_S) + 2.0,
+        "windows": CHILD_START_S + 3.0,
         "runtime_init": 3 * (CHILD_START_S + 1.0),
         "vllm": VLLM_S if vllm_installed else 1.0,
     }
@@ -235,6 +245,23 @@ def plant_no_events():
     return stack
 
 
+def plant_idle_counted():
+    """A segment's idle start counted as device time (the host's work inside the call before
+    its copy reached the stream), as before issue 23 finding 7."""
+    from otel_coldstart.patches import _device_windows
+
+    def counted(real):
+        def join_inside(window, *args):
+            opened = window.start_event is None
+            result = real(window, *args)
+            if opened:
+                window.idle_ns = 0
+            return result
+        return join_inside
+
+    return _replaced(_device_windows, "_join_inside", counted)
+
+
 def plant_init_in_copy():
     """A copy that is the first CUDA touch initialises CUDA inside its own clock."""
     from otel_coldstart.patches import tensor_ops
@@ -244,11 +271,12 @@ def plant_init_in_copy():
 
 PLANTS = {"host_sync": plant_host_sync, "launch_bandwidth": plant_launch_bandwidth,
           "byte_miscount": plant_byte_miscount, "no_events": plant_no_events,
-          "init_in_copy": plant_init_in_copy}
+          "init_in_copy": plant_init_in_copy, "idle_counted": plant_idle_counted}
 # The capture_race control is planted in the workload (a raw event query inside the captures,
 # child_capture_race's "planted" mode), the vllm control in the spans (captures taken out).
 CONTROLS = {"stall": "host_sync", "throughput": "launch_bandwidth", "bytes": "byte_miscount",
-            "capture_race": "capture_illegal", "cast_copy": "no_events", "runtime_init": "init_in_copy",
+            "capture_race": "capture_illegal", "cast_copy": "no_events", "windows": "idle_counted",
+            "runtime_init": "init_in_copy",
             "vllm": "blind_to_captures"}
 
 
@@ -363,6 +391,32 @@ def judge_cast_copy(figures: dict) -> Verdict:
     return _verdict("cast_copy", figures, failures, inconclusive)
 
 
+WINDOWS_TOLERANCE, WINDOWS_SLACK_S = 0.25, 0.001
+IDLE_TOLERANCE = 0.30
+
+
+def judge_windows(figures: dict) -> Verdict:
+    failures = list(figures.get("failures", []))
+    if figures.get("noop_events", 0):
+        failures.append(f"noop_events: {figures['noop_events']} CUDA events made for no-op moves")
+    shared = figures.get("shared_stream") or {}
+    if not _within(shared.get("plugin_s"), shared.get("truth_s"), WINDOWS_TOLERANCE, WINDOWS_SLACK_S):
+        failures.append(f"shared_stream: the threads' async_s sum to {shared.get('plugin_s')} s vs "
+                        f"{shared.get('truth_s')} s of the same casts timed alone")
+    idle = figures.get("idle_start") or {}
+    if not _within(idle.get("plugin_s"), idle.get("truth_s"), IDLE_TOLERANCE, WINDOWS_SLACK_S):
+        failures.append(f"idle_start: async_s {idle.get('plugin_s')} s vs the copy's own {idle.get('truth_s')} s "
+                        f"(the host's temporary took {idle.get('host_prep_s')} s)")
+    waits = figures.get("blocking_waits") or {}
+    if waits.get("with_wait") != waits.get("reps"):
+        failures.append(f"blocking_waits: waited_s reported {waits.get('with_wait')} of {waits.get('reps')} times")
+    failures += [f"unseen_capture: {error}" for error in figures.get("capture_errors", [])]
+    inconclusive = []
+    if idle and (idle.get("host_prep_s") or 0) < 2 * (idle.get("truth_s") or 0) * IDLE_TOLERANCE:
+        inconclusive.append("idle_start: the host's temporary was too quick for a counted idle start to show")
+    return _verdict("windows", figures, failures, inconclusive)
+
+
 def _ratio_ok(value, reference) -> bool:
     if value is None or reference is None:
         return False
@@ -398,7 +452,8 @@ def judge_vllm(figures: dict) -> Verdict:
 
 
 JUDGES = {"stall": judge_stall, "throughput": judge_throughput, "bytes": judge_bytes,
-          "capture_race": judge_capture_race, "cast_copy": judge_cast_copy, "runtime_init": judge_runtime_init,
+          "capture_race": judge_capture_race, "cast_copy": judge_cast_copy, "windows": judge_windows,
+          "runtime_init": judge_runtime_init,
           "vllm": judge_vllm}
 
 
@@ -624,6 +679,11 @@ def run_cast_copy(workdir: str, files: list) -> dict:
     return {"measured": figures["measured"], "control": figures["control"]}
 
 
+def run_windows(workdir: str, files: list) -> dict:
+    figures = _require(run_child_process("windows", {}))
+    return {"measured": figures["measured"], "control": figures["control"]}
+
+
 def run_runtime_init(workdir: str, files: list) -> dict:
     plain = _require(run_child_process("runtime_init", {"mode": "plain"}))
     instrumented = _require(run_child_process("runtime_init", {"mode": "instrumented"}))
@@ -657,7 +717,7 @@ def run_vllm(workdir: str, files: list) -> dict:
 
 
 RUNNERS = {"stall": run_stall, "throughput": run_throughput, "bytes": run_bytes, "capture_race": run_capture_race,
-           "cast_copy": run_cast_copy, "runtime_init": run_runtime_init, "vllm": run_vllm}
+           "cast_copy": run_cast_copy, "windows": run_windows, "runtime_init": run_runtime_init, "vllm": run_vllm}
 
 
 def write_shards(workdir: str, shards: int, shard_bytes: int) -> list:
@@ -1357,6 +1417,135 @@ def child_cast_copy(args: dict) -> dict:
             "control": cast_copy_figures(trace, *results["planted_"], prefix="planted_")}
 
 
+def _async_s(trace: "Trace", phase: str, parent: str) -> float:
+    return _sum(trace.under(parent, phase), "coldstart.copy.async_s")
+
+
+def child_windows(args: dict) -> dict:
+    """Issue 23's second part on a device; the control (a segment's idle start counted) is run
+    in the same process, on the idle_start workload only."""
+    import threading
+
+    import torch
+
+    instrumented = _Instrumented()
+    import otel_coldstart
+
+    torch.zeros(1, device="cuda")
+    figures: dict = {"failures": []}
+    # noop_events: moves that return their tensor make no event.
+    made = []
+    real_event = torch.cuda.Event
+
+    class CountingEvent(real_event):
+        def __init__(self, *a, **k):
+            made.append(1)
+            super().__init__(*a, **k)
+
+    resident = torch.ones(1024, device="cuda")
+    torch.cuda.Event = CountingEvent
+    try:
+        with otel_coldstart.phase("noop"):
+            for _ in range(100):
+                resident.to("cuda"), resident.float(), resident.to(resident.device, torch.float32)
+        figures["noop_events"] = len(made)
+    finally:
+        torch.cuda.Event = real_event
+    # shared_stream: two threads casting on the default stream.
+    sources = [torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
+    [t.to(torch.float32) for t in sources[:1]]
+    truth = _truth(torch, lambda: [t.to(torch.float32) for _ in range(2) for t in sources])
+
+    def caster(name):
+        with otel_coldstart.phase(name):
+            kept = [t.to(torch.float32) for t in sources]
+        torch.cuda.synchronize()
+        del kept
+
+    threads = [threading.Thread(target=caster, args=(f"caster{i}",)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # idle_start: a transposed host tensor; the host makes it contiguous inside the call.
+    host = torch.randn(4096, 8192).t()
+    contiguous = host.contiguous()
+    began = time.perf_counter()
+    host.contiguous()
+    host_prep_s = time.perf_counter() - began
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    kept = contiguous.to("cuda", non_blocking=True)
+    end.record()
+    end.synchronize()
+    copy_s = start.elapsed_time(end) / 1e3
+    del kept
+
+    def idle_start(name):
+        torch.cuda.synchronize()
+        with otel_coldstart.phase(name):
+            moved = host.to("cuda", non_blocking=True)
+        torch.cuda.synchronize()
+        return moved
+
+    idle_start("idle")
+    with plant_idle_counted():
+        idle_start("idle_planted")
+    # blocking_waits: a blocking H2D behind queued casts, ten times.
+    small = torch.randn(1024, 1024)
+    for rep_index in range(10):
+        with otel_coldstart.phase(f"behind{rep_index}"):
+            kept = [t.to(torch.float32) for t in sources]
+            small.to("cuda")
+        torch.cuda.synchronize()
+        del kept
+    # unseen_capture: torch._C._CUDAGraph directly (no wrapper sees it), global mode.
+    weight = torch.randn(512, 512, device="cuda")
+    static_in, host_buffer = torch.randn(64, 512, device="cuda"), torch.randn(1024, 1024).pin_memory()
+    device_buffer = torch.empty(1024, 1024, device="cuda")
+    stop, errors = threading.Event(), []
+
+    def copier():
+        index = 0
+        while not stop.is_set():
+            with otel_coldstart.phase(f"copies{index}"):  # each phase end settles (queries) its events
+                device_buffer.copy_(host_buffer, non_blocking=True)
+            index += 1
+
+    side = torch.cuda.Stream()
+    thread = threading.Thread(target=copier)
+    thread.start()
+    try:
+        for _ in range(20):
+            graph = torch._C._CUDAGraph()
+            with torch.cuda.stream(side):
+                try:
+                    graph.capture_begin(capture_error_mode="global")
+                    static_out = static_in @ weight
+                    graph.capture_end()
+                except Exception as error:  # noqa: BLE001 - the check's finding
+                    errors.append(f"{type(error).__name__}: {error}")
+                    continue
+            graph.replay()
+            torch.cuda.synchronize()
+            if not torch.allclose(static_out, static_in @ weight, atol=1e-3):
+                errors.append("a replay differs from eager")
+    finally:
+        stop.set()
+        thread.join()
+    figures["capture_errors"] = errors
+    trace = instrumented.finish()
+    plugin_shared = sum(_async_s(trace, "cast", f"caster{i}") for i in range(2))
+    figures["shared_stream"] = {"plugin_s": plugin_shared, "truth_s": truth}
+    idle = {"truth_s": copy_s, "host_prep_s": host_prep_s}
+    with_wait = sum(1 for i in range(10) if _sum(trace.under(f"behind{i}", "h2d"), "coldstart.copy.waited_s") > 0)
+    figures["blocking_waits"] = {"reps": 10, "with_wait": with_wait}
+    control = dict(figures, idle_start=dict(idle, plugin_s=_async_s(trace, "h2d", "idle_planted")))
+    figures["idle_start"] = dict(idle, plugin_s=_async_s(trace, "h2d", "idle"))
+    return {"measured": figures, "control": control}
+
+
 def child_runtime_init(args: dict) -> dict:
     if args["mode"] == "plain":
         import torch
@@ -1384,7 +1573,8 @@ def child_runtime_init(args: dict) -> dict:
 
 
 CHILDREN = {"stall": child_stall, "throughput": child_throughput, "bytes": child_bytes,
-            "capture_race": child_capture_race, "cast_copy": child_cast_copy, "runtime_init": child_runtime_init}
+            "capture_race": child_capture_race, "cast_copy": child_cast_copy, "windows": child_windows,
+            "runtime_init": child_runtime_init}
 
 
 if __name__ == "__main__":

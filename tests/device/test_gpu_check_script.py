@@ -300,3 +300,32 @@ def test_checks_past_the_time_budget_are_inconclusive_not_failed(gpu_check, monk
     (report,) = [p for p in tmp_path.iterdir() if p.suffix == ".json"]
     (check,) = json.loads(report.read_text())["checks"]
     assert check["status"] == "INCONCLUSIVE" and "budget" in check["reasons"][0]
+
+
+def _windows_figures(**changes):
+    figures = {"failures": [], "noop_events": 0, "capture_errors": [],
+               "shared_stream": {"plugin_s": 0.101, "truth_s": 0.100},
+               "idle_start": {"plugin_s": 0.011, "truth_s": 0.010, "host_prep_s": 0.050},
+               "blocking_waits": {"reps": 10, "with_wait": 10}}
+    figures.update(changes)
+    return figures
+
+
+def test_windows_passes_healthy_figures_and_fails_each_defect(gpu_check):
+    assert gpu_check.judge_windows(_windows_figures()).status == "PASS"
+    defects = {
+        "noop_events": 300,  # finding 8: events for no-op moves
+        "shared_stream": {"plugin_s": 0.200, "truth_s": 0.100},  # finding 4: each thread the whole stream
+        "idle_start": {"plugin_s": 0.060, "truth_s": 0.010, "host_prep_s": 0.050},  # finding 7
+        "blocking_waits": {"reps": 10, "with_wait": 7},  # finding 3: waits lost now and then
+        "capture_errors": ["RuntimeError: operation not permitted when stream is capturing"],  # finding 6
+    }
+    for key, value in defects.items():
+        verdict = gpu_check.judge_windows(_windows_figures(**{key: value}))
+        assert verdict.status == "FAIL", key
+    quick = _windows_figures(idle_start={"plugin_s": 0.010, "truth_s": 0.010, "host_prep_s": 0.001})
+    assert gpu_check.judge_windows(quick).status == "INCONCLUSIVE"  # the control could not show
+    measured = _windows_figures()
+    control = _windows_figures(idle_start={"plugin_s": 0.060, "truth_s": 0.010, "host_prep_s": 0.050})
+    assert gpu_check.judge("windows", {"measured": measured, "control": control}).status == "PASS"
+    assert gpu_check.judge("windows", {"measured": measured, "control": measured}).status == "INCONCLUSIVE"
