@@ -58,7 +58,7 @@ def test_every_piece_of_per_start_up_state_is_on_one_object(traced):
     session = _session.ACTIVE
     assert session is startup.session and session.startup is startup
     assert startup.storage is not None and startup.progress is session.progress
-    assert startup.stream_tails == {} and startup.cuda_up is False and not startup.runtime_failure_recorded
+    assert startup.device_windows == {} and startup.cuda_up is False and not startup.runtime_failure_recorded
     otel_coldstart.ready()
     assert [p.reason for p in startup.plans] == [semconv.END_READY]
     otel_coldstart.uninstrument()
