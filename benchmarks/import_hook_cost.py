@@ -35,7 +35,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import load_average, machine  # noqa: E402
+from common import load_average, machine, write_json  # noqa: E402
 
 NESTED_MODULES = 2000
 TOP_LEVEL_MODULES = 500
@@ -158,8 +158,7 @@ def main(argv=None) -> int:
         print(f"| {label} (CPU) | | | {block['cpu_s']['per_module_us']:+.2f} us |")
     print(f"load average before {before}, after {doc['load_after']}")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(doc, handle, indent=2)
+        write_json(args.json, doc)
     return 0
 
 
