@@ -154,12 +154,7 @@ def _set_cache(paths: list[str], state: str) -> None:
             while handle.read(1 << 24):
                 pass
         if state == "evicted":
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fdatasync(fd)
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
+            assert probes.evict_from_page_cache(path), path
             ratio = probes.resident_ratio(path)
             assert ratio is None or ratio <= 0.02, f"{path}: {ratio:.0%} still cached (mapped by a process?)"
 
