@@ -9,11 +9,28 @@ shards, read through ``safe_open`` as transformers does) or ``bin`` (one ``torch
 
 This file imports nothing from otel_coldstart unless SIDE says so: the plain side must pay
 for nothing it would not pay without the plugin. It prints one JSON line on stdout.
+
+The interpreter's full (generation-2) collection runs when the objects that survived since
+the last one pass a quarter of the heap: ~100 ms with torch imported, at a point that any
+difference in what a process allocated before moves (benchmarks/gc_phase.py measures it).
+The child reports the full collections that start inside the load + cast, and three
+environment variables control the schedule (unset: the process as it is):
+
+- ``BENCH_GC_PHASE=aligned``: ``gc.collect()`` right before the load + cast, on every side:
+  both start the window with the same (empty) backlog, so a full collection inside it is the
+  window's own allocations' doing;
+- ``BENCH_BALLAST=N``: N empty lists kept alive, made before anything else (a stand-in for
+  the objects a plugin, or any other import, adds: the control);
+- ``BENCH_HEADROOM=1``: instead of the load + cast, count the objects that can be allocated
+  at the window's start before the next full collection begins, print it and exit.
 """
 
+import gc
+import os
 import sys
 import time
 
+_BALLAST = [[] for _ in range(int(os.environ.get("BENCH_BALLAST") or 0))]
 SIDE = sys.argv[1]
 INSTRUMENT_S = INSTRUMENT_CPU_S = None
 if SIDE == "coldstart":
@@ -83,6 +100,41 @@ def start_up(fmt: str, paths: list[str]) -> tuple[int, float]:
     return sum(p.numel() for p in model.parameters() if p.dtype == torch.float16), load_s
 
 
+class _FullCollections:
+    """A gc callback: how many full (generation-2) collections ran, and for how long."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.seconds = 0.0
+        self._began = None
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            self._began = time.perf_counter()
+        elif self._began is not None:
+            self.count += 1
+            self.seconds += time.perf_counter() - self._began
+            self._began = None
+
+
+def _headroom() -> int:
+    """Objects the process can allocate (and keep) before the next full collection starts."""
+    started = []
+
+    def watch(phase: str, info: dict) -> None:
+        if phase == "start" and info.get("generation") == 2:
+            started.append(True)
+
+    gc.callbacks.append(watch)
+    kept = []
+    while not started:
+        kept.append([])
+    gc.callbacks.remove(watch)
+    return len(kept)
+
+
 def main() -> None:
     fmt, paths = sys.argv[2], sys.argv[3:]
     first_profile_s = None
@@ -93,13 +145,24 @@ def main() -> None:
         with torch.profiler.profile():
             pass
         first_profile_s = time.perf_counter() - began
-    began = time.perf_counter()
+    if os.environ.get("BENCH_GC_PHASE") == "aligned":
+        gc.collect()
+    if os.environ.get("BENCH_HEADROOM"):
+        print(json.dumps({"side": SIDE, "headroom": _headroom()}), flush=True)
+        return
+    full_collections = _FullCollections()
+    gc.callbacks.append(full_collections)
+    began, began_cpu = time.perf_counter(), time.process_time()
     if SIDE == "profiler":
         with torch.profiler.profile():
             cast, load_s = start_up(fmt, paths)
     else:
         cast, load_s = start_up(fmt, paths)
     work_s = time.perf_counter() - began  # load + assign + cast: every intercepted call, no ready()
+    # The CPU all the process's threads spent in it (torch's, ours): what other tenants of a
+    # shared machine disturb much less than the wall time.
+    work_cpu_s = time.process_time() - began_cpu
+    gc.callbacks.remove(full_collections)
     ready_s = ready_cpu_s = None
     if SIDE == "coldstart":
         ready_began = time.perf_counter()
@@ -112,6 +175,7 @@ def main() -> None:
         "side": SIDE,
         "region_s": region_s,
         "work_s": work_s,
+        "work_cpu_s": work_cpu_s,
         "load_s": load_s,
         "first_profile_s": first_profile_s,
         "instrument_s": INSTRUMENT_S,
@@ -119,6 +183,8 @@ def main() -> None:
         "instrument_cpu_s": INSTRUMENT_CPU_S,
         "ready_cpu_s": ready_cpu_s,
         "cast_elements": cast,
+        "gc_full_in_work": full_collections.count,  # full collections that ran inside the load + cast
+        "gc_full_s": full_collections.seconds,
         "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
         # Wall clock when the work is done: the parent subtracts it from the moment the
         # process has exited, giving the exit tail (atexit handlers, interpreter teardown).

@@ -36,8 +36,14 @@ CACHE_STATES = ["warm", "cold"]
 CHILD = os.path.join(common.BENCH_DIR, "_load_child.py")
 
 
-def run_child(side: str, fmt: str, files: list[str], trace_dir: str) -> dict:
+def run_child(side: str, fmt: str, files: list[str], trace_dir: str, gc_phase: str = "as-is") -> dict:
     env = dict(os.environ)
+    env.pop("BENCH_BALLAST", None)
+    env.pop("BENCH_HEADROOM", None)
+    if gc_phase == "aligned":
+        env["BENCH_GC_PHASE"] = "aligned"
+    else:
+        env.pop("BENCH_GC_PHASE", None)
     for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "TRACEPARENT"):
         env.pop(name, None)
     env["OTEL_COLDSTART_OUTPUT_DIR"] = trace_dir
@@ -65,7 +71,7 @@ def run_child(side: str, fmt: str, files: list[str], trace_dir: str) -> dict:
 
 
 def measure(checkpoint: common.Checkpoint, pairs: int, formats=FORMATS, states=CACHE_STATES,
-            sides=SIDES, log=sys.stderr) -> dict:
+            sides=SIDES, log=sys.stderr, gc_phase: str = "as-is") -> dict:
     blocks = []
     with tempfile.TemporaryDirectory(prefix="otel-coldstart-bench-") as trace_dir:
         for fmt in formats:
@@ -77,7 +83,7 @@ def measure(checkpoint: common.Checkpoint, pairs: int, formats=FORMATS, states=C
                     runs = {}
                     for side in common.rotated(list(sides), number):
                         resident = common.set_cache(files, state)
-                        run = run_child(side, fmt, files, trace_dir)
+                        run = run_child(side, fmt, files, trace_dir, gc_phase)
                         run["resident_before"] = resident
                         runs[side] = run
                     rounds.append(runs)
@@ -85,7 +91,7 @@ def measure(checkpoint: common.Checkpoint, pairs: int, formats=FORMATS, states=C
                         print(f"  {fmt:<11} {state} round {number + 1}/{pairs}: "
                               + "  ".join(f"{s} {runs[s]['process_s']:.2f}s" for s in sides), file=log, flush=True)
                 blocks.append(analyse_block(fmt, state, rounds, sides, load_before, common.load_average()))
-    return {"blocks": blocks}
+    return {"blocks": blocks, "gc_phase": gc_phase}
 
 
 def analyse_block(fmt: str, state: str, rounds: list[dict], sides, load_before, load_after) -> dict:
@@ -102,6 +108,8 @@ def analyse_block(fmt: str, state: str, rounds: list[dict], sides, load_before, 
             "cpu_s": common.summary([r["cpu_s"] for r in runs]),
             "exit_tail_s": common.summary([r["exit_tail_s"] for r in runs]),
             "maxrss_mib": common.summary([r["maxrss_kib"] / 1024 for r in runs]),
+            "gc_full_in_work": sum(r.get("gc_full_in_work", 0) for r in runs),
+            "gc_full_s": common.summary([r.get("gc_full_s", 0.0) for r in runs]),
         }
         if side == "profiler":
             block["sides"][side]["first_profile_s"] = common.summary([r["first_profile_s"] for r in runs])
@@ -120,6 +128,11 @@ def analyse_block(fmt: str, state: str, rounds: list[dict], sides, load_before, 
             "to_ready": common.summary(common.paired_ratios(rounds, side, "plain", lambda r: r["to_ready_s"])),
             "region": common.summary(common.paired_ratios(rounds, side, "plain", lambda r: r["region_s"])),
             "work": common.summary(common.paired_ratios(rounds, side, "plain", lambda r: r["work_s"])),
+            # The same with the full collections that ran inside it taken out of both sides: what
+            # the window's own work costs, whichever side the collector's schedule hit.
+            "work_without_full_gc": common.summary(common.paired_ratios(
+                rounds, side, "plain", lambda r: r["work_s"] - r.get("gc_full_s", 0.0))),
+            "work_cpu": common.summary(common.paired_ratios(rounds, side, "plain", lambda r: r["work_cpu_s"])),
             "cpu": common.summary(common.paired_ratios(rounds, side, "plain", lambda r: r["cpu_s"])),
         }
         block["added_s"] = block.get("added_s", {})
@@ -176,16 +189,23 @@ def render(result: dict, checkpoint: common.Checkpoint, out) -> None:
         if "to_ready" in ratios:
             out.write(f"| {block['format']} | {block['cache']} | {common.fmt_ratio(ratios['to_ready'])} "
                       f"| {common.fmt_seconds(block['sides']['plain']['to_ready_s'])} |\n")
-    out.write("\nThe load and cast alone (every intercepted call; no import, instrument() or ready()): "
-              "medians (min-max) of the paired ratios.\n\n")
-    out.write("| format | cache | coldstart/plain load+cast | plain load+cast | coldstart load+cast |\n"
-              "|---|---|---|---|---|\n")
+    out.write(f"\nThe load and cast alone (every intercepted call; no import, instrument() or ready()): "
+              f"medians (min-max) of the paired ratios. Garbage collector: {result.get('gc_phase', 'as-is')} "
+              f"(aligned: gc.collect() right before the window on both sides). Full collections: the "
+              f"generation-2 collections that ran inside the window, over all rounds, and their median "
+              f"time per run.\n\n")
+    out.write("| format | cache | coldstart/plain load+cast | same, full collections taken out | same, CPU time "
+              "| plain load+cast | coldstart load+cast | full collections plain / coldstart |\n"
+              "|---|---|---|---|---|---|---|---|\n")
     for block in result["blocks"]:
         ratios = block["ratios"].get("coldstart", {})
         if "work" in ratios:
+            plain, coldstart = block["sides"]["plain"], block["sides"]["coldstart"]
             out.write(f"| {block['format']} | {block['cache']} | {common.fmt_ratio(ratios['work'])} "
-                      f"| {common.fmt_seconds(block['sides']['plain']['work_s'])} "
-                      f"| {common.fmt_seconds(block['sides']['coldstart']['work_s'])} |\n")
+                      f"| {common.fmt_ratio(ratios['work_without_full_gc'])} | {common.fmt_ratio(ratios['work_cpu'])} "
+                      f"| {common.fmt_seconds(plain['work_s'])} | {common.fmt_seconds(coldstart['work_s'])} "
+                      f"| {plain['gc_full_in_work']} / {coldstart['gc_full_in_work']} "
+                      f"({plain['gc_full_s']['median'] * 1e3:.0f} / {coldstart['gc_full_s']['median'] * 1e3:.0f} ms) |\n")
     out.write("\nThe plugin's fixed cost on the caller's thread: import otel_coldstart + instrument() + ready() "
               "(.pyc present), wall and the thread's CPU; medians (min-max). Target: <= 30 ms.\n\n")
     out.write("| format | cache | fixed cost, wall | fixed cost, caller-thread CPU |\n|---|---|---|---|\n")
@@ -238,6 +258,9 @@ def main(argv=None) -> int:
     parser.add_argument("--json", default=None, help="write the full result (every run) here")
     parser.add_argument("--formats", nargs="+", choices=FORMATS, default=FORMATS, help="checkpoint formats to run")
     parser.add_argument("--cache", nargs="+", choices=CACHE_STATES, default=CACHE_STATES, help="cache states to run")
+    parser.add_argument("--gc-phase", choices=["as-is", "aligned"], default="as-is",
+                        help="aligned: gc.collect() right before the load + cast on every side, so that a full "
+                             "collection inside it is its own doing (see _load_child.py, gc_phase.py)")
     parser.add_argument("--sides", nargs="+", choices=SIDES, default=SIDES,
                         help="what to run (plain is always included: the ratios divide by it)")
     args = parser.parse_args(argv)
@@ -245,7 +268,7 @@ def main(argv=None) -> int:
     pairs = 1 if args.smoke else args.pairs
     checkpoint = common.prepare_checkpoint(shape, args.cache_root)
     sides = ["plain"] + [side for side in args.sides if side != "plain"]
-    result = measure(checkpoint, pairs, formats=args.formats, states=args.cache, sides=sides)
+    result = measure(checkpoint, pairs, formats=args.formats, states=args.cache, sides=sides, gc_phase=args.gc_phase)
     result.update({"benchmark": "startup", "smoke": args.smoke, "shape": shape.__dict__, "when": common.stamp()})
     render(result, checkpoint, sys.stdout)
     if args.json:

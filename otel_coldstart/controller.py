@@ -151,10 +151,9 @@ class Controller:
         _session.ACTIVE = session
         _host_warnings.install()  # warnings raised inside our wrappers keep the host's line
         _register_hooks()
-        for module in patches.ALL:
-            for target in module.TARGETS:
-                if target in sys.modules:
-                    _patch_module(module)
+        for name, targets in patches.TARGETS.items():
+            if any(target in sys.modules for target in targets):
+                _patch_named(name)
         ending.register_exit(self.at_exit)
         if options.handle_sigterm:
             ending.SIGTERM.install(lambda: self.at_exit(semconv.END_SIGTERM), options.export_timeout_s)
@@ -166,7 +165,7 @@ class Controller:
         ending.SIGTERM.release()
         if startup is not None:
             startup.release()
-        for module in patches.ALL:
+        for module in patches.loaded():  # one never imported never patched anything
             with internal_errors(f"unpatch {module.__name__}"):
                 module.unpatch()
         with internal_errors("warnings"):
@@ -228,6 +227,16 @@ def _patch_module(module) -> None:
         module.patch()
 
 
+def _patch_named(name: str) -> None:
+    """Patch ``patches.<name>``, importing it first: its library has just been imported (or was
+    by instrument()). The plugin's work, not the host's import: see imports.run_as_plugin."""
+    if _session.ACTIVE is None:
+        return  # nothing to record for: a later instrument() patches what is imported by then
+    with internal_errors(f"load patches.{name}"):
+        imports_patch = patches.load("imports")
+        imports_patch.run_as_plugin(lambda: _patch_module(patches.load(name)))
+
+
 def _register_hooks() -> None:
     """Patch each library when it is imported, whether before or after instrument()."""
     global _hooks_registered
@@ -236,9 +245,9 @@ def _register_hooks() -> None:
     _hooks_registered = True
     # Our resource's service.instance.id becomes the SDK's, should the host import it later.
     wrapt.register_post_import_hook(own_tracing.share_instance_id_with_sdk, "opentelemetry.sdk.resources")
-    for module in patches.ALL:
-        for target in module.TARGETS:
-            wrapt.register_post_import_hook(lambda _imported, m=module: _patch_module(m), target)
+    for name, targets in patches.TARGETS.items():
+        for target in targets:
+            wrapt.register_post_import_hook(lambda _imported, n=name: _patch_named(n), target)
 
 
 def _forget_after_fork() -> None:

@@ -24,7 +24,8 @@ import itertools
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Hashable, Mapping, NamedTuple, TypeVar
+from collections import namedtuple
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Mapping, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -180,17 +181,19 @@ class ContainerSpan:
             self.finish({semconv.INTERRUPTED: True}, end_ns=end_ns, detach=False)
 
 
-class OpenWork(NamedTuple):
+class OpenWork(namedtuple("OpenWork", (
+    "name",  # the span it will be, e.g. coldstart.download, coldstart.deserialize
+    "phase",
+    "start_ns",  # time.time_ns() when it started
+    "thread_id",
+    "span_id",  # None for work that gets its span only when it ends (a capture)
+))):
     """One piece of work started and not ended: a live span or a graph capture.
 
     Read-only view for whoever watches a start-up in flight (:meth:`StartupSession.open_work`).
     """
 
-    name: str  # the span it will be, e.g. coldstart.download, coldstart.deserialize
-    phase: str
-    start_ns: int  # time.time_ns() when it started
-    thread_id: int
-    span_id: int | None  # None for work that gets its span only when it ends (a capture)
+    __slots__ = ()
 
 
 class _Tracked:
@@ -532,17 +535,19 @@ class StartupSession:
             return list(self.ledger)
 
 
-class _Kept(NamedTuple):
+class _Kept(namedtuple("_Kept", (
+    "trace_id",
+    "span_id",
+    "parent_id",
+    "name",
+    "start_ns",
+    "end_ns",
+    "attributes",
+    "status",
+))):
     """A span as the ledger keeps it; :meth:`StartupSession.records` makes analyzer records."""
 
-    trace_id: int
-    span_id: int
-    parent_id: int | None
-    name: str
-    start_ns: int
-    end_ns: int
-    attributes: dict
-    status: str
+    __slots__ = ()
 
 
 _FORKED_COPY = SpanContext(0, 0, False)  # an invalid context: what a forked copy "emits"

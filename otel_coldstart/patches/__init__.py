@@ -9,13 +9,52 @@ Per-start-up state (open safe_open handles, graph captures, compilations, CUDA i
 lives on the session, ``session.state(__name__, Factory)``, never in a module global: a
 fork, ``uninstrument()`` or a new start-up drops it with the session. Module globals keep
 what is per process: the ``PatchSet`` of originals, caches of file facts, constants.
+
+A patch module is imported when its library is (``load``), not with the package: a process
+that never imports vLLM, transformers or torch._dynamo does not pay for their patch modules,
+and one that has not imported torch yet at ``instrument()`` pays for torch's when torch
+comes. ``TARGETS`` below is each module's own ``TARGETS``, written out so that nothing has
+to be imported to know it (a test holds the two equal).
 """
 
 from __future__ import annotations
 
-from . import compile, cuda_graphs, imports, pinning, runtime, safetensors, tensor_ops, threads, torch_load, vllm
-from . import transformers
+import importlib
+import sys
 
-# imports first: patched before the others, so their own imports at patch time are counted.
-ALL = (imports, torch_load, safetensors, tensor_ops, threads, pinning, cuda_graphs, runtime, compile, vllm,
-       transformers)
+# In patching order: imports first, so the others' own imports at patch time are counted.
+TARGETS: dict[str, tuple[str, ...]] = {
+    "imports": ("_frozen_importlib",),
+    "torch_load": ("torch",),
+    "safetensors": ("safetensors", "safetensors.torch"),
+    "tensor_ops": ("torch",),
+    "threads": ("concurrent.futures",),
+    "pinning": ("torch",),
+    "cuda_graphs": ("torch",),
+    "runtime": ("torch",),
+    "compile": ("torch._dynamo",),
+    "vllm": ("vllm.v1.worker.gpu_worker", "vllm.v1.worker.cpu_worker", "vllm.v1.engine.core",
+             "vllm.v1.engine.llm_engine", "vllm.v1.engine.async_llm"),
+    "transformers": ("transformers.modeling_utils", "transformers.models.auto.auto_factory",
+                     "transformers.models.auto.modeling_auto"),
+}
+NAMES = tuple(TARGETS)
+
+
+def load(name: str):
+    """The patch module ``name`` (a key of TARGETS), imported on first use."""
+    return importlib.import_module(f"{__name__}.{name}")
+
+
+def loaded() -> list:
+    """The patch modules imported so far, in patching order: the only ones that can have
+    patched anything or hold per-start-up state."""
+    return [module for module in (sys.modules.get(f"{__name__}.{name}") for name in NAMES) if module is not None]
+
+
+def __getattr__(attribute: str):
+    # ``patches.ALL``: every patch module, imported (tests and tools that want the whole set;
+    # the runtime uses loaded()).
+    if attribute == "ALL":
+        return tuple(load(name) for name in NAMES)
+    raise AttributeError(f"module {__name__!r} has no attribute {attribute!r}")

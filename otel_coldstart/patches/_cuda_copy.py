@@ -23,7 +23,7 @@ machine. Read against ``aten/src/ATen/native/cuda/Copy.cu`` (torch 2.13):
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections import namedtuple
 
 H2D = "h2d"
 D2H = "d2h"
@@ -33,10 +33,12 @@ CONVERTED_ON_HOST = "host"
 CONVERTED_ON_DEVICE = "device"
 
 
-class BusCopy(NamedTuple):
-    bytes: int  # bytes that cross the host<->device bus
-    pinned: bool  # whether the host memory the DMA reads (H2D) or writes (D2H) is page-locked
-    converted_on: str | None  # where a dtype change / relayout happens: host | device | None
+class BusCopy(namedtuple("BusCopy", (
+    "bytes",  # bytes that cross the host<->device bus
+    "pinned",  # whether the host memory the DMA reads (H2D) or writes (D2H) is page-locked
+    "converted_on",  # where a dtype change / relayout happens: host | device | None
+))):
+    __slots__ = ()
 
 
 def bus_copy(direction: str, numel: int, src_itemsize: int, dst_itemsize: int, same_dtype: bool,

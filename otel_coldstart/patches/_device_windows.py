@@ -36,7 +36,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, NamedTuple
+from collections import namedtuple
+from typing import Any, Callable
 
 from .. import semconv
 from ..recorder import ASYNC_WORK
@@ -116,12 +117,14 @@ def gate(call, *args):
 
 # --- windows ------------------------------------------------------------------------------------
 
-class Mark(NamedTuple):
+class Mark(namedtuple("Mark", (
+    "window",
+    "event",
+    "wall_ns",
+))):
     """An event recorded on the work's stream just before a call, and the host clock then."""
 
-    window: "StreamWindow"
-    event: Any
-    wall_ns: int
+    __slots__ = ()
 
 
 class DeviceWork:
@@ -239,9 +242,11 @@ def join(work: DeviceWork, mark: Mark | None, nbytes: int, start_ns: int, end_ns
     return False
 
 
-class Resolution(NamedTuple):
-    device_ns: int  # device time of the timed work (devices in parallel: the longest)
-    last_end_ns: int  # host clock estimate of when the last timed work finished
+class Resolution(namedtuple("Resolution", (
+    "device_ns",  # device time of the timed work (devices in parallel: the longest)
+    "last_end_ns",  # host clock estimate of when the last timed work finished
+))):
+    __slots__ = ()
 
 
 def _close_if_done(window: StreamWindow) -> bool:
@@ -362,11 +367,13 @@ def give_back(made: Mark | None) -> None:
 
 # --- blocking copies behind queued work (finding 3: nothing is asked before settle) -------------
 
-class BlockingCopy(NamedTuple):
-    window: StreamWindow
-    before: Any  # completes when the work queued before the copy has
-    after: Any  # recorded once the call returned: completes after the copy
-    host_ns: int
+class BlockingCopy(namedtuple("BlockingCopy", (
+    "window",
+    "before",  # completes when the work queued before the copy has
+    "after",  # recorded once the call returned: completes after the copy
+    "host_ns",
+))):
+    __slots__ = ()
 
 
 def _record_before(window: StreamWindow):

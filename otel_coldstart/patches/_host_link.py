@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import platform
-from typing import NamedTuple
+from collections import namedtuple
 
 from .. import semconv
 
@@ -39,9 +39,11 @@ _GPU_VENDORS = ("0x10de", "0x1002")  # NVIDIA, AMD
 _PCIE_ARCHITECTURES = ("x86_64", "amd64", "i686")
 
 
-class Link(NamedTuple):
-    description: str  # "pcie gen5 x16", "unknown", "integrated"
-    bound_bps: float | None  # bytes/s per direction, all visible devices; None: no link to bound
+class Link(namedtuple("Link", (
+    "description",  # "pcie gen5 x16", "unknown", "integrated"
+    "bound_bps",  # bytes/s per direction, all visible devices; None: no link to bound
+))):
+    __slots__ = ()
 
 
 def coding_efficiency(gts: float) -> float:

@@ -79,6 +79,7 @@ _installed = None  # (bootstrap module, original function, our wrapper, its live
 _min_ns = int(DEFAULT_MIN_MS * 1e6)
 _local = threading.local()  # .stack: imports in progress on this thread; .busy: our own bookkeeping
 OWN_THREAD_PREFIX = "otel-coldstart-"  # every thread the plugin starts is named so
+_OWN_PACKAGE = __name__.split(".")[0] + "."  # "otel_coldstart.": the plugin's own modules
 
 
 def get_version() -> str | None:
@@ -148,7 +149,7 @@ class _Import:
     generation-2 collection into the host's cast. Strings, ints and arrays are not tracked
     by the collector."""
 
-    __slots__ = ("name", "session", "wall_start", "module_names", "module_ns")
+    __slots__ = ("name", "session", "wall_start", "module_names", "module_ns", "plugin_ns")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -156,6 +157,7 @@ class _Import:
         self.wall_start = 0
         self.module_names: list | None = None
         self.module_ns = array("q")
+        self.plugin_ns = 0  # the plugin's own work inside it (run_as_plugin): coldstart.import.own_s
 
     @property
     def modules(self) -> list | None:
@@ -180,15 +182,8 @@ class _Stack:
         del self.children[depth:]
 
 
-def _enter(name):
-    """Before the original runs: None when there is nothing to record (no start-up, a module
-    already imported, our own bookkeeping importing something), else a token for ``_leave``:
-    the top-level import's record, or a nested import's depth. Runs once per module loaded:
-    kept to a few attribute reads, and no object the garbage collector tracks."""
-    session = _session.ACTIVE
-    if session is None or session.ended or name in sys.modules:
-        return None
-    local = _local
+def _thread_stack(local) -> _Stack:
+    """This thread's import stack, made on its first import."""
     stack = getattr(local, "stack", None)
     if stack is None:
         stack = local.stack = _Stack()
@@ -196,8 +191,65 @@ def _enter(name):
         # the SDK's lazily: the plugin's cost, not the host's import time, and a second thread's
         # span would overlap the host's phases. Decided once per thread.
         local.busy = threading.current_thread().name.startswith(OWN_THREAD_PREFIX)
+    return stack
+
+
+class _PluginWork:
+    """The plugin's own work inside a host's import, in progress (see run_as_plugin)."""
+
+    __slots__ = ("start", "was_busy")
+
+
+def _begin_plugin_work(local) -> _PluginWork:
+    _thread_stack(local)
+    work = _PluginWork()
+    work.was_busy = local.busy
+    local.busy = True  # its own imports are not recorded
+    work.start = time.perf_counter_ns()
+    return work
+
+
+def _end_plugin_work(local, work: _PluginWork, end: int) -> None:
+    local.busy = work.was_busy
+    stack = local.stack
+    if stack.names and stack.top is not None:
+        elapsed = end - work.start
+        stack.children[-1] += elapsed  # not the importing module's self time
+        stack.top.plugin_ns += elapsed
+
+
+def run_as_plugin(work, *args):
+    """Run the plugin's own work inside whatever import is in progress on this thread: a patch
+    module imported and applied when its library arrives (the post-import hook runs inside the
+    host's ``import torch``). Its modules are not listed as the host's, and its time is taken
+    out of the importing module's self time and written as the import span's
+    ``coldstart.import.own_s``, which the analyzer keeps out of its "import less" advice.
+    A module of this package imported lazily on the host's thread is treated the same way
+    (``_enter``)."""
+    local = _local
+    token = _begin_plugin_work(local)
+    try:
+        return work(*args)
+    finally:
+        _end_plugin_work(local, token, time.perf_counter_ns())
+
+
+def _enter(name):
+    """Before the original runs: None when there is nothing to record (no start-up, a module
+    already imported, our own bookkeeping importing something), else a token for ``_leave``:
+    the top-level import's record, a nested import's depth, or the plugin's own module. Runs once per module loaded:
+    kept to a few attribute reads, and no object the garbage collector tracks."""
+    session = _session.ACTIVE
+    if session is None or session.ended or name in sys.modules:
+        return None
+    local = _local
+    stack = _thread_stack(local)
     if local.busy:
         return None
+    if name.startswith(_OWN_PACKAGE):
+        # The plugin importing one of its own modules lazily on the host's thread (a probe's
+        # or a patch module's first use): the plugin's work, never the host's import.
+        return _begin_plugin_work(local)
     names = stack.names
     if names and stack.top.session is not session:
         # Left from another start-up: a child forked during an import, or a re-instrument
@@ -231,6 +283,12 @@ def _leave(token, failed: bool) -> None:
     """After the original returned or raised: never raises (the host's result or exception
     is on its way back)."""
     end = time.perf_counter_ns()
+    if type(token) is _PluginWork:
+        try:
+            _end_plugin_work(_local, token, end)
+        except Exception:
+            report_internal_error("import end")
+        return
     try:
         stack = _local.stack
         top = token if type(token) is _Import else None
@@ -286,6 +344,8 @@ def _finish(frame: _Import, cumulative_ns: int, own_ns: int, failed: bool) -> No
     attrs[semconv.THREAD_NAME] = threading.current_thread().name
     if failed:
         attrs[semconv.IMPORT_FAILED] = True
+    if frame.plugin_ns:
+        attrs[semconv.IMPORT_OWN_S] = frame.plugin_ns / 1e9
     session.emit_span(semconv.phase_span_name(semconv.PHASE_IMPORT), semconv.PHASE_IMPORT, parent,
                       frame.wall_start, frame.wall_start + cumulative_ns, attrs)
 
@@ -293,7 +353,7 @@ def _finish(frame: _Import, cumulative_ns: int, own_ns: int, failed: bool) -> No
 class _Batch:
     """Consecutive fast top-level imports of one thread under one parent."""
 
-    __slots__ = ("parent", "start", "end", "busy_ns", "calls", "modules", "thread_name")
+    __slots__ = ("parent", "start", "end", "busy_ns", "calls", "modules", "thread_name", "plugin_ns")
 
     def __init__(self, parent, start: int, thread_name: str) -> None:
         self.parent = parent
@@ -303,6 +363,7 @@ class _Batch:
         self.calls = 0
         self.modules: list = []
         self.thread_name = thread_name
+        self.plugin_ns = 0
 
 
 class _Batches:
@@ -326,6 +387,7 @@ class _Batches:
             batch.end = end
             batch.busy_ns += cumulative_ns
             batch.calls += 1
+            batch.plugin_ns += frame.plugin_ns
             batch.modules.extend(frame.modules or ())
 
     def flush(self, session, thread: int | None = None) -> None:
@@ -350,6 +412,8 @@ def _emit_batch(session, thread: int, batch: _Batch) -> None:
     attrs = _attributes(batch.modules)
     attrs.update({semconv.AGGREGATE: True, semconv.CALLS: batch.calls, semconv.BUSY_S: batch.busy_ns / 1e9,
                   semconv.THREAD_ID: thread, semconv.THREAD_NAME: batch.thread_name})
+    if batch.plugin_ns:
+        attrs[semconv.IMPORT_OWN_S] = batch.plugin_ns / 1e9
     session.emit_span(semconv.phase_span_name(semconv.PHASE_IMPORT), semconv.PHASE_IMPORT, batch.parent,
                       batch.start, batch.end, attrs)
 
@@ -390,5 +454,7 @@ def _interrupt(frame: _Import, end_ns: int) -> None:
     attrs[semconv.IMPORT_MODULE] = frame.name
     attrs[semconv.IMPORT_CUMULATIVE_S] = max(0, end_ns - frame.wall_start) / 1e9
     attrs[semconv.INTERRUPTED] = True
+    if frame.plugin_ns:
+        attrs[semconv.IMPORT_OWN_S] = frame.plugin_ns / 1e9
     session.emit_span(semconv.phase_span_name(semconv.PHASE_IMPORT), semconv.PHASE_IMPORT, session.root_context,
                       frame.wall_start, end_ns, attrs)

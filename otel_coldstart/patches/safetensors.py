@@ -402,10 +402,15 @@ _name_wrapper: list = []  # the one wrapper of the safe_open name, shared by eve
 
 def _wrap_safe_open_names(handle_type) -> None:
     """Bind ``safe_open`` to one wrapper in every imported module that binds the class (one
-    object everywhere, so ``safetensors.safe_open is safetensors.torch.safe_open`` still holds)."""
-    if not _name_wrapper or _name_wrapper[0].__wrapped__ is not handle_type:
-        _name_wrapper[:] = [ColdstartWrapper(handle_type, _open_handle)]
-    wrapper = _name_wrapper[0]
+    object everywhere, so ``safetensors.safe_open is safetensors.torch.safe_open`` still holds).
+
+    Once per wrapper: patch() runs again for each of its targets, and a module imported since
+    the scan took the name from ``safetensors``, which already binds the wrapper (with torch
+    imported, one scan of sys.modules is ~1 ms on the host's thread; it ran four times)."""
+    if _name_wrapper and _name_wrapper[0].__wrapped__ is handle_type:
+        return
+    wrapper = ColdstartWrapper(handle_type, _open_handle)
+    _name_wrapper[:] = [wrapper]
     home = sys.modules.get("safetensors._safetensors_rust")  # the class's own module stays as it is
     for module in list(sys.modules.values()):
         namespace = getattr(module, "__dict__", None)

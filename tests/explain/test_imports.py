@@ -258,3 +258,29 @@ def test_a_wrapper_someone_put_over_ours_keeps_working_and_ours_goes_inert(modul
         otel_coldstart.uninstrument()
         assert bootstrap._find_and_load is theirs
         bootstrap._find_and_load = ours.__wrapped__
+
+
+def test_the_plugins_own_work_inside_a_host_import_is_its_own_s_not_the_hosts(modules, traced, monkeypatch):
+    """A patch module imported and applied when its library arrives (run_as_plugin), and a
+    module of the plugin's package imported lazily inside a host's import: neither is listed
+    among the host's modules nor counted in its self time; both are the span's own_s."""
+    monkeypatch.setattr(imports, "_OWN_PACKAGE", "ourplugin.")
+    modules("ourplugin.lazy", "import time\ntime.sleep(0.04)\nimport ourplugin_dep\n")
+    modules("ourplugin_dep", "X = 1\n")
+    modules("hostpkg", """
+        import time
+        from otel_coldstart.patches import imports
+        time.sleep(0.03)
+        import ourplugin.lazy
+        imports.run_as_plugin(time.sleep, 0.05)
+    """)
+    import hostpkg  # noqa: F401
+
+    (span,) = _imports(traced)
+    attrs = span.attributes
+    assert attrs[semconv.IMPORT_MODULE] == "hostpkg"
+    assert attrs[semconv.IMPORT_MODULES] == 1  # ourplugin, its package and what it imported: not the host's
+    assert list(attrs[semconv.IMPORT_PACKAGES]) == ["hostpkg"]
+    assert 0.09 <= attrs[semconv.IMPORT_OWN_S] < 0.15
+    assert 0.03 <= attrs[semconv.IMPORT_SELF_S] < 0.07
+    assert attrs[semconv.IMPORT_CUMULATIVE_S] >= 0.12

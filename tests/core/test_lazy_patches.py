@@ -1,0 +1,87 @@
+"""Patch modules are imported when their library is (patches.load), not with the package: the
+registry says what each waits for, a process that has not imported torch at instrument() pays
+for none of torch's, and one that imports torch afterwards is patched and ended as before."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from otel_coldstart import patches, semconv
+from otel_coldstart.analyze.readers import read_trace_file
+
+
+def test_the_registry_names_every_patch_module_with_its_own_targets():
+    directory = pathlib.Path(patches.__file__).parent
+    on_disk = {path.stem for path in directory.glob("*.py") if not path.stem.startswith("_")}
+    assert set(patches.NAMES) == on_disk
+    for name in patches.NAMES:
+        assert patches.load(name).TARGETS == patches.TARGETS[name], name
+    assert patches.NAMES[0] == "imports"  # patched first: the others' own imports are counted
+    assert [module.__name__.rsplit(".", 1)[-1] for module in patches.ALL] == list(patches.NAMES)
+
+
+CHILD = r"""
+import json, sys
+import otel_coldstart
+otel_coldstart.instrument(summary=False)
+before = {"torch": "torch" in sys.modules,
+          "loaded": sorted(m for m in sys.modules if m.startswith("otel_coldstart.patches."))}
+import torch
+from safetensors import safe_open
+from otel_coldstart.patches._wrapping import ColdstartWrapper
+after = {"loaded": sorted(m for m in sys.modules if m.startswith("otel_coldstart.patches.")),
+         "to_wrapped": isinstance(vars(torch.Tensor).get("to"), ColdstartWrapper)}
+handle = safe_open(sys.argv[1], framework="pt")  # never closed: the end of the start-up ends its span
+for key in handle.keys():
+    handle.get_tensor(key).to(torch.float16)
+otel_coldstart.ready()
+after["to_restored"] = not isinstance(vars(torch.Tensor).get("to"), ColdstartWrapper)
+print(json.dumps({"before": before, "after": after, "file": otel_coldstart.trace_file()}))
+"""
+
+
+@pytest.mark.process
+def test_torch_imported_after_instrument_loads_its_patches_then_and_ends_them_at_ready(tmp_path, small_checkpoint):
+    env = dict(os.environ, OTEL_COLDSTART_OUTPUT_DIR=str(tmp_path / "traces"))
+    env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+    done = subprocess.run([sys.executable, "-c", CHILD, small_checkpoint[0]], env=env, capture_output=True,
+                          text=True, timeout=120, check=True)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+
+    # At instrument(): the import hook only; nothing of torch's, and torch itself not imported.
+    assert result["before"]["torch"] is False
+    assert result["before"]["loaded"] == ["otel_coldstart.patches._storage", "otel_coldstart.patches.imports"]
+    # torch and safetensors arrived: their patch modules with them, patched.
+    loaded = set(result["after"]["loaded"])
+    assert {f"otel_coldstart.patches.{name}" for name in
+            ("torch_load", "safetensors", "tensor_ops", "pinning", "cuda_graphs", "runtime")} <= loaded
+    assert not loaded & {"otel_coldstart.patches.vllm", "otel_coldstart.patches.transformers"}
+    assert result["after"]["to_wrapped"] is True
+    assert result["after"]["to_restored"] is True  # tensor_ops (loaded late) is hot-path: removed at ready()
+
+    spans = read_trace_file(result["file"])
+    reads = [s for s in spans if s.name == semconv.phase_span_name(semconv.PHASE_DESERIALIZE)]
+    # The handle was never closed: safetensors' end_of_startup (a module loaded after the
+    # start-up began) ended its span.
+    assert [s.attributes.get(semconv.FILE_PATH) for s in reads] == [small_checkpoint[0]]
+    casts = [s for s in spans if s.attributes.get(semconv.CALLS) and s.name.startswith("coldstart.")
+             and s.attributes.get(semconv.AGGREGATE)]
+    assert casts, [s.name for s in spans]
+
+    # The patch modules were imported inside the host's `import torch`: the plugin's work, not
+    # torch's. Not listed among its modules, and their time is the span's own_s.
+    imports = [s for s in spans if s.attributes.get(semconv.IMPORT_MODULE) == "torch"]
+    assert len(imports) == 1
+    torch_import = imports[0]
+    own_s = torch_import.attributes.get(semconv.IMPORT_OWN_S)
+    assert isinstance(own_s, float) and 0 < own_s * 1e9 < torch_import.duration_ns
+    for span in spans:
+        if span.name == semconv.phase_span_name(semconv.PHASE_IMPORT):
+            assert "otel_coldstart" not in (span.attributes.get(semconv.IMPORT_PACKAGES) or ()), span.attributes
+            assert not any(str(m).startswith("otel_coldstart") for m in span.attributes.get(semconv.IMPORT_HEAVIEST) or ())
