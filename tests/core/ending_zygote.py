@@ -132,7 +132,12 @@ def hold(where: str) -> None:
         sys.exit(0)
     if ENDING == "exception":
         raise RuntimeError("the disk caught fire")
-    time.sleep(120)  # a real signal from the test ends us here
+    # A real signal from the test ends us here. Short sleeps, not one long one: a SIGINT that
+    # lands after the HOLD file is made but before the sleep's syscall only sets CPython's
+    # flag, and a 120 s sleep would not look at it again until it returns (CI saw a
+    # sigint case wait past the harness's 90 s that way on a loaded machine).
+    for _ in range(1200):
+        time.sleep(0.1)
 
 
 # Inside the read: the first call of the loader's own reading function (a C function) after
