@@ -30,6 +30,7 @@ from opentelemetry import trace
 from . import _host_warnings, _otel_env, ending, export, own_tracing, patches, semconv
 from . import session as _session
 from ._errors import internal_errors, report_internal_error
+from .patches.imports import run_as_plugin  # the import hook is always loaded: its target always is
 from .startup import Options, Startup, configure_metrics, metrics_can_wait, rank_attributes
 
 _hooks_registered = False
@@ -233,8 +234,7 @@ def _patch_named(name: str) -> None:
     if _session.ACTIVE is None:
         return  # nothing to record for: a later instrument() patches what is imported by then
     with internal_errors(f"load patches.{name}"):
-        imports_patch = patches.load("imports")
-        imports_patch.run_as_plugin(lambda: _patch_module(patches.load(name)))
+        run_as_plugin(lambda: _patch_module(patches.load(name)))
 
 
 def _register_hooks() -> None:

@@ -237,8 +237,9 @@ def run_as_plugin(work, *args):
 def _enter(name):
     """Before the original runs: None when there is nothing to record (no start-up, a module
     already imported, our own bookkeeping importing something), else a token for ``_leave``:
-    the top-level import's record, a nested import's depth, or the plugin's own module. Runs once per module loaded:
-    kept to a few attribute reads, and no object the garbage collector tracks."""
+    the top-level import's record, a nested import's depth, or the plugin's own module's
+    ``_PluginWork``. Runs once per module loaded: kept to a few attribute reads, and no object
+    the garbage collector tracks (but for our own modules, a handful per process)."""
     session = _session.ACTIVE
     if session is None or session.ended or name in sys.modules:
         return None
