@@ -20,7 +20,7 @@ with ``BENCH_BALLAST=N`` empty lists made first, for each ``--ballast`` N: the c
 the collection follows the headroom whichever made it small, and a ballast with the plugin's
 headroom pays the same collection without any plugin code, the cost is the schedule's.
 
-    python benchmarks/gc_phase.py [--runs 3] [--ballast 0 5000 10000 15000] [--smoke] [--json OUT]
+    python benchmarks/gc_phase.py [--runs 3] [--ballast 5000 10000 15000] [--smoke] [--json OUT]
 """
 
 from __future__ import annotations

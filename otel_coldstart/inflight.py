@@ -47,6 +47,7 @@ import sys
 import threading
 import time
 import weakref
+from collections import namedtuple
 from typing import Any, Callable
 
 from . import semconv
@@ -118,31 +119,24 @@ class _Open:
         self.file_read = None  # a patches._files.FileRead whose .bytes grow as it reads
 
 
-class Snapshot:
-    """What a start-up in flight looks like at ``now_ns`` (read-only by convention; a plain
-    class, not a dataclass: the decorator and its module are ~1.5 ms on instrument()'s path)."""
+class Snapshot(namedtuple("Snapshot", (
+    "now_ns",
+    "elapsed_s",
+    "phase",  # the running phase (UNATTRIBUTED when no span of ours is open)
+    "phase_elapsed_s",  # time in the running span (or since the last span ended)
+    "running",  # the _Open running now, or None
+    "open",  # of _Open, oldest first
+    "bytes_loaded",
+    "bytes_expected",
+    "opened",
+    "done",
+    "expected_source",  # semconv.EXPECTED_FROM_*: what bytes_expected is made of
+    "last_done",  # (name, attributes, end_ns) of the span of ours that ended last
+), defaults=(None, None))):
+    """What a start-up in flight looks like at ``now_ns`` (a namedtuple, as the start-up path's
+    other records: a dataclass and its module are ~1.5 ms on instrument()'s path)."""
 
-    __slots__ = ("now_ns", "elapsed_s", "phase", "phase_elapsed_s", "running", "open", "bytes_loaded",
-                 "bytes_expected", "opened", "done", "expected_source", "last_done")
-
-    def __init__(self, now_ns: int, elapsed_s: float, phase: str, phase_elapsed_s: float, running: "_Open | None",
-                 open: tuple, bytes_loaded: int, bytes_expected: int | None, opened: int, done: int,
-                 expected_source: str | None = None, last_done: tuple | None = None) -> None:
-        self.now_ns = now_ns
-        self.elapsed_s = elapsed_s
-        self.phase = phase  # the running phase (UNATTRIBUTED when no span of ours is open)
-        self.phase_elapsed_s = phase_elapsed_s  # time in the running span (or since the last span ended)
-        self.running = running
-        self.open = open  # of _Open, oldest first
-        self.bytes_loaded = bytes_loaded
-        self.bytes_expected = bytes_expected
-        self.opened = opened
-        self.done = done
-        self.expected_source = expected_source  # semconv.EXPECTED_FROM_*: what bytes_expected is made of
-        self.last_done = last_done  # (name, attributes, end_ns) of the span of ours that ended last
-
-    def __repr__(self) -> str:
-        return f"Snapshot({', '.join(f'{name}={getattr(self, name)!r}' for name in self.__slots__)})"
+    __slots__ = ()
 
 
 class ProgressBoard:
