@@ -28,6 +28,7 @@ environment variables control the schedule (unset: the process as it is):
 import gc
 import os
 import sys
+import threading
 import time
 
 _BALLAST = [[] for _ in range(int(os.environ.get("BENCH_BALLAST") or 0))]
@@ -100,23 +101,65 @@ def start_up(fmt: str, paths: list[str]) -> tuple[int, float]:
     return sum(p.numel() for p in model.parameters() if p.dtype == torch.float16), load_s
 
 
-class _FullCollections:
-    """A gc callback: how many full (generation-2) collections ran, and for how long."""
+class _Collections:
+    """A gc callback: how many collections of each generation ran, and for how long (the
+    full, generation-2 ones are the schedule's lottery; the young ones are what any
+    allocation pays)."""
 
     def __init__(self) -> None:
-        self.count = 0
-        self.seconds = 0.0
+        self.count = [0, 0, 0]
+        self.seconds = [0.0, 0.0, 0.0]
         self._began = None
 
     def __call__(self, phase: str, info: dict) -> None:
-        if info.get("generation") != 2:
-            return
         if phase == "start":
             self._began = time.perf_counter()
         elif self._began is not None:
-            self.count += 1
-            self.seconds += time.perf_counter() - self._began
+            generation = info.get("generation", 0)
+            self.count[generation] += 1
+            self.seconds[generation] += time.perf_counter() - self._began
             self._began = None
+
+
+def _task_cpu_ns() -> dict:
+    """CPU time of each of this process's threads so far, in ns (``/proc/self/task/*/schedstat``:
+    exact, where ``/proc/.../stat`` counts 10 ms ticks). Empty where the kernel has no schedstat."""
+    cpu = {}
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return cpu
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as handle:
+                cpu[int(tid)] = int(handle.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return cpu
+
+
+def _threads_cpu_s(before: dict, after: dict, process_cpu_s: float) -> dict | None:
+    """The window's CPU by who spent it: the host's main thread; torch's own (intra-op) threads,
+    which are not Python threads; the Python threads other than the main one (the plugin's:
+    the in-flight monitor, the export and SIGTERM threads); and threads that began and ended
+    inside the window (the process's CPU no live thread accounts for: the plugin's short-lived
+    export threads). None without schedstat."""
+    if not before or not after:
+        return None
+    python_threads = {thread.native_id: thread for thread in threading.enumerate()}
+    main_id = threading.main_thread().native_id
+    spent = {"main": 0.0, "torch": 0.0, "other_python": 0.0}
+    for tid, ns in after.items():
+        seconds = (ns - before.get(tid, 0)) / 1e9
+        if tid == main_id:
+            spent["main"] += seconds
+        elif tid in python_threads:
+            spent["other_python"] += seconds
+        else:
+            spent["torch"] += seconds
+    # process_time() and schedstat are different clocks: a fraction of a ms apart, never below 0.
+    spent["ended"] = max(0.0, process_cpu_s - sum(spent.values()))
+    return spent
 
 
 def _headroom() -> int:
@@ -150,8 +193,9 @@ def main() -> None:
     if os.environ.get("BENCH_HEADROOM"):
         print(json.dumps({"side": SIDE, "headroom": _headroom()}), flush=True)
         return
-    full_collections = _FullCollections()
-    gc.callbacks.append(full_collections)
+    collections = _Collections()
+    gc.callbacks.append(collections)
+    tasks_before = _task_cpu_ns()
     began, began_cpu = time.perf_counter(), time.process_time()
     if SIDE == "profiler":
         with torch.profiler.profile():
@@ -162,7 +206,8 @@ def main() -> None:
     # The CPU all the process's threads spent in it (torch's, ours): what other tenants of a
     # shared machine disturb much less than the wall time.
     work_cpu_s = time.process_time() - began_cpu
-    gc.callbacks.remove(full_collections)
+    tasks_after = _task_cpu_ns()
+    gc.callbacks.remove(collections)
     ready_s = ready_cpu_s = None
     if SIDE == "coldstart":
         ready_began = time.perf_counter()
@@ -183,8 +228,11 @@ def main() -> None:
         "instrument_cpu_s": INSTRUMENT_CPU_S,
         "ready_cpu_s": ready_cpu_s,
         "cast_elements": cast,
-        "gc_full_in_work": full_collections.count,  # full collections that ran inside the load + cast
-        "gc_full_s": full_collections.seconds,
+        "gc_full_in_work": collections.count[2],  # full collections that ran inside the load + cast
+        "gc_full_s": collections.seconds[2],
+        "gc_young_in_work": collections.count[:2],  # generation 0 and 1
+        "gc_young_s": sum(collections.seconds[:2]),
+        "threads_cpu_s": _threads_cpu_s(tasks_before, tasks_after, work_cpu_s),
         "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
         # Wall clock when the work is done: the parent subtracts it from the moment the
         # process has exited, giving the exit tail (atexit handlers, interpreter teardown).
