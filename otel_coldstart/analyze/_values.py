@@ -121,18 +121,28 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 def int64(value: object) -> int | None:
     """An int attribute as OTLP and Jaeger define it (int64), or None for anything that is
     not one: Infinity/NaN, a 400-digit number, a fraction. Analysis divides and sums these
-    as floats; an out-of-range one would overflow there."""
+    as floats; an out-of-range one would overflow there.
+
+    A string in exponent or fraction notation (``"1e3"``, ``"1.0"``) is read as the float
+    it spells when that is whole, as the protobuf JSON mapping allows for integers and as
+    the fast reader's decoder (msgspec, read_otlp_fast.py) reads it: both paths give the
+    same number."""
     if isinstance(value, bool):
         return None
     if isinstance(value, str):
         text = value.strip()
-        if not text or len(text) > 20:
+        if not text:
             return None
         try:
-            value = int(text)
+            value = int(text) if len(text) <= 20 else None  # int() of 400 digits is slow; a float is not
         except ValueError:
-            return None
-    elif isinstance(value, float):
+            value = None
+        if value is None:
+            try:
+                value = float(text)
+            except ValueError:
+                return None
+    if isinstance(value, float):
         if not math.isfinite(value) or not value.is_integer():
             return None
         value = int(value)

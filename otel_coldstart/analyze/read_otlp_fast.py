@@ -13,7 +13,7 @@ from typing import Annotated, Optional, Union
 
 UNSET = object()  # replaced by msgspec.UNSET below when msgspec is installed
 
-from ._values import TraceReadError, finite_float, hex_id, unix_ns
+from ._values import INT64_MAX, INT64_MIN, TraceReadError, finite_float, hex_id, unix_ns
 from .model import Attributes, Span
 from .read_otlp import _STATUS, any_value, with_failure
 
@@ -33,11 +33,14 @@ if msgspec is not None:  # typed structs: the decoder fills them without buildin
     UNSET = msgspec.UNSET
     _Unset = msgspec.UnsetType
     _UnixNs = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+    # An int attribute outside int64 fails validation (the general path makes it None): the
+    # analysis sums and divides these as floats, where a 400-digit one would overflow.
+    _Int64 = Annotated[int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX)]
 
     class AnyValue(msgspec.Struct):
         stringValue: Union[str, _Unset] = UNSET
         boolValue: Union[bool, str, _Unset] = UNSET
-        intValue: Union[int, _Unset] = UNSET  # "123" is made an int by the decoder (strict=False)
+        intValue: Union[_Int64, _Unset] = UNSET  # "123" is made an int by the decoder (strict=False)
         doubleValue: Union[float, str, _Unset] = UNSET
         arrayValue: Union[dict, _Unset] = UNSET
         bytesValue: Union[str, _Unset] = UNSET
