@@ -11,6 +11,23 @@ from .. import semconv
 AttrValue = Union[str, bool, int, float, tuple]
 
 
+_new = object.__new__
+
+
+class Layout(dict):
+    """One key layout of :class:`Attributes` (key -> position in the values), and where in it
+    are the keys :class:`Span` reads at construction: found once per layout rather than by
+    three lookups a span."""
+
+    __slots__ = ("phase", "thread", "aggregate", "busy")
+
+    def locate(self) -> None:
+        self.phase = self.get(semconv.PHASE)
+        self.thread = self.get(semconv.THREAD_ID)
+        self.aggregate = self.get(semconv.AGGREGATE)
+        self.busy = self.get(semconv.BUSY_S)
+
+
 class Attributes(Mapping):
     """A read-only mapping of one span's attributes, stored as a tuple of values beside a key
     layout shared by every span with the same keys in the same order (a plugin writes the
@@ -18,23 +35,23 @@ class Attributes(Mapping):
     on a million-span trace, the difference between fitting in 1 GB and not."""
 
     __slots__ = ("_index", "_values")
-    _layouts: dict[tuple, dict[str, int]] = {}
+    _layouts: dict[tuple, "Layout"] = {}
     MAX_LAYOUTS = 4096  # a trace with ever-new key sets gets plain dicts beyond this
-
-    def __init__(self, index: dict[str, int], values: tuple) -> None:
-        self._index = index
-        self._values = values
 
     @classmethod
     def build(cls, keys: tuple, values: tuple) -> Mapping[str, Any]:
         index = cls._layouts.get(keys)
         if index is None:
             keys = tuple(sys.intern(key) for key in keys)
-            index = {key: position for position, key in enumerate(keys)}
+            index = Layout((key, position) for position, key in enumerate(keys))
             if len(index) != len(keys) or len(cls._layouts) >= cls.MAX_LAYOUTS:
                 return dict(zip(keys, values))  # a repeated key (the last wins) or too many layouts
+            index.locate()
             cls._layouts[keys] = index
-        return cls(index, values)
+        attributes = _new(cls)  # not cls(...): a call through type and __init__ costs twice as much
+        attributes._index = index
+        attributes._values = values
+        return attributes
 
     def get(self, key: str, default: Any = None) -> Any:
         position = self._index.get(key)
@@ -101,22 +118,15 @@ class Span:
     aggregate_busy_ns: int | None = field(init=False, compare=False, repr=False)  # None: not an aggregate
 
     def __post_init__(self) -> None:
-        attributes = self.attributes
-        if attributes.__class__ is Attributes:  # the reader's compact mapping: skip the method calls
-            index, values = attributes._index, attributes._values
-            position = index.get(semconv.PHASE)
-            phase = None if position is None else values[position]
-            position = index.get(semconv.THREAD_ID)
-            thread = None if position is None else values[position]
-            position = index.get(semconv.AGGREGATE)
-            aggregate = None if position is None else values[position]
-        else:
-            phase = attributes.get(semconv.PHASE)
-            thread = attributes.get(semconv.THREAD_ID)
-            aggregate = attributes.get(semconv.AGGREGATE)
+        if self.attributes.__class__ is Attributes:  # a reader's compact mapping (or a replace() of one)
+            _derive_compact(self)
+            return
+        get = self.attributes.get
+        phase, thread = get(semconv.PHASE), get(semconv.THREAD_ID)
         self.phase = phase if phase.__class__ is str else None
         self.thread_id = thread if thread.__class__ is int else None
-        self.aggregate_busy_ns = self._aggregate_busy_ns() if aggregate else None
+        self.aggregate_busy_ns = (_busy_ns(get(semconv.BUSY_S), max(0, self.end_ns - self.start_ns))
+                                  if get(semconv.AGGREGATE) else None)
 
     @property
     def duration_ns(self) -> int:
@@ -128,7 +138,7 @@ class Span:
 
     @property
     def is_aggregate(self) -> bool:
-        return bool(self.attributes.get(semconv.AGGREGATE))
+        return self.aggregate_busy_ns is not None  # set exactly when the aggregate attribute is true
 
     @property
     def busy_ns(self) -> int:
@@ -137,10 +147,30 @@ class Span:
         busy = self.aggregate_busy_ns
         return max(0, self.end_ns - self.start_ns) if busy is None else busy
 
-    def _aggregate_busy_ns(self) -> int:
-        busy = self.attributes.get(semconv.BUSY_S)
-        if isinstance(busy, (int, float)) and not isinstance(busy, bool) and busy >= 0:
-            if busy * 1e9 >= self.duration_ns:  # also catches a huge or infinite busy_s
-                return self.duration_ns
-            return int(round(busy * 1e9))
-        return self.duration_ns
+
+def _derive_compact(span: Span) -> None:
+    """__post_init__'s rules, read at the positions the layout knows."""
+    layout, values = span.attributes._index, span.attributes._values
+    span.phase = None if (at := layout.phase) is None or (value := values[at]).__class__ is not str else value
+    span.thread_id = None if (at := layout.thread) is None or (value := values[at]).__class__ is not int else value
+    if (at := layout.aggregate) is None or not values[at]:
+        span.aggregate_busy_ns = None
+        return
+    duration = span.end_ns - span.start_ns
+    duration = duration if duration > 0 else 0
+    busy = None if (at := layout.busy) is None else values[at]
+    if busy.__class__ is float and busy >= 0.0:  # the common case, inline: _busy_ns's rules for a float
+        busy *= 1e9
+        span.aggregate_busy_ns = duration if busy >= duration else round(busy)
+    else:
+        span.aggregate_busy_ns = _busy_ns(busy, duration)
+
+
+def _busy_ns(busy: Any, duration: int) -> int:
+    """An aggregate's ``busy_s`` in nanoseconds, no more than its duration; the duration when
+    it has none that makes sense."""
+    if isinstance(busy, (int, float)) and not isinstance(busy, bool) and busy >= 0:
+        if busy * 1e9 >= duration:  # also catches a huge or infinite busy_s
+            return duration
+        return int(round(busy * 1e9))
+    return duration

@@ -7,13 +7,16 @@ which equality leaves out."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import pickle
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analyze_records import data_file
 from otel_coldstart import semconv
+from otel_coldstart.analyze.model import Attributes, Span
 from otel_coldstart.analyze.read_otlp import spans_from_otlp
 from otel_coldstart.analyze.read_otlp_fast import spans_from_line
 from otel_coldstart.analyze.readers import read_trace
@@ -171,6 +174,27 @@ def test_int_attributes_past_int64_are_absent_in_json_lines_too(tmp_path, capsys
     assert main(["analyze", str(path), "--format", "json"]) == 0
     out, err = capsys.readouterr()
     assert "Traceback" not in err and json.loads(out)["startups"]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.sampled_from([semconv.PHASE, semconv.THREAD_ID, semconv.AGGREGATE, semconv.BUSY_S, "a"]),
+                       st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**63 - 1), st.floats(),
+                                 st.floats(0, 2000), st.integers(0, 2000), st.text(max_size=3), st.just(())),
+                       max_size=5),
+       st.integers(0, 2**42), st.integers(0, 2**42))
+def test_compact_attributes_derive_what_a_dict_does(attrs, start, end):
+    # Span reads phase, thread and busy time at positions its layout knows (model.Layout)
+    # when the attributes are a reader's compact mapping, by key otherwise: the same rules.
+    compact = Attributes.build(tuple(attrs), tuple(attrs.values()))
+    assert compact.__class__ is Attributes
+    spans = [Span("ab" * 16, "01" * 8, None, "x", start, end, mapping) for mapping in (attrs, compact)]
+    spans.append(dataclasses.replace(spans[1], end_ns=end + 7))  # a repair's new record derives again
+    spans.append(pickle.loads(pickle.dumps(spans[1])))  # as --jobs hands results between processes
+    derived = [(s.phase, s.thread_id, s.aggregate_busy_ns, s.is_aggregate, s.busy_ns - s.end_ns) for s in spans]
+    expected = Span("ab" * 16, "01" * 8, None, "x", start, end + 7, attrs)
+    assert derived[0] == derived[1] == derived[3]
+    assert derived[2] == (expected.phase, expected.thread_id, expected.aggregate_busy_ns, expected.is_aggregate,
+                          expected.busy_ns - expected.end_ns)
 
 
 def test_reader_uses_the_fast_path_and_keeps_formats(tmp_path):
