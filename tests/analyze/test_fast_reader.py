@@ -197,6 +197,17 @@ def test_compact_attributes_derive_what_a_dict_does(attrs, start, end):
                           expected.busy_ns - expected.end_ns)
 
 
+def test_an_id_that_is_empty_once_normalised_is_refused_however_often_it_comes():
+    # The fast path checks an id once and remembers it (read_otlp_fast._ids); a blank parent
+    # id remembered as "" must not let a span whose own id is blank through.
+    def span(span_id, parent=None):
+        return {"traceId": "ab" * 16, "spanId": span_id, "name": "s", "startTimeUnixNano": "1",
+                "endTimeUnixNano": "2", **({"parentSpanId": parent} if parent else {})}
+    line = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span("01" * 8, " "), span("")]}]}]}).encode()
+    assert _outcome(spans_from_line, line) == _outcome(_general, line) == (
+        "error", "TraceReadError", "OTLP span without a spanId")
+
+
 def test_reader_uses_the_fast_path_and_keeps_formats(tmp_path):
     lines = open(data_file("demo-two-ranks.otlp.jsonl"), "rb").read().splitlines()
     path = tmp_path / "t.jsonl"
