@@ -253,7 +253,7 @@ def _line_batch(line: bytes | None, fast: bool, facts: FileFacts, number: Callab
         facts.skipped.append(f"line {number()}: over the {max_bytes / 2**20:.0f} MiB limit for one line "
                              "(raise it with --max-input-mb)")
         return None
-    if not line.strip():
+    if not line or line.isspace():  # a blank line (not line.strip(): that copies every line)
         return None
     try:
         batch = spans_from_line(line) if fast else None
