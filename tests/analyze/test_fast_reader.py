@@ -92,14 +92,17 @@ def _outcome(fn, *args):
         return ("error", type(exc).__name__, str(exc))
 
 
+def _agrees_or_declines(doc) -> None:
+    line = json.dumps(doc).encode()
+    fast = _outcome(spans_from_line, line)
+    if fast != ("ok", None):  # None: declined, the general path reads it
+        assert fast == _outcome(_general, line)
+
+
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(document)
 def test_fast_path_agrees_or_declines(doc):
-    line = json.dumps(doc).encode()
-    fast = _outcome(spans_from_line, line)
-    if fast == ("ok", None):
-        return  # declined: the general path reads it
-    assert fast == _outcome(_general, line)
+    _agrees_or_declines(doc)
 
 
 # Lines both paths take whole, with the values that need care: int64 in every notation
@@ -143,11 +146,7 @@ clean_document = st.fixed_dictionaries({"resourceSpans": st.lists(st.fixed_dicti
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(clean_document)
 def test_lines_both_paths_take_give_the_same_records_and_derived_fields(doc):
-    line = json.dumps(doc).encode()
-    fast = _outcome(spans_from_line, line)
-    if fast == ("ok", None):
-        return
-    assert fast == _outcome(_general, line)
+    _agrees_or_declines(doc)
 
 
 def test_int_attributes_past_int64_are_absent_in_json_lines_too(tmp_path, capsys):
