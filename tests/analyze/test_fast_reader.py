@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import pickle
+import subprocess
+import sys
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -243,3 +247,19 @@ def test_big_json_is_streamed_with_the_same_content(tmp_path, monkeypatch):
     pretty = io.StringIO()
     rj.render_json(Report(results, findings), pretty)
     assert json.loads(streamed.getvalue()) == json.loads(pretty.getvalue())
+
+
+@pytest.mark.process
+def test_the_reading_benchmark_runs_against_another_checkout(tmp_path):
+    bench = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
+    sys.path.insert(0, bench)
+    try:
+        import analyzer_scale
+    finally:
+        sys.path.remove(bench)
+    path = str(tmp_path / "t.jsonl")
+    analyzer_scale.write_trace(path, 300)
+    repo = os.path.dirname(os.path.abspath(bench))
+    out = subprocess.run([sys.executable, os.path.join(bench, "read_cpu.py"), path, "--runs", "1", "--against", repo],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    assert out.count(", 300 spans") == 2 and "median" in out and "ratio" in out
