@@ -221,21 +221,27 @@ def test_reader_uses_the_fast_path_and_keeps_formats(tmp_path):
     assert sorted(result.spans, key=lambda s: s.span_id) == sorted(general, key=lambda s: s.span_id)
 
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BENCHMARKS = os.path.join(REPO, "benchmarks")
+
+
+def _analyzer_scale():
+    sys.path.insert(0, BENCHMARKS)
+    try:
+        import analyzer_scale
+    finally:
+        sys.path.remove(BENCHMARKS)
+    return analyzer_scale
+
+
 def test_big_json_is_streamed_with_the_same_content(tmp_path, monkeypatch):
     import io
-    import os
-    import sys
 
     from otel_coldstart.analyze import render_json as rj
     from otel_coldstart.analyze.breakdown import breakdowns
     from otel_coldstart.analyze.findings import find
     from otel_coldstart.analyze.report import Report
-    bench = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
-    sys.path.insert(0, bench)
-    try:
-        import analyzer_scale
-    finally:
-        sys.path.remove(bench)
+    analyzer_scale = _analyzer_scale()
     path = str(tmp_path / "t.jsonl")
     analyzer_scale.write_trace(path, 7000)  # 2333 shards: over the pretty limit
     results = breakdowns(read_trace(path).spans)
@@ -251,15 +257,9 @@ def test_big_json_is_streamed_with_the_same_content(tmp_path, monkeypatch):
 
 @pytest.mark.process
 def test_the_reading_benchmark_runs_against_another_checkout(tmp_path):
-    bench = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
-    sys.path.insert(0, bench)
-    try:
-        import analyzer_scale
-    finally:
-        sys.path.remove(bench)
+    analyzer_scale = _analyzer_scale()
     path = str(tmp_path / "t.jsonl")
     analyzer_scale.write_trace(path, 300)
-    repo = os.path.dirname(os.path.abspath(bench))
-    out = subprocess.run([sys.executable, os.path.join(bench, "read_cpu.py"), path, "--runs", "1", "--against", repo],
-                         capture_output=True, text=True, timeout=120, check=True).stdout
+    out = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "read_cpu.py"), path, "--runs", "1",
+                          "--against", REPO], capture_output=True, text=True, timeout=120, check=True).stdout
     assert out.count(", 300 spans") == 2 and "median" in out and "ratio" in out
