@@ -199,8 +199,13 @@ def _outline(root: Span, members: list[Span], server_ids: set[str], root_ids: se
     for node_id, parent_id in parent_of.items():
         kids[parent_id].append(node_id)
     out: list[OutlineNode] = []
-
-    def visit(node_id: str, depth: int) -> None:
+    # Depth first, children in time order, with a stack of our own: a nested function that
+    # calls itself is a reference cycle holding every span of the trace, which lives on until
+    # the cyclic collector runs (paused while a fleet is read: 200 MB at 10,000 start-ups).
+    by_start = lambda i: (nodes[i].start_ns, i)  # noqa: E731
+    stack = [(top, 0) for top in sorted(kids.get(None, ()), key=by_start, reverse=True)]
+    while stack:
+        node_id, depth = stack.pop()
         span = nodes[node_id]
         covers = [nodes[k] for k in kids.get(node_id, ())] + covering.get(node_id, [])
         if node_id not in root_ids:
@@ -213,11 +218,7 @@ def _outline(root: Span, members: list[Span], server_ids: set[str], root_ids: se
             kind="startup" if node_id in root_ids else "server",
             phases=tuple(sorted(inside.get(node_id, {}).items(), key=lambda item: (-item[1], item[0]))),
             own_ns=_uncovered(span, covers)))
-        for child_id in sorted(kids.get(node_id, ()), key=lambda i: (nodes[i].start_ns, i)):
-            visit(child_id, depth + 1)
-
-    for top in sorted(kids.get(None, ()), key=lambda i: (nodes[i].start_ns, i)):
-        visit(top, 0)
+        stack += [(child_id, depth + 1) for child_id in sorted(kids.get(node_id, ()), key=by_start, reverse=True)]
     if len(out) > MAX_NODES:
         keep = {n.span_id for n in sorted(out, key=lambda n: -n.duration_ns)[:MAX_NODES]}
         out = [n for n in out if n.span_id in keep]
