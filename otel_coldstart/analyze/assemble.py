@@ -49,9 +49,7 @@ def analyse_trace(spans: list[Span], slim: bool = False) -> TraceResult:
     compare and capacity read (its phases, shards, root), not its spans."""
     kept, checks = check(spans)
     rebuilt, repairs = repair_noted(complete_killed(kept))
-    startups = breakdowns(rebuilt, context=not slim)
-    if slim:
-        startups = [b.slim() for b in startups]
+    startups = breakdowns(rebuilt, slim=slim)
     return TraceResult(startups, checks, repairs, len(kept))
 
 

@@ -17,7 +17,7 @@ import dataclasses
 import os
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from .. import semconv, verdicts
 from .model import Attributes, Span
@@ -84,19 +84,26 @@ def bandwidth_sample(span: Span) -> tuple[int, int] | None:
     without device time (unresolved, untimed calls, non-blocking copies or device-to-device
     copies with no events) has none: its busy time is launch time. Any other span with bytes:
     its busy time."""
-    nbytes = _span_bytes(span)
-    if nbytes <= 0:
-        return None
     attrs = span.attributes
-    if span.phase in DEVICE_WORK_PHASES and span.is_aggregate:
-        if attrs.get(semconv.COPY_ASYNC_UNRESOLVED) is True or _int_attr(span, semconv.COPY_UNTIMED_CALLS):
+    nbytes = _bytes_value(attrs.get(semconv.BYTES))
+    return _bandwidth_sample(span, attrs, nbytes) if nbytes > 0 else None
+
+
+def _bandwidth_sample(span: Span, attrs: Mapping[str, Any], nbytes: int) -> tuple[int, int] | None:
+    """bandwidth_sample of a span with ``nbytes`` (> 0) bytes, read already by the caller."""
+    if span.phase in DEVICE_WORK_PHASES and attrs.get(semconv.AGGREGATE):
+        int_value = verdicts.int_value
+        keys = getattr(attrs, "_index", attrs)  # most of these keys are absent: looked for in C (model.Attributes)
+        if (semconv.COPY_ASYNC_UNRESOLVED in keys and attrs.get(semconv.COPY_ASYNC_UNRESOLVED) is True) or \
+                (semconv.COPY_UNTIMED_CALLS in keys and int_value(attrs.get(semconv.COPY_UNTIMED_CALLS))):
             return None
-        if semconv.COPY_ASYNC_S in attrs:
+        if semconv.COPY_ASYNC_S in keys:
             rate = attrs.get(semconv.THROUGHPUT)
             if isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0:
                 return nbytes, max(1, round(nbytes / rate * 1e9))
             return None
-        if _int_attr(span, semconv.COPY_NON_BLOCKING_CALLS) or span.phase == semconv.PHASE_D2D:
+        if (semconv.COPY_NON_BLOCKING_CALLS in keys and int_value(attrs.get(semconv.COPY_NON_BLOCKING_CALLS))) or \
+                span.phase == semconv.PHASE_D2D:
             return None
     busy = span.busy_ns
     return (nbytes, busy) if busy > 0 else None
@@ -164,6 +171,15 @@ class ShardRead:
     @property
     def name(self) -> str:
         return os.path.basename(self.path) if self.path else "<bytes>"
+
+
+def cache_verdict(states: Iterable[str | None]) -> str | None:
+    """A start-up's cache verdict from its checkpoint reads' (ShardRead.state): ``cold`` when
+    one was cold or partial, ``warm`` when some had a state and all were warm, else None."""
+    states = list(states)
+    if any(verdicts.is_cold(state) for state in states):
+        return semconv.CACHE_COLD
+    return semconv.CACHE_WARM if any(states) else None
 
 
 @dataclass(frozen=True)
@@ -314,15 +330,16 @@ class Breakdown:
         ``warm`` when it had reads with a cache state and all were warm, None without any."""
         if not self.shards:
             return self.slim_cache
-        if any(s.cold for s in self.shards):
-            return semconv.CACHE_COLD
-        return semconv.CACHE_WARM if any(s.state for s in self.shards) else None
+        return cache_verdict(s.state for s in self.shards)
 
     def slim(self) -> "Breakdown":
         """This start-up as compare and capacity read it (phases, root, cache verdict),
-        without its spans and shards: a fleet of 10,000 is then held, and handed between
-        processes, at a third of the size."""
-        return dataclasses.replace(self, spans=(), gaps=(), context=(), shards=(), slim_cache=self.cache)
+        without its spans, gaps, context, shards and outline: a fleet of 10,000 is then held,
+        and handed between processes, at a fraction of the size. What needs those reads
+        nothing on a slim record (its cold shards, graph captures; ``dominant`` picks among our
+        phases only, without a server's own steps): compare and capacity read none of it.
+        ``breakdowns(spans, slim=True)`` gives the same records without building the rest."""
+        return dataclasses.replace(self, spans=(), gaps=(), context=(), shards=(), outline=(), slim_cache=self.cache)
 
     def phase(self, name: str) -> PhaseTime | None:
         for item in self.phases:
@@ -377,7 +394,12 @@ def _group_trace(spans: list[Span], roots: list[Span]) -> list[tuple[Span, list[
     for span in spans:
         if span.is_root:
             continue
-        owner = _root_ancestor(span, by_id, owners)
+        parent = by_id.get(span.parent_id) if span.parent_id is not None else None
+        if parent is not None and parent.is_root and span.parent_id != span.span_id \
+                and span.parent_id not in owners:  # right under a root: _root_ancestor's answer, without a walk
+            owners[span.span_id] = owner = parent
+        else:
+            owner = _root_ancestor(span, by_id, owners)
         if owner is None:
             same_process = [r for r in roots if _process_key(r) == _process_key(span)]
             if len(same_process) == 1:
@@ -453,37 +475,85 @@ def phased_tree(root: Span, window: Sequence[Span],
     """Each phased span under its nearest phased ancestor (or the root): the children of each
     span id, and the spans whose parent chain breaks, or whose phased parent outlives the
     start-up (treated as top level)."""
-    children: dict[str, list[Span]] = defaultdict(list)
+    children: dict[str, list[Span]] = {}
     orphans: list[Span] = []
     memo: dict[str, str | None] = {}
+    root_id = root.span_id
     in_window = {s.span_id for s in window}
     for span in window:
-        owner = _nearest_phased_ancestor(span, by_id, root.span_id, memo)
-        if owner is None or (owner != root.span_id and owner not in in_window):
+        # Most spans hang right under the root, a phased span, or an unphased span already
+        # walked through: answered without a walk, as _nearest_phased_ancestor would (a phased
+        # parent is never in memo).
+        parent_id = span.parent_id
+        if parent_id is None or parent_id == span.span_id:
+            owner: str | None = None
+        elif parent_id == root_id:
+            owner = root_id
+        elif parent_id in memo:
+            owner = memo[parent_id]
+        else:
+            parent = by_id.get(parent_id)
+            if parent is not None and parent.phase is not None:
+                owner = parent_id
+            else:
+                owner = _nearest_phased_ancestor(span, by_id, root_id, memo)
+        if owner is None or (owner != root_id and owner not in in_window):
             # Parent missing from the file, or a phase that outlives the start-up (ready() came
             # while it ran, from another thread): its finished children count as top level.
             orphans.append(span)
         else:
-            children[owner].append(span)
+            kids = children.get(owner)
+            if kids is None:
+                children[owner] = [span]
+            else:
+                kids.append(span)
     return children, orphans
 
 
-def self_times(window: Iterable[Span], children: dict[str, list[Span]]) -> Iterator[tuple[Span, int]]:
-    """(span, its self time): its busy time minus that of its phased children on its thread."""
+def self_times(window: Iterable[Span], children: dict[str, list[Span]]) -> list[int]:
+    """The self time of each span of ``window``, in its order: its busy time minus that of its
+    phased children on its thread."""
+    own = []
     for span in window:
+        busy = span.aggregate_busy_ns  # Span.busy_ns, inlined: it runs for every span of a fleet
+        if busy is None:
+            busy = max(0, span.end_ns - span.start_ns)
         kids = children.get(span.span_id)
-        covered_by_children = sum(c.busy_ns for c in kids if _same_thread(span, c)) if kids else 0
-        yield span, max(0, span.busy_ns - covered_by_children)
+        if kids:
+            thread = span.thread_id
+            busy -= sum(c.busy_ns for c in kids if thread is None or c.thread_id is None or c.thread_id == thread)
+        own.append(max(0, busy))
+    return own
+
+
+class PhasedSpans(NamedTuple):
+    """A start-up's phased spans as :func:`compute_breakdown` found them, for the outline
+    (analyze/outline.py) to read without finding them again."""
+
+    window: list[Span]  # the phased spans inside the root's window
+    by_id: dict[str, Span]  # the members and the root, by span id
+    children: dict[str, list[Span]]  # phased_tree
+    orphans: list[Span]
+    own: list[int]  # self time of each span of window, in its order
 
 
 def compute_breakdown(root: Span, members: Sequence[Span], foreign: Sequence[Span] = (),
-                      context: bool = True, *, across_processes: bool = False) -> Breakdown:
+                      context: bool = True, *, across_processes: bool = False, slim: bool = False) -> Breakdown:
     """The breakdown of one start-up: ``root`` and the spans :func:`group_startups` gave it.
     ``foreign`` are other spans of the trace (not members) that may enclose the root;
-    ``context=False`` leaves out the spans that are not ours (what compare and capacity do
-    not read). ``across_processes``: the members come from several processes (a server's
-    start-up, analyze/outline.py), so no thread is the root's: unattributed is the root's time
-    that no top-level phased span of any process covers."""
+    ``context=False`` leaves out the spans that are not ours. ``slim``: only what compare and
+    capacity read (:meth:`Breakdown.slim`: no context, spans, gaps or shards, the shards'
+    cache verdict kept), without building what would be thrown away. ``across_processes``: the
+    members come from several processes (a server's start-up, analyze/outline.py), so no
+    thread is the root's: unattributed is the root's time that no top-level phased span of
+    any process covers."""
+    return breakdown_and_tree(root, members, foreign, context, across_processes=across_processes, slim=slim)[0]
+
+
+def breakdown_and_tree(root: Span, members: Sequence[Span], foreign: Sequence[Span] = (), context: bool = True, *,
+                       across_processes: bool = False, slim: bool = False) -> tuple[Breakdown, PhasedSpans]:
+    """:func:`compute_breakdown`, and the phased spans as it found them (for the outline)."""
+    context = context and not slim
     start, end = root.start_ns, root.end_ns  # verdicts.in_startup_window, inlined: it runs for every span
     window = [s for s in members if s.phase is not None and s.start_ns >= start and s.end_ns <= end]
     after_ready = sum(1 for s in members if s.start_ns >= end or (
@@ -494,70 +564,72 @@ def compute_breakdown(root: Span, members: Sequence[Span], foreign: Sequence[Spa
 
     children, orphans = phased_tree(root, window, by_id)
     top_level = children.get(root.span_id, []) + orphans
+    own_times = self_times(window, children)
 
-    busy: dict[str, int] = defaultdict(int)
-    count: dict[str, int] = defaultdict(int)
-    nbytes: dict[str, int] = defaultdict(int)
-    timed_bytes: dict[str, int] = defaultdict(int)
-    timed_ns: dict[str, int] = defaultdict(int)
-    failed: dict[str, int] = defaultdict(int)
-    failed_busy: dict[str, int] = defaultdict(int)
-    for span, own in self_times(window, children):
+    totals: dict[str, list] = {}  # phase -> [busy, spans, bytes, timed bytes, timed ns, failed, failed busy]
+    cache_states: list[str | None] = []
+    for span, own in zip(window, own_times):
         phase = span.phase
-        assert phase is not None
-        busy[phase] += own
-        count[phase] += 1
+        item = totals.get(phase)
+        if item is None:
+            item = totals[phase] = [0, 0, 0, 0, 0, 0, 0]
+        item[0] += own
+        item[1] += 1
+        attrs = span.attributes
+        nbytes = _bytes_value(attrs.get(semconv.BYTES))
         if span.status == "error":  # its time counts; its bytes say nothing about a speed
-            failed[phase] += 1
-            failed_busy[phase] += own
+            item[5] += 1
+            item[6] += own
         else:
-            nbytes[phase] += _span_bytes(span)
-        if phase in DEVICE_WORK_PHASES and (sample := bandwidth_sample(span)) is not None:
-            timed_bytes[phase] += sample[0]
-            timed_ns[phase] += sample[1]
+            item[2] += nbytes
+            if slim and phase == semconv.PHASE_DESERIALIZE:
+                cache_states.append(_read_state(attrs))
+        if phase in DEVICE_WORK_PHASES and nbytes and (sample := _bandwidth_sample(span, attrs, nbytes)) is not None:
+            item[3] += sample[0]
+            item[4] += sample[1]
 
     on_root_thread = top_level if across_processes else [s for s in top_level if _same_thread(root, s)]
-    gaps = _gaps(root, on_root_thread)
+    gaps = _gaps(root, on_root_thread) if across_processes or not slim else ()
     if across_processes:
         unattributed = sum(g.duration_ns for g in gaps)
     else:
         unattributed = max(0, root.duration_ns - sum(s.busy_ns for s in on_root_thread))
     link, bound = link_of(s for s in members if s.phase == semconv.PHASE_RUNTIME_INIT)
-    phases = tuple(
-        sorted(
-            (PhaseTime(p, busy[p], count[p], nbytes[p], timed_bytes[p], timed_ns[p],
-                       bound if p in LINK_PHASES else None, failed.get(p, 0), failed_busy.get(p, 0)) for p in busy),
-            key=lambda p: (-p.busy_ns, p.phase),
-        )
-    )
-    shards = tuple(
-        sorted(
-            (_shard_read(s) for s in window if s.phase == semconv.PHASE_DESERIALIZE),
-            key=lambda r: (r.start_ns, r.path or ""),
-        )
-    )
-    return Breakdown(
+    phases = tuple(sorted(
+        (PhaseTime(p, busy, count, nbytes, timed_bytes, timed_ns, bound if p in LINK_PHASES else None, failed,
+                   failed_busy) for p, (busy, count, nbytes, timed_bytes, timed_ns, failed, failed_busy) in totals.items()),
+        key=lambda p: (-p.busy_ns, p.phase)))
+    if slim:
+        shards: tuple[ShardRead, ...] = ()
+    else:
+        shards = tuple(sorted((_shard_read(s) for s in window if s.phase == semconv.PHASE_DESERIALIZE),
+                              key=lambda r: (r.start_ns, r.path or "")))
+    breakdown = Breakdown(
         root=root,
         phases=phases,
         unattributed_ns=unattributed,
-        total_busy_ns=sum(busy.values()),
+        total_busy_ns=sum(item[0] for item in totals.values()),
         shards=shards,
         after_ready=after_ready,
-        spans=tuple(window),
-        gaps=gaps,
+        spans=() if slim else tuple(window),
+        gaps=() if slim else gaps,
         context=_context(root, members, foreign, by_id) if context else (),
         link=link,
+        slim_cache=cache_verdict(cache_states) if slim else None,
     )
+    return breakdown, PhasedSpans(window, by_id, children, orphans, own_times)
 
 
-def breakdowns(spans: Iterable[Span], context: bool = True) -> list[Breakdown]:
+def breakdowns(spans: Iterable[Span], context: bool = True, *, slim: bool = False) -> list[Breakdown]:
+    """Every start-up in ``spans``. ``context=False``: without the spans that are not ours;
+    ``slim``: only what compare and capacity read (:meth:`Breakdown.slim`)."""
     spans = list(spans)
     groups = group_startups(spans)
     from .outline import server_startups  # vLLM's own start-up spans make the processes one start-up
 
-    if not context:
-        combined, groups = server_startups(spans, groups, {}, context=False)
-        return _in_time_order([compute_breakdown(root, members, context=False) for root, members in groups],
+    if slim or not context:
+        combined, groups = server_startups(spans, groups, {}, context=False, slim=slim)
+        return _in_time_order([compute_breakdown(root, members, context=False, slim=slim) for root, members in groups],
                               combined)
     # Foreign spans: unphased ones no start-up claimed. Only unphased spans can be foreign,
     # so only their ids are looked up (no set of every claimed id: 60 MB at 1M spans).
@@ -653,12 +725,11 @@ def _context(root: Span, members: Sequence[Span], foreign: Sequence[Span],
 
 
 def _span_bytes(span: Span) -> int:
-    value = span.attributes.get(semconv.BYTES)
+    return _bytes_value(span.attributes.get(semconv.BYTES))
+
+
+def _bytes_value(value: Any) -> int:
     return value if isinstance(value, int) and value > 0 else 0
-
-
-def _int_attr(span: Span, key: str) -> int | None:
-    return verdicts.int_value(span.attributes.get(key))
 
 
 def _storage_read_bytes(attrs: Mapping[str, Any]) -> int | None:
@@ -669,6 +740,15 @@ def _storage_read_bytes(attrs: Mapping[str, Any]) -> int | None:
     if figure is not None or semconv.CACHE_STORAGE_READ_UNKNOWN in attrs:
         return figure
     return verdicts.int_value(attrs.get(semconv.IO_READ_BYTES))
+
+
+def _read_state(attrs: Mapping[str, Any]) -> str | None:
+    """The cache verdict of a file read that did not fail, straight from its span's
+    attributes: ShardRead.state without building the ShardRead (compare and capacity keep
+    only the start-up's verdict, :func:`cache_verdict`)."""
+    state = attrs.get(semconv.CACHE_STATE)
+    return verdicts.shard_cache_state(state if isinstance(state, str) else None, _storage_read_bytes(attrs),
+                                      verdicts.int_value(attrs.get(semconv.FILE_SIZE)))
 
 
 def _shard_read(span: Span) -> ShardRead:

@@ -92,6 +92,8 @@ def _untrue_values(span: Span) -> list[str]:
     attributes = span.attributes
     if attributes.__class__ is Attributes:
         non_negative, ratios = _plan(attributes._index)
+        if non_negative is None and ratios is None:
+            return []
         values = attributes._values
         try:
             if (non_negative is None or min(non_negative(values)) >= 0) and \
@@ -99,6 +101,8 @@ def _untrue_values(span: Span) -> list[str]:
                 return []
         except TypeError:  # a None, a string or a tuple among them: look one by one
             pass
+    elif not attributes:
+        return []
     return [key for key in NON_NEGATIVE + RATIOS
             if key in attributes and _untrue(attributes[key], key in RATIOS)]
 
@@ -139,24 +143,27 @@ def check(spans: Iterable[Span]) -> tuple[list[Span], Notes]:
     kept: list[Span] = []
     notes = Notes()
     untimed_roots: list[tuple[Span, str]] = []
+    good_trace = None  # the trace id last found not all-zero: a trace's spans come together
     for span in spans:
-        if _zero(span.trace_id) or _zero(span.span_id):
+        trace_id = span.trace_id
+        if (trace_id != good_trace and _zero(trace_id)) or _zero(span.span_id):
             notes.add("{n} span(s) left out, an all-zero trace or span id: {names}", [span])
             continue
-        why = _untrue_times(span)
-        if why is not None:
+        good_trace = trace_id
+        start, end = span.start_ns, span.end_ns
+        if end < start or end > LATEST_NS or end - start > LONGEST_NS:  # _untrue_times, inlined: every span passes
+            why = _untrue_times(span)
             if span.is_root:
                 untimed_roots.append((span, why))
             else:
                 notes.add(f"{{n}} span(s) left out, {why}: {{names}}", [span])
             continue
-        if span.attributes:
-            bad = _untrue_values(span)
-            if bad:
-                for key in bad:
-                    notes.add(f"{key} dropped from {{n}} span(s) where it was "
-                              f"{'outside 0..1' if key in RATIOS else 'negative'}: {{names}}", [span])
-                span = dataclasses.replace(span, attributes={k: v for k, v in span.attributes.items() if k not in bad})
+        bad = _untrue_values(span)
+        if bad:
+            for key in bad:
+                notes.add(f"{key} dropped from {{n}} span(s) where it was "
+                          f"{'outside 0..1' if key in RATIOS else 'negative'}: {{names}}", [span])
+            span = dataclasses.replace(span, attributes={k: v for k, v in span.attributes.items() if k not in bad})
         kept.append(span)
     if untimed_roots:
         repaired, lost = _time_roots(untimed_roots, kept)

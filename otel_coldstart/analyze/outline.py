@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .. import semconv
-from .breakdown import Breakdown, PhaseTime, compute_breakdown, phased_tree, self_times
+from .breakdown import Breakdown, PhasedSpans, PhaseTime, breakdown_and_tree
 from .model import Span
 
 # vLLM's start-up span names (vllm/entrypoints/openai/api_server.py, v1/engine/core_client.py,
@@ -76,11 +76,12 @@ def is_server_startup_span(span: Span) -> bool:
 
 
 def server_startups(spans: Sequence[Span], groups: list[tuple[Span, list[Span]]],
-                    foreign_by_trace: dict[str, list[Span]], context: bool = True,
+                    foreign_by_trace: dict[str, list[Span]], context: bool = True, slim: bool = False,
                     ) -> tuple[list[Breakdown], list[tuple[Span, list[Span]]]]:
     """The breakdowns of the traces whose processes make one server start-up, and the groups
-    left to analyse one root each. ``context=False``: no spans that are not ours in them
-    (compare and capacity), but still one start-up per server."""
+    left to analyse one root each. ``context=False``: no spans that are not ours in them;
+    ``slim``: only what compare and capacity read (Breakdown.slim); either way still one
+    start-up per server."""
     server_by_trace: dict[str, list[Span]] = defaultdict(list)
     for span in spans:
         if span.phase is None and not span.is_root and is_server_startup_span(span):
@@ -99,13 +100,13 @@ def server_startups(spans: Sequence[Span], groups: list[tuple[Span, list[Span]]]
         if span.trace_id in by_trace:
             trace_spans[span.trace_id][span.span_id] = span
     combined = [_combine(server_by_trace[trace], trace_groups, trace_spans[trace], foreign_by_trace.get(trace, ()),
-                         context)
+                         context, slim)
                 for trace, trace_groups in by_trace.items()]
     return combined, rest
 
 
 def _combine(server: list[Span], groups: list[tuple[Span, list[Span]]], trace_spans: dict[str, Span],
-             foreign: Sequence[Span], context: bool = True) -> Breakdown:
+             foreign: Sequence[Span], context: bool = True, slim: bool = False) -> Breakdown:
     roots = [root for root, _ in groups]
     if len(groups) == 1 and all(roots[0].start_ns <= s.start_ns and s.end_ns <= roots[0].end_ns for s in server):
         # One process ran the server inside its start-up (vLLM offline, in-process): its own
@@ -113,9 +114,10 @@ def _combine(server: list[Span], groups: list[tuple[Span, list[Span]]], trace_sp
         root, group_members = groups[0]
         known = {m.span_id for m in group_members}
         members = list(group_members) + [s for s in server if s.span_id not in known]
-        breakdown = compute_breakdown(root, members, foreign, context)
-        return dataclasses.replace(breakdown, outline=_outline(root, members, {s.span_id for s in server},
-                                                               {root.span_id}))
+        breakdown, tree = breakdown_and_tree(root, members, foreign, context, slim=slim)
+        if slim:
+            return breakdown
+        return dataclasses.replace(breakdown, outline=_outline(root, tree, {s.span_id for s in server}, {root.span_id}))
     server_ids = {s.span_id for s in server}
     root_ids = {r.span_id for r in roots}
     outline_ids = server_ids | root_ids
@@ -149,11 +151,13 @@ def _combine(server: list[Span], groups: list[tuple[Span, list[Span]]], trace_sp
         if span.span_id not in seen:
             seen.add(span.span_id)
             members.append(span)
-    breakdown = compute_breakdown(root, members, foreign, context, across_processes=True)
+    breakdown, tree = breakdown_and_tree(root, members, foreign, context, across_processes=True, slim=slim)
+    if slim:
+        return breakdown
     # When the outermost piece is a server span, the start-up's root stands in for it; the
     # outline shows the span itself.
     shown = None if base.is_root else base
-    return dataclasses.replace(breakdown, outline=_outline(root, members, server_ids, root_ids, shown))
+    return dataclasses.replace(breakdown, outline=_outline(root, tree, server_ids, root_ids, shown))
 
 
 def _outline_parent(span: Span, by_id: dict[str, Span], outline_ids: set[str]) -> str | None:
@@ -169,10 +173,10 @@ def _outline_parent(span: Span, by_id: dict[str, Span], outline_ids: set[str]) -
     return None
 
 
-def _outline(root: Span, members: list[Span], server_ids: set[str], root_ids: set[str],
+def _outline(root: Span, tree: PhasedSpans, server_ids: set[str], root_ids: set[str],
              shown: Span | None = None) -> tuple[OutlineNode, ...]:
-    by_id = {s.span_id: s for s in members}
-    by_id[root.span_id] = root
+    """The outline of a start-up whose phased spans the breakdown found (``tree``)."""
+    by_id = tree.by_id
     outline_ids = (server_ids | root_ids) & set(by_id)
     nodes = {i: by_id[i] for i in outline_ids}
     if shown is not None:
@@ -180,11 +184,10 @@ def _outline(root: Span, members: list[Span], server_ids: set[str], root_ids: se
     parent_of = {i: _outline_parent(by_id[i], by_id, outline_ids) for i in nodes}
     names = _process_names(nodes.values())
     # Our phased spans: each to its nearest outline node, with its self time.
-    window = [s for s in members if s.phase is not None and root.start_ns <= s.start_ns and s.end_ns <= root.end_ns]
-    children, orphans = phased_tree(root, window, by_id)
+    children, orphans = tree.children, tree.orphans
     inside: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     covering: dict[str, list[Span]] = defaultdict(list)
-    for span, own in self_times(window, children):
+    for span, own in zip(tree.window, tree.own):
         node = _outline_parent(span, by_id, outline_ids)
         if node is None:
             continue
@@ -193,8 +196,12 @@ def _outline(root: Span, members: list[Span], server_ids: set[str], root_ids: se
     # What each process was doing, for the server spans of other processes that waited for it
     # (the engine core's "Prepare model" while the workers compile and capture over RPC).
     busy_by_process: dict[str | None, list[Span]] = defaultdict(list)
+    process_of: dict[int, str | None] = {}  # by resource: a process's spans share one (a batch's)
     for span in children.get(root.span_id, []) + orphans:
-        busy_by_process[_process_key(span)].append(span)
+        resource = id(span.resource)
+        if resource not in process_of:
+            process_of[resource] = _process_key(span)
+        busy_by_process[process_of[resource]].append(span)
     kids: dict[str | None, list[str]] = defaultdict(list)
     for node_id, parent_id in parent_of.items():
         kids[parent_id].append(node_id)
