@@ -87,12 +87,12 @@ def test_the_html_page_has_the_outline_and_compare_and_capacity_count_one_start_
     page = out.getvalue()
     assert "<h3>Outline</h3>" in page and "Load weights" in page and "Worker_TP1" in page
     assert "graph captures: 134 in" in page
-    # compare and capacity read start-ups without the spans that are not ours (context=False):
-    # still one start-up per server, with the same phases.
-    (slim,) = breakdowns(spans, context=False)
+    # compare and capacity read start-ups slim (no spans that are not ours, no outline): still
+    # one start-up per server, with the same phases.
+    (slim,) = breakdowns(spans, slim=True)
     (full,) = breakdowns(spans)
     assert slim.root.span_id == facts["front_root"] and slim.phases == full.phases
-    assert slim.unattributed_ns == full.unattributed_ns and slim.slim().dominant == full.dominant
+    assert slim.unattributed_ns == full.unattributed_ns and slim == full.slim() and not slim.outline
 
 
 def test_in_one_process_the_breakdown_is_as_without_the_outline_and_finest_phases_decide():
