@@ -174,6 +174,19 @@ def _git_commit() -> str:
         return "unknown"
 
 
+def add_checkpoint_options(parser, smoke_help: str) -> None:
+    """The options every fresh-process benchmark on the 650 MB checkpoint shares."""
+    parser.add_argument("--smoke", action="store_true", help=smoke_help)
+    parser.add_argument("--cache-root", default=None, help="where generated checkpoints are kept")
+    parser.add_argument("--json", default=None, help="write the result (every run) here")
+
+
+def checkpoint_for(args) -> tuple:
+    """(shape, checkpoint) for those options: the tiny smoke checkpoint or the 650 MB one."""
+    shape = SMOKE_SHAPE if args.smoke else SHAPE_650MB
+    return shape, prepare_checkpoint(shape, args.cache_root)
+
+
 def stamp() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 

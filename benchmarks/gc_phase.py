@@ -92,12 +92,9 @@ def main(argv=None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="load + casts per variant (default 3)")
     parser.add_argument("--ballast", type=int, nargs="+", default=[5000, 10000, 15000],
                         help="objects the control variants allocate first (default 5000 10000 15000)")
-    parser.add_argument("--smoke", action="store_true", help="tiny checkpoint, 1 run, one ballast: checks it runs")
-    parser.add_argument("--cache-root", default=None, help="where generated checkpoints are kept")
-    parser.add_argument("--json", default=None, help="write the result here")
+    common.add_checkpoint_options(parser, "tiny checkpoint, 1 run, one ballast: checks it runs")
     args = parser.parse_args(argv)
-    shape = common.SMOKE_SHAPE if args.smoke else common.SHAPE_650MB
-    checkpoint = common.prepare_checkpoint(shape, args.cache_root)
+    shape, checkpoint = common.checkpoint_for(args)
     ballasts = args.ballast[:1] if args.smoke else args.ballast
     before = common.load_average()
     result = measure(checkpoint.files("safetensors"), 1 if args.smoke else args.runs, ballasts)

@@ -94,12 +94,9 @@ def render(result: dict, out) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=15, help="alternated plain/coldstart pairs (default 15)")
-    parser.add_argument("--smoke", action="store_true", help="tiny checkpoint, 1 pair: checks it runs")
-    parser.add_argument("--cache-root", default=None, help="where generated checkpoints are kept")
-    parser.add_argument("--json", default=None, help="write the result (every run) here")
+    common.add_checkpoint_options(parser, "tiny checkpoint, 1 pair: checks it runs")
     args = parser.parse_args(argv)
-    shape = common.SMOKE_SHAPE if args.smoke else common.SHAPE_650MB
-    checkpoint = common.prepare_checkpoint(shape, args.cache_root)
+    shape, checkpoint = common.checkpoint_for(args)
     before = common.load_average()
     result = measure(checkpoint.files("safetensors"), 1 if args.smoke else args.pairs)
     result.update({"benchmark": "window_attribution", "smoke": args.smoke, "shape": shape.__dict__,
