@@ -521,7 +521,8 @@ def self_times(window: Iterable[Span], children: dict[str, list[Span]]) -> list[
         kids = children.get(span.span_id)
         if kids:
             thread = span.thread_id
-            busy -= sum(c.busy_ns for c in kids if thread is None or c.thread_id is None or c.thread_id == thread)
+            busy -= sum(c.busy_ns for c in kids  # _same_thread(span, c), inlined
+                        if thread is None or c.thread_id is None or c.thread_id == thread)
         own.append(max(0, busy))
     return own
 
@@ -722,10 +723,6 @@ def _context(root: Span, members: Sequence[Span], foreign: Sequence[Span],
         )
         for s in candidates
     )
-
-
-def _span_bytes(span: Span) -> int:
-    return _bytes_value(span.attributes.get(semconv.BYTES))
 
 
 def _bytes_value(value: Any) -> int:
