@@ -20,6 +20,27 @@ def installed_version(distribution: str) -> str | None:
         return None
 
 
+class LoadedOnFirstUse:
+    """Stands in for a sibling module until one of its attributes is first read: then imports
+    it and binds it in the importing module's namespace in place of itself, so later reads are
+    plain global lookups. For the GPU-only helpers of a patch module: a start-up that never
+    reaches a GPU never loads them (~1 ms of imports on the host's thread at torch's import,
+    and their objects in the collector's heap). An import of ours on the host's thread counts
+    as the plugin's own time (patches/imports.py)."""
+
+    __slots__ = ("_namespace", "_name", "_qualified")
+
+    def __init__(self, namespace: dict, qualified_name: str) -> None:
+        self._namespace = namespace
+        self._qualified = qualified_name
+        self._name = qualified_name.rpartition(".")[2]
+
+    def __getattr__(self, attribute: str):
+        module = importlib.import_module(self._qualified)
+        self._namespace[self._name] = module
+        return getattr(module, attribute)
+
+
 class _ModuleByName:
     """Pickles as ``importlib.import_module(name)``: the pickle names only the standard
     library, so a process without otel-coldstart can still load it."""

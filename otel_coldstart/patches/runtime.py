@@ -46,8 +46,9 @@ import time
 from .. import semconv
 from .. import session as _session
 from .._errors import report_internal_error
-from . import _host_link
-from ._wrapping import PatchSet, installed_version
+from ._wrapping import LoadedOnFirstUse, PatchSet, installed_version
+
+_host_link = LoadedOnFirstUse(globals(), f"{__package__}._host_link")  # read once, when CUDA comes up
 
 TARGETS = ("torch",)
 HOT_PATH = True

@@ -39,9 +39,14 @@ from .. import probes, semconv
 from .. import session as _session
 from .._errors import report_internal_error
 from ..recorder import thread_state
-from . import _cuda_copy, _device_windows, _guard
+from . import _guard
 from ._tensor_bytes import tensor_nbytes
-from ._wrapping import PatchSet, installed_version
+from ._wrapping import LoadedOnFirstUse, PatchSet, installed_version
+
+# Copy.cu's byte rules and the CUDA-event windows: imported by the first call that reaches a
+# GPU (a CPU start-up, CUDA build of torch or not, never loads them).
+_cuda_copy = LoadedOnFirstUse(globals(), f"{__package__}._cuda_copy")
+_device_windows = LoadedOnFirstUse(globals(), f"{__package__}._device_windows")
 
 TARGETS = ("torch",)
 HOT_PATH = True

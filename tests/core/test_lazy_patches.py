@@ -40,6 +40,7 @@ after = {"loaded": sorted(m for m in sys.modules if m.startswith("otel_coldstart
 handle = safe_open(sys.argv[1], framework="pt")  # never closed: the end of the start-up ends its span
 for key in handle.keys():
     handle.get_tensor(key).to(torch.float16)
+after["loaded_at_ready"] = sorted(m for m in sys.modules if m.startswith("otel_coldstart.patches."))
 otel_coldstart.ready()
 after["to_restored"] = not isinstance(vars(torch.Tensor).get("to"), ColdstartWrapper)
 print(json.dumps({"before": before, "after": after, "file": otel_coldstart.trace_file()}))
@@ -62,6 +63,10 @@ def test_torch_imported_after_instrument_loads_its_patches_then_and_ends_them_at
     assert {f"otel_coldstart.patches.{name}" for name in
             ("torch_load", "safetensors", "tensor_ops", "pinning", "cuda_graphs", "runtime")} <= loaded
     assert not loaded & {"otel_coldstart.patches.vllm", "otel_coldstart.patches.transformers"}
+    # A start-up that never reached a GPU never loaded the CUDA copy machinery (tensor_ops and
+    # runtime import it on the first call that does: tests/device exercise that path).
+    gpu_only = {f"otel_coldstart.patches.{name}" for name in ("_cuda_copy", "_device_windows", "_host_link")}
+    assert not set(result["after"]["loaded_at_ready"]) & gpu_only, result["after"]["loaded_at_ready"]
     assert result["after"]["to_wrapped"] is True
     assert result["after"]["to_restored"] is True  # tensor_ops (loaded late) is hot-path: removed at ready()
 
