@@ -90,3 +90,18 @@ def test_torch_imported_after_instrument_loads_its_patches_then_and_ends_them_at
         if span.name == semconv.phase_span_name(semconv.PHASE_IMPORT):
             assert "otel_coldstart" not in (span.attributes.get(semconv.IMPORT_PACKAGES) or ()), span.attributes
             assert not any(str(m).startswith("otel_coldstart") for m in span.attributes.get(semconv.IMPORT_HEAVIEST) or ())
+
+
+def test_a_module_loaded_on_first_use_is_imported_by_its_first_attribute_read_then_bound_in_place(
+        tmp_path, monkeypatch):
+    from otel_coldstart.patches._wrapping import LoadedOnFirstUse
+
+    (tmp_path / "coldstart_first_use_probe.py").write_text("VALUE = 42\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "coldstart_first_use_probe", raising=False)
+    namespace: dict = {}
+    namespace["coldstart_first_use_probe"] = stand_in = LoadedOnFirstUse(namespace, "coldstart_first_use_probe")
+    assert "coldstart_first_use_probe" not in sys.modules  # made, not imported
+    assert stand_in.VALUE == 42  # the first read imports it
+    assert namespace["coldstart_first_use_probe"] is sys.modules["coldstart_first_use_probe"]  # then it is bound
+    monkeypatch.delitem(sys.modules, "coldstart_first_use_probe")
