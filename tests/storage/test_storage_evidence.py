@@ -7,6 +7,7 @@ import io
 import mmap
 import os
 import sys
+import time
 import types
 
 import pytest
@@ -306,14 +307,31 @@ def test_sampled_residency_agrees_with_the_whole_file(big_file, pattern):
         _evict_every_other(big_file, 1 << 20)
     elif pattern == "every_other_192k":
         _evict_every_other(big_file, 192 << 10)
-    exact = probes.resident_ratio(big_file)
-    sampled = probes.measure_residency(big_file)
-    if sampled is None or exact is None:
-        pytest.skip("no cachestat(2) on this kernel")
-    assert sampled.sampled < sampled.pages / 4  # a sample, not the whole file
-    assert sampled.ratio == pytest.approx(exact, abs=0.03), (sampled.resident, sampled.sampled)
-    again = probes.measure_residency(big_file, size, sampled.ranges)  # same pages, same answer
+    _let_the_cache_settle(big_file)
+    for _ in range(5):
+        exact = probes.resident_ratio(big_file)
+        sampled = probes.measure_residency(big_file)
+        if sampled is None or exact is None:
+            pytest.skip("no cachestat(2) on this kernel")
+        assert sampled.sampled < sampled.pages / 4  # a sample, not the whole file
+        assert sampled.ratio == pytest.approx(exact, abs=0.03), (sampled.resident, sampled.sampled)
+        again = probes.measure_residency(big_file, size, sampled.ranges)  # same pages, same answer
+        if probes.resident_ratio(big_file) == exact:  # the cache held still meanwhile
+            break
+        _let_the_cache_settle(big_file)
     assert (again.resident, again.sampled) == (sampled.resident, sampled.sampled)
+
+
+def _let_the_cache_settle(path: str) -> None:
+    """POSIX_FADV_DONTNEED leaves pages that read-ahead still has in flight; they arrive a
+    moment later (a few pages, later on a busy machine). Wait until two looks agree."""
+    last = probes.resident_ratio(path)
+    for _ in range(100):
+        time.sleep(0.01)
+        now = probes.resident_ratio(path)
+        if now == last:
+            return
+        last = now
 
 
 # --- what the summary and the analyzer read --------------------------------------------------
@@ -340,7 +358,13 @@ def test_summary_prints_the_figure(traced, shard):
     otel_coldstart.ready()
     (span,) = _file_spans(traced)
     read, (line,) = _shard_line(traced)
-    assert read.read_bytes == span.attributes[semconv.CACHE_STORAGE_READ_BYTES]
+    figure = span.attributes[semconv.CACHE_STORAGE_READ_BYTES]
+    if span.attributes.get(semconv.CACHE_STORAGE_READ_PROVISIONAL):
+        # Pages still arriving when the span ended (a busy machine): the figure settled at
+        # ready() is the one the summary shows, and it only grows.
+        assert read.read_bytes >= figure
+    else:
+        assert read.read_bytes == figure
     assert read.read_bytes != span.attributes[semconv.IO_READ_BYTES]  # the thread saw only part of it
     assert f"cold, {format_bytes(read.read_bytes)} read from storage" in line
 
