@@ -60,6 +60,18 @@ def set_state(path: str, state: str) -> float:
     pytest.skip(f"the kernel kept the pages: {ratio:.2f} resident after setting {state}")
 
 
+def wait_for_the_cache_to_settle(path: str) -> None:
+    """POSIX_FADV_DONTNEED leaves pages that read-ahead still has in flight; they arrive a
+    moment later (a few pages, later on a busy machine). Wait until two looks agree."""
+    last = probes.resident_ratio(path)
+    for _ in range(100):
+        time.sleep(0.01)
+        now = probes.resident_ratio(path)
+        if now == last:
+            return
+        last = now
+
+
 def run_child(tmp_path, api: str, threads: int, path: str, *, summary: bool = True, timeout: int = 180):
     """A fresh instrumented process that loads ``path`` with ``api``, casts to fp16 on
     ``threads`` intra-op threads and calls ready(). Returns (its trace's spans, stderr, stdout)."""

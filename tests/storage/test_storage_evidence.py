@@ -7,7 +7,6 @@ import io
 import mmap
 import os
 import sys
-import time
 import types
 
 import pytest
@@ -22,7 +21,7 @@ from otel_coldstart import probes, semconv
 from otel_coldstart.analyze.units import format_bytes
 from otel_coldstart.patches import _storage
 
-from storage_cases import evict_range, read_whole, set_state
+from storage_cases import evict_range, read_whole, set_state, wait_for_the_cache_to_settle
 
 
 @pytest.fixture(scope="module")
@@ -307,7 +306,7 @@ def test_sampled_residency_agrees_with_the_whole_file(big_file, pattern):
         _evict_every_other(big_file, 1 << 20)
     elif pattern == "every_other_192k":
         _evict_every_other(big_file, 192 << 10)
-    _let_the_cache_settle(big_file)
+    wait_for_the_cache_to_settle(big_file)
     for _ in range(5):
         exact = probes.resident_ratio(big_file)
         sampled = probes.measure_residency(big_file)
@@ -318,20 +317,8 @@ def test_sampled_residency_agrees_with_the_whole_file(big_file, pattern):
         again = probes.measure_residency(big_file, size, sampled.ranges)  # same pages, same answer
         if probes.resident_ratio(big_file) == exact:  # the cache held still meanwhile
             break
-        _let_the_cache_settle(big_file)
+        wait_for_the_cache_to_settle(big_file)
     assert (again.resident, again.sampled) == (sampled.resident, sampled.sampled)
-
-
-def _let_the_cache_settle(path: str) -> None:
-    """POSIX_FADV_DONTNEED leaves pages that read-ahead still has in flight; they arrive a
-    moment later (a few pages, later on a busy machine). Wait until two looks agree."""
-    last = probes.resident_ratio(path)
-    for _ in range(100):
-        time.sleep(0.01)
-        now = probes.resident_ratio(path)
-        if now == last:
-            return
-        last = now
 
 
 # --- what the summary and the analyzer read --------------------------------------------------
