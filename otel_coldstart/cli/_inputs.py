@@ -173,7 +173,6 @@ def _read_slices(paths: list[str], slices: list[tuple[int, Part | None]], max_by
                         assembler.add(index, spans, batch.offset, batch.length)
             except TraceReadError as exc:
                 item.error = item.error or exc
-            assembler.close_chunk()  # the end of an input: what it held is analysed now
         results = assembler.finish(keep_where=True)
     return _Outcome(results, assembler.where, found)
 
