@@ -177,7 +177,7 @@ def _read_slices(paths: list[str], slices: list[tuple[int, Part | None]], max_by
     return _Outcome(results, assembler.where, found)
 
 
-def _jobs(paths: list[str], args: argparse.Namespace, slim: bool) -> int:
+def _jobs(sizes: list[int], args: argparse.Namespace, slim: bool) -> int:
     jobs = getattr(args, "jobs", None)
     if jobs is not None and not 1 <= jobs <= 64:
         raise CliError(f"--jobs must be between 1 and 64, not {jobs}", EXIT_USAGE)
@@ -185,7 +185,7 @@ def _jobs(paths: list[str], args: argparse.Namespace, slim: bool) -> int:
         return 1  # Windows: the reading processes are forks of this one, with its state
     if jobs is not None:
         return jobs if slim else 1
-    if not slim or sum(_size(p) for p in paths) < PARALLEL_FROM_BYTES:
+    if not slim or sum(sizes) < PARALLEL_FROM_BYTES:
         return 1  # analyze keeps every start-up's spans: handing them between processes costs more
     return max(1, min(os.cpu_count() or 1, MAX_JOBS))
 
@@ -197,13 +197,12 @@ def _size(path: str) -> int:
         return 0
 
 
-def _plan(paths: list[str], jobs: int, max_bytes: int) -> list[list[tuple[int, Part | None]]]:
+def _plan(paths: list[str], sizes: list[int], jobs: int, max_bytes: int) -> list[list[tuple[int, Part | None]]]:
     """The inputs shared out between ``jobs`` processes, about equal bytes each: whole files,
     and a big JSON Lines file in parts (readers.split_lines_file)."""
     slices: list[tuple[int, int, Part | None]] = []  # (bytes, input, part)
-    total = sum(_size(p) for p in paths)
-    for index, path in enumerate(paths):
-        size = _size(path)
+    total = sum(sizes)
+    for index, (path, size) in enumerate(zip(paths, sizes)):
         parts = split_lines_file(path, jobs, max_bytes) if jobs > 1 and size > total / jobs / 2 else None
         if parts and len(parts) > 1:
             slices += [(part.end - part.start, index, part) for part in parts]
@@ -234,12 +233,13 @@ def load_files(paths: list[str], args: argparse.Namespace, *, keep_going: bool =
     check_number(args.max_input_mb, "--max-input-mb", MAX_INPUT_MB_LIMIT)
     max_bytes = int(args.max_input_mb * 2**20)
     trace_id = getattr(args, "trace_id", None)
-    jobs = _jobs(paths, args, slim)
+    sizes = [_size(p) for p in paths] if slim else []  # looked up once: 10,000 files are 10,000 stats
+    jobs = _jobs(sizes, args, slim)
     if jobs == 1:
         outcomes = [_read_slices(paths, [(index, None) for index in range(len(paths))], max_bytes, trace_id, slim,
                                  True)]
     else:
-        groups = _plan(paths, jobs, max_bytes)
+        groups = _plan(paths, sizes, jobs, max_bytes)
         with multiprocessing.get_context("fork").Pool(len(groups)) as pool:
             outcomes = pool.starmap(_read_slices, [(paths, group, max_bytes, trace_id, slim, False)
                                                    for group in groups])
