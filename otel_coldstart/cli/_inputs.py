@@ -230,27 +230,46 @@ def load_files(paths: list[str], args: argparse.Namespace, *, keep_going: bool =
     big inputs are read by several processes at once (``--jobs``), each a share of the files
     (a big JSON Lines file in parts), and a trace that crosses their shares is put together
     and analysed again here."""
+    return next(load_sides([paths], args, keep_going=keep_going, slim=slim))
+
+
+def load_sides(sides: list[list[str]], args: argparse.Namespace, *, keep_going: bool = True,
+               slim: bool = False) -> Iterator[Inputs]:
+    """load_files of each list of paths (compare's two sides), each side read on its own
+    (a trace in both is one of each) and shared out as load_files would, but all sides read
+    at once: the processes are started once, and what one side's share left a process to
+    hand back is handed back while the others are still being read. The Inputs come one side
+    at a time, so that a side's warnings and errors come before the next side's."""
     check_number(args.max_input_mb, "--max-input-mb", MAX_INPUT_MB_LIMIT)
     max_bytes = int(args.max_input_mb * 2**20)
     trace_id = getattr(args, "trace_id", None)
-    sizes = [_size(p) for p in paths] if slim else []  # looked up once: 10,000 files are 10,000 stats
-    jobs = _jobs(sizes, args, slim)
-    if jobs == 1:
-        outcomes = [_read_slices(paths, [(index, None) for index in range(len(paths))], max_bytes, trace_id, slim,
-                                 True)]
+    plans = []  # per side: its shares, the first one read in this process
+    progress = []  # per side: read all in this process (--jobs 1, or a small input), with progress shown
+    for paths in sides:
+        sizes = [_size(p) for p in paths] if slim else []  # looked up once: 10,000 files are 10,000 stats
+        jobs = _jobs(sizes, args, slim)
+        plans.append([[(index, None) for index in range(len(paths))]] if jobs == 1 else
+                     _plan(paths, sizes, jobs, max_bytes))
+        progress.append(jobs == 1)
+
+    def read_here(side: int) -> _Outcome:
+        return _read_slices(sides[side], plans[side][0], max_bytes, trace_id, slim, progress[side])
+
+    others = [(side, share) for side, plan in enumerate(plans) for share in plan[1:]]
+    if not others:
+        outcomes = [[read_here(side)] for side in range(len(sides))]
     else:
-        own, *others = _plan(paths, sizes, jobs, max_bytes)
-        if not others:
-            outcomes = [_read_slices(paths, own, max_bytes, trace_id, slim, False)]
-        else:
-            # This process reads a share too, while forks of it read the others: one process
-            # fewer to start, and one share's start-ups fewer pickled and read back once the
-            # reading is done (a step nothing else runs beside: 0.15 s for 5,000 start-ups).
-            with multiprocessing.get_context("fork").Pool(len(others)) as pool:
-                pending = pool.starmap_async(_read_slices, [(paths, group, max_bytes, trace_id, slim, False)
-                                                            for group in others])
-                outcomes = [_read_slices(paths, own, max_bytes, trace_id, slim, False), *pending.get()]
-    return _merge(paths, outcomes, keep_going, slim)
+        # This process reads a share too, while forks of it read the others: one process
+        # fewer to start, and one share's start-ups fewer pickled and read back once the
+        # reading is done (a step nothing else runs beside: 0.15 s for 5,000 start-ups).
+        with multiprocessing.get_context("fork").Pool(max(len(plan) for plan in plans) - 1) as pool:
+            pending = pool.starmap_async(_read_slices, [(sides[side], share, max_bytes, trace_id, slim, False)
+                                                        for side, share in others])
+            outcomes = [[read_here(side)] for side in range(len(sides))]
+            for (side, _), outcome in zip(others, pending.get()):
+                outcomes[side].append(outcome)
+    for paths, read in zip(sides, outcomes):
+        yield _merge(paths, read, keep_going, slim)
 
 
 def _merge(paths: list[str], outcomes: list[_Outcome], keep_going: bool, slim: bool) -> Inputs:
