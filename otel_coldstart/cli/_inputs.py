@@ -147,7 +147,7 @@ class _Outcome:
 def _read_slices(paths: list[str], slices: list[tuple[int, Part | None]], max_bytes: int, trace_id: str | None,
                  slim: bool, show_progress: bool) -> _Outcome:
     """Read some inputs (or parts of them) and analyse their traces (analyze/assemble.py):
-    in this process, or in one of the processes load_files starts."""
+    in this process, or in one of the processes load_sides starts."""
     wanted = _trace_filter(trace_id)
     assembler = Assembler(lambda spans: analyse_trace(spans, slim),
                           lambda where, traces: [span for index, batches in where.items()
