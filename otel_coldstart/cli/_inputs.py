@@ -279,7 +279,10 @@ def _merge(paths: list[str], outcomes: list[_Outcome], keep_going: bool, slim: b
     per_input: dict[int, _InputFacts] = {}
     for outcome in outcomes:
         for index, item in outcome.inputs.items():
-            merged = per_input.setdefault(index, _InputFacts(split=item.split))
+            merged = per_input.get(index)
+            if merged is None:  # read by one process: every input but a big file read in parts
+                per_input[index] = item
+                continue
             merged.facts.formats |= item.facts.formats
             merged.facts.skipped += item.facts.skipped
             merged.facts.floor = merged.facts.floor or item.facts.floor
@@ -343,8 +346,10 @@ def _merge(paths: list[str], outcomes: list[_Outcome], keep_going: bool, slim: b
     repairs = Notes()
     startups: list[Breakdown] = []
     for result in results.values():
-        checks.setdefault(result.source, Notes()).merge(result.checks)
-        repairs.merge(result.repairs)
+        if result.checks:  # most traces have nothing to note: no empty notes made to merge
+            checks.setdefault(result.source, Notes()).merge(result.checks)
+        if result.repairs:
+            repairs.merge(result.repairs)
         startups.extend(result.startups)
         inputs.spans += result.spans
     startups.sort(key=lambda b: (b.root.start_ns, b.trace_id, b.root.span_id))
