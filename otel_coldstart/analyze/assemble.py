@@ -6,13 +6,15 @@ grouping spans under their ``model.startup``, the breakdown. So the spans of a t
 analysed once all of them are read, and let go; what is kept is the start-ups they make.
 
 The readers hand over batches (a JSON line, a document) in the order of the inputs. Every
-``chunk_spans`` spans, and at the end of each input, the chunk is closed: each trace read in
-it is analysed then, except the traces of the last RECENT_BATCHES batches, which are likely
-to go on (one big start-up in one file; the start-ups a Collector file interleaves) and stay
-in the next chunk. A trace that shows up again after it was analysed (split over files, a
-long pause in a long Collector file) is analysed again at the end from all of its spans: the
-ones read since are kept from then on, the ones read before are read again from where they
-lie (readers.reread). The result is exactly what reading everything first
+``chunk_spans`` spans the chunk is closed: each trace read in it is analysed then, except
+the traces of the last RECENT_BATCHES batches, which are likely to go on (one big start-up
+in one file; the start-ups a Collector file interleaves) and stay in the next chunk. The end
+of an input does not close it: 10,000 small files, one start-up each, would have their
+traces analysed one at a time between reads, which measured 10-15% more CPU than in chunks
+(benchmarks/RESULTS-analyzer.md). A trace that shows up again after it was analysed (split
+over files, a long pause in a long Collector file) is analysed again at the end from all of
+its spans: the ones read since are kept from then on, the ones read before are read again
+from where they lie (readers.reread). The result is exactly what reading everything first
 would give; memory is bounded by a chunk, the traces that cross chunks and the results
 (10,000 start-ups of 60 spans: 150 MB instead of 450 MB, benchmarks/RESULTS-analyzer.md).
 """
@@ -97,8 +99,8 @@ class Assembler:
             self.close_chunk()
 
     def close_chunk(self, everything: bool = False) -> None:
-        """Analyse the traces of the open chunk (the end of an input closes it too), but the
-        ones still being read (seen in the last RECENT_BATCHES batches) unless ``everything``."""
+        """Analyse the traces of the open chunk, but the ones still being read (seen in the
+        last RECENT_BATCHES batches) unless ``everything``."""
         chunk, self._chunk, self._count = self._chunk, {}, 0
         recent = self._batches - RECENT_BATCHES
         for trace_id, spans in chunk.items():

@@ -15,6 +15,7 @@ rather than parsed into several times its size in memory.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import time
@@ -110,9 +111,9 @@ class BatchReader:
 
     def __iter__(self) -> Iterator[Batch]:
         path = self.path
-        with _open(path) as handle:
+        handle, size = _open(path)
+        with handle:
             try:
-                size = os.fstat(handle.fileno()).st_size
                 try:
                     if self.part is None or self.part.start == 0:
                         end = None if self.part is None else self.part.end
@@ -132,25 +133,61 @@ class BatchReader:
 READ_BUFFER = 1 << 20
 
 
-def _open(path: str) -> BinaryIO:
-    # A device (/dev/zero reports size 0, so no size limit would apply), a FIFO with no
-    # writer (open blocks forever) or a socket is refused without being read, or opened.
-    if os.path.exists(path) and not is_regular_file(path):
-        raise TraceReadError(f"{path}: not a regular file (a device, FIFO or socket); save the trace to a file",
-                             "unreadable")
+def _open(path: str) -> tuple[BinaryIO, int]:
+    """``path`` for reading, and its size. A file that fits in the read buffer is read whole
+    at once, and its lines found in memory: the plugin writes one file per start-up, tens of
+    KiB each, and a buffered reader set up for each of 10,000 of them costs more than their
+    lines (its first line is scanned byte by byte as it fills the buffer)."""
     try:
+        fd = open_regular_fd(path)
+    except OSError as exc:
+        # A device (/dev/zero reports size 0, so no size limit would apply), a FIFO with no
+        # writer (open blocks forever) or a socket is refused without being read, or opened
+        # (open_regular_fd looks before it opens); only then is it worth saying which.
+        if os.path.exists(path) and not is_regular_file(path):
+            raise TraceReadError(f"{path}: not a regular file (a device, FIFO or socket); save the trace to a file",
+                                 "unreadable") from None
+        raise TraceReadError(f"cannot read {path}: {exc.strerror or exc}", "unreadable") from None
+    try:
+        size = os.fstat(fd).st_size
+        if size <= READ_BUFFER:
+            data = _read_whole(fd, size)
+            if data is not None:
+                os.close(fd)
+                return io.BytesIO(data), size
+            os.lseek(fd, 0, os.SEEK_SET)  # it grew past the buffer meanwhile: read it as a big one
         # A large buffer: lines of tens of KiB are found in it by one memchr, not pieced
         # together from 8 KiB reads (3x faster reading a Collector file).
-        return open(open_regular_fd(path), "rb", buffering=READ_BUFFER)
+        return open(fd, "rb", buffering=READ_BUFFER), size
     except OSError as exc:
+        os.close(fd)
         raise TraceReadError(f"cannot read {path}: {exc.strerror or exc}", "unreadable") from None
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _read_whole(fd: int, size: int) -> bytes | None:
+    """All of ``fd`` to its end, or None should it hold more than the ``size`` it had when it
+    was opened (it grew meanwhile). Reads of exactly what is expected: a read of the whole
+    buffer's size would allocate (and map fresh pages for) 1 MiB for each small file."""
+    chunks = []
+    held = 0
+    while held <= size:
+        chunk = os.read(fd, size + 1 - held)
+        if not chunk:
+            return b"".join(chunks)  # one chunk, the usual case: that very object, not a copy
+        chunks.append(chunk)
+        held += len(chunk)
+    return None
 
 
 def reread(path: str, batches: list[tuple[int, int]], traces: set[str]) -> list[Span]:
     """The spans of ``traces`` in the batches of ``path`` at (offset, length): what a caller
     that let go of them reads again, and only that."""
     spans: list[Span] = []
-    with _open(path) as handle:
+    handle, _ = _open(path)
+    with handle:
         try:
             for offset, length in batches:
                 handle.seek(offset)
@@ -184,8 +221,8 @@ def split_lines_file(path: str, parts: int, max_bytes: int = DEFAULT_MAX_BYTES) 
     """``parts`` ranges of about equal size, each starting at a line, when ``path`` is JSON
     Lines (as the readers would take it); None for anything else (read whole)."""
     try:
-        with _open(path) as handle:
-            size = os.fstat(handle.fileno()).st_size
+        handle, size = _open(path)
+        with handle:
             first = handle.readline(min(max_bytes, FIRST_LINE_PROBE) + 1)
             if first.startswith(b"\xef\xbb\xbf"):
                 first = first[3:]

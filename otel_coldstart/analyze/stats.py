@@ -4,6 +4,9 @@ numpy's default and Prometheus' histogram_quantile within a bucket)."""
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
+from collections import Counter
+from itertools import repeat
 from typing import Sequence
 
 
@@ -35,23 +38,17 @@ def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
     n, m = len(a), len(b)
     if n == 0 or m == 0:
         return 1.0
-    pooled = sorted([(v, 0) for v in a] + [(v, 1) for v in b])
-    ranks: list[float] = [0.0] * len(pooled)
-    ties = False
-    tie_term = 0.0
-    i = 0
-    while i < len(pooled):
-        j = i
-        while j + 1 < len(pooled) and pooled[j + 1][0] == pooled[i][0]:
-            j += 1
-        if j > i:
-            ties = True
-            t = j - i + 1
-            tie_term += t ** 3 - t
-        for k in range(i, j + 1):
-            ranks[k] = (i + j) / 2 + 1
-        i = j + 1
-    rank_sum_a = sum(r for r, (_, side) in zip(ranks, pooled) if side == 0)
+    # A value's rank in the pooled sample is the count of values below it plus the middle of
+    # its tie group (1 + size) / 2; summed over A, in C (bisection in the sorted pool, a
+    # count per value), not by walking the pooled (value, side) pairs one by one in Python:
+    # that was 0.1-0.15 s of a fleet's compare (10,000 start-ups, 10 phases). The integer sums
+    # are exact, so the p-values are the same.
+    pooled = sorted([*a, *b])
+    group_sizes = Counter(pooled)
+    below = sum(map(bisect_left, repeat(pooled), a))
+    rank_sum_a = below + (sum(map(group_sizes.__getitem__, a)) + n) / 2
+    ties = len(group_sizes) < n + m
+    tie_term = float(sum(t ** 3 - t for t in group_sizes.values() if t > 1)) if ties else 0.0
     u = rank_sum_a - n * (n + 1) / 2
     if not ties and n <= EXACT_LIMIT and m <= EXACT_LIMIT:
         counts = _u_distribution(n, m)

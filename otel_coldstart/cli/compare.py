@@ -12,7 +12,8 @@ import sys
 from ..analyze.compare import compare
 from ..analyze.renderers import COMPARE
 from ..analyze.report import CompareReport, Side, split_unready
-from ._inputs import add_file_arguments, add_jobs_argument, expand_paths, load_files, output, require_startups
+from ._inputs import (Inputs, add_file_arguments, add_jobs_argument, expand_paths, load_sides, output,
+                      require_startups)
 from .errors import EXIT_NO_STARTUP, CliError
 
 HELP = ("Per-phase medians, spread and a verdict (slower / faster / within noise) between two traces "
@@ -32,8 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", "-o", metavar="FILE", help="write the report here (never overwrites)")
 
 
-def _side(name: str, path: str, args: argparse.Namespace):
-    inputs = load_files(expand_paths([path]), args, slim=True)
+def _side(name: str, path: str, inputs: Inputs, args: argparse.Namespace):
     startups = require_startups(inputs, args.trace_id)
     counted, unready = split_unready(startups, args.include_unready)
     if not counted:
@@ -43,8 +43,16 @@ def _side(name: str, path: str, args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    a_inputs, a, a_side = _side("A", args.a, args)
-    b_inputs, b, b_side = _side("B", args.b, args)
+    a_paths = expand_paths([args.a])
+    try:
+        b_paths, b_missing = expand_paths([args.b]), None
+    except CliError as exc:  # said after A is read and looked at, as when the sides were read in turn
+        b_paths, b_missing = [], exc
+    sides = load_sides([a_paths, b_paths] if b_paths else [a_paths], args, slim=True)
+    a_inputs, a, a_side = _side("A", args.a, next(sides), args)
+    if b_missing is not None:
+        raise b_missing
+    b_inputs, b, b_side = _side("B", args.b, next(sides), args)
     report = CompareReport(compare(a, b), a_side, b_side, args.include_unready)
     with output(args.output) as out:
         COMPARE[args.format](report, out)

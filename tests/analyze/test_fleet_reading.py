@@ -56,7 +56,11 @@ def test_compare_is_the_same_read_in_one_process_or_several(fleet, capsys):
     sequential = _json(capsys, "compare", str(fleet / "a.jsonl"), str(fleet / "b.jsonl"), "--jobs", "1")
     parallel = _json(capsys, "compare", str(fleet / "a.jsonl"), str(fleet / "b.jsonl"), "--jobs", "2")
     per_file = _json(capsys, "compare", str(fleet / "a"), str(fleet / "b"), "--jobs", "2")
-    for document in (parallel, per_file):
+    # Both sides' shares among three processes at once: two forks take one of each side's
+    # shares, whichever comes next (cli/_inputs.load_sides).
+    three = [_json(capsys, "compare", str(fleet / a), str(fleet / b), "--jobs", "3")
+             for a, b in (("a", "b"), ("a.jsonl", "b.jsonl"))]
+    for document in (parallel, per_file, *three):
         assert document["rows"] == sequential["rows"] and document["counted"] == sequential["counted"]
         assert document["a"]["cache"] == sequential["a"]["cache"]
         assert document["b"]["not_ready_reasons"] == sequential["b"]["not_ready_reasons"]
