@@ -33,7 +33,7 @@ from opentelemetry import trace
 
 from . import _otel_env, own_tracing
 from ._bounded import run_bounded
-from .otlp_json import spans_to_otlp_json  # noqa: F401  (re-exported: readers and tests use it here)
+from .otlp_json import spans_to_otlp_json, spans_to_otlp_json_line  # noqa: F401  (re-exported: readers and tests use it here)
 
 DEFAULT_OUTPUT_DIR = "otel-coldstart-traces"
 FILE_SUFFIX = ".otlp.jsonl"
@@ -59,10 +59,8 @@ class OtlpJsonFile:
     def export(self, spans: Sequence) -> bool:
         if not spans:
             return True
-        import json  # first needed at the first write, on a thread of ours when it is a progress record
-
         try:
-            line = json.dumps(spans_to_otlp_json(spans), separators=(",", ":"))
+            line = spans_to_otlp_json_line(spans)
             with self._lock:
                 mode = "a" if self._created else "x"
                 with open(self.path, mode, encoding="utf-8") as handle:
@@ -370,7 +368,12 @@ def _named_span_exporter(name: str):
 
 def flush(setup: ExportSetup, timeout_s: float, *, wait: bool = True) -> None:
     """Push out what is buffered, giving the exporter ``timeout_s``; wait for it only if
-    ``wait`` (never longer than ``timeout_s``)."""
+    ``wait`` (never longer than ``timeout_s``). Our own provider exports on its worker
+    (no thread started per flush); the SDK's is flushed from a thread of ours."""
+    on_worker = getattr(setup.provider, "flush_on_worker", None)
+    if on_worker is not None:
+        on_worker(timeout_s if wait else 0.0)
+        return
     force_flush = getattr(setup.provider, "force_flush", None)
     if force_flush is not None:
         millis = int(max(timeout_s, 0.001) * 1000)

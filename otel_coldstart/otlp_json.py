@@ -188,3 +188,33 @@ def spans_to_otlp_json(spans: Sequence) -> dict:
         _put(item, "schemaUrl", resource.schema_url)
         resource_spans.append(item)
     return {"resourceSpans": resource_spans} if resource_spans else {}
+
+
+def spans_to_otlp_json_line(spans: Sequence) -> str:
+    """``json.dumps(spans_to_otlp_json(spans), separators=(",", ":"))``, the same text, built
+    one span at a time: each span's dicts are turned into text and freed before the next is
+    built. A whole batch built as one document keeps thousands of container objects alive
+    at once, and a flush on a thread of ours then set off collections of the host's young
+    objects inside the host's load (tests/core/test_otlp_json.py holds the text equal)."""
+    import json  # first needed at the first write, on a thread of ours
+
+    dumps = json.JSONEncoder(separators=(",", ":")).encode
+    grouped: dict = {}
+    for span in spans:
+        text = dumps(_span(span))
+        grouped.setdefault(span.resource, {}).setdefault(span.instrumentation_scope or None, []).append(text)
+    if not grouped:
+        return "{}"
+    resource_texts = []
+    for resource, scopes in grouped.items():
+        scope_texts = []
+        for scope, texts in scopes.items():
+            schema_url = scope.schema_url if scope is not None else None
+            scope_texts.append('{"scope":' + dumps(_scope(scope)) + ',"spans":[' + ",".join(texts) + "]"
+                               + (',"schemaUrl":' + dumps(schema_url) if schema_url else "") + "}")
+        attributes = _attributes(resource.attributes)
+        resource_texts.append('{"resource":' + dumps({"attributes": attributes} if attributes else {})
+                              + ',"scopeSpans":[' + ",".join(scope_texts) + "]"
+                              + (',"schemaUrl":' + dumps(resource.schema_url) if resource.schema_url else "")
+                              + "}")
+    return '{"resourceSpans":[' + ",".join(resource_texts) + "]}"

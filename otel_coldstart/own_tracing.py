@@ -518,8 +518,9 @@ class OwnTracerProvider(trace.TracerProvider):
     """Hands ended spans to ``sink.export(batch) -> bool`` in batches of 512, from a worker
     thread of its own (started with the first span) within ``SCHEDULE_DELAY_S`` of the first
     span waiting, at once when a batch is full (the worker is woken, as the SDK's batch
-    processor wakes its own), and from whichever thread calls :meth:`force_flush` (ours:
-    the in-flight monitor, the bounded flushes of ``ready()`` and exit). At most
+    processor wakes its own), at once when someone asks with :meth:`flush_on_worker` (the
+    in-flight monitor after each record, ``ready()``), and from whichever thread calls
+    :meth:`force_flush` (ours: the bounded flushes of exit and SIGTERM). At most
     ``MAX_QUEUE_DURING_STARTUP`` spans wait during the start-up, ``MAX_QUEUE`` after it.
     Beyond that, a local file sink (``sink.local``) is written by the thread that ends the
     span (no span is lost to a burst); spans for a network exporter are dropped and counted
@@ -543,6 +544,7 @@ class OwnTracerProvider(trace.TracerProvider):
         self._flushing_thread = 0
         self._worker: threading.Thread | None = None
         self._worker_pid = 0
+        self._flush_requests()
 
     def get_tracer(self, instrumenting_module_name: str, instrumenting_library_version: str | None = None,
                    schema_url: str | None = None, attributes=None) -> trace.Tracer:
@@ -583,6 +585,13 @@ class OwnTracerProvider(trace.TracerProvider):
         with self._lock:
             self._max_queue = MAX_QUEUE
 
+    def _flush_requests(self) -> None:
+        # Flushes asked of the worker (flush_on_worker): a count of requests and of those
+        # carried out, so each asker waits for an export that began after it asked.
+        self._flushes_asked = 0
+        self._flushes_done = 0
+        self._flushed = threading.Condition(self._lock)
+
     def _start_worker(self) -> None:
         with self._lock:
             if self._worker is not None and self._worker_pid == os.getpid():
@@ -594,6 +603,7 @@ class OwnTracerProvider(trace.TracerProvider):
                 self._flush_lock = threading.Lock()
                 self._flushing_thread = 0
                 self._pending = []
+                self._flush_requests()
             self._worker_pid = os.getpid()
             self._worker = threading.Thread(target=self._work, name="otel-coldstart-span-export", daemon=True)
         self._worker.start()
@@ -601,23 +611,64 @@ class OwnTracerProvider(trace.TracerProvider):
     def _work(self) -> None:
         while True:
             with self._lock:
-                while not self._pending and not self._closed:
+                while not self._pending and not self._closed and self._flushes_done == self._flushes_asked:
                     self._ready.wait()
                 if self._closed:
                     return
-                # Gather what ends in the next moment into the same batch, unless one is full.
+                # Gather what ends in the next moment into the same batch, unless one is full
+                # or a flush is asked for.
                 deadline = time.monotonic() + SCHEDULE_DELAY_S
-                while len(self._pending) < MAX_EXPORT_BATCH and not self._closed:
+                while (len(self._pending) < MAX_EXPORT_BATCH and not self._closed
+                       and self._flushes_done == self._flushes_asked):
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         break
                     self._ready.wait(remaining)
                 if self._closed:
                     return
+                asked = self._flushes_asked
             try:
                 self.force_flush()
             except Exception:  # an exporter's failure is the exporter's to log
                 pass
+            with self._lock:
+                if asked != self._flushes_done:
+                    self._flushes_done = asked
+                    self._flushed.notify_all()
+
+    def flush_on_worker(self, timeout_s: float) -> bool:
+        """Have the worker export every span ended so far, and wait at most ``timeout_s`` for
+        it (0: do not wait). True once it is written (or there was nothing to write); False
+        when the wait ran out or the sink refused a batch.
+
+        What the in-flight monitor does after each record, and ``ready()``: the export runs on
+        the worker that exists anyway, so a flush starts no thread. A thread started per
+        flush cost 0.2-0.3 ms of CPU on a quiet machine and up to 4 ms under load, each time,
+        and on the 2-core machine its start-up ran beside the host's intra-op threads: the
+        warm 650 MB load + cast measured 1.022x plain with a thread per flush, 1.011x with
+        the export on a thread that already ran (benchmarks/RESULTS.md, seventh round). An
+        export that hangs holds the worker, never the asker past ``timeout_s``."""
+        if self._closed:
+            return self.last_export_ok is not False
+        if threading.current_thread() is self._worker:  # asked from inside an export: the worker
+            return self.last_export_ok is not False  # is already at it, and must not wait on itself
+        if self._worker is None or self._worker_pid != os.getpid():  # none yet, or forked
+            if self._worker is None and not self._pending:
+                return self.last_export_ok is not False  # nothing ended yet: no worker needed
+            self._start_worker()
+        with self._lock:
+            self._flushes_asked += 1
+            ticket = self._flushes_asked
+            self._ready.notify()
+            if timeout_s <= 0:
+                return True
+            deadline = time.monotonic() + timeout_s
+            while self._flushes_done < ticket and not self._closed:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._flushed.wait(remaining)
+        return self.last_export_ok is not False
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         if not self._flush_lock.acquire(timeout=max(timeout_millis, 0) / 1000):
@@ -645,6 +696,7 @@ class OwnTracerProvider(trace.TracerProvider):
         with self._lock:
             self._closed = True
             self._ready.notify_all()
+            self._flushed.notify_all()
         self.sink.shutdown()
 
 

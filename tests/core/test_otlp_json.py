@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
-from otel_coldstart.otlp_json import spans_to_otlp_json
+from otel_coldstart.otlp_json import spans_to_otlp_json, spans_to_otlp_json_line
 
 
 def _protobuf_document(spans) -> dict:
@@ -36,6 +36,13 @@ def _protobuf_document(spans) -> dict:
 
 def _line(document: dict) -> str:
     return json.dumps(document, separators=(",", ":"))
+
+
+def _same_text(spans) -> str:
+    """The line the file exporter writes (built span by span) is the document's text."""
+    line = spans_to_otlp_json_line(spans)
+    assert line == _line(spans_to_otlp_json(spans))
+    return line
 
 
 def _provider(resource: Resource | None = None):
@@ -68,7 +75,7 @@ def test_every_span_field_matches_protobuf_byte_for_byte():
         tracer.start_span("never-ended-attrs", attributes={}).end(end_time=7)
     spans = exporter.get_finished_spans()
     assert len(spans) == 4
-    assert _line(spans_to_otlp_json(spans)) == _line(_protobuf_document(spans))
+    assert _same_text(spans) == _line(_protobuf_document(spans))
 
 
 def test_several_resources_and_scopes_group_as_protobuf_does():
@@ -79,8 +86,9 @@ def test_several_resources_and_scopes_group_as_protobuf_does():
             provider.get_tracer(scope).start_span(f"{scope}-span").end()
     spans = [exporter_a.get_finished_spans()[0], exporter_b.get_finished_spans()[0],
              *exporter_a.get_finished_spans()[1:], *exporter_b.get_finished_spans()[1:]]
-    assert _line(spans_to_otlp_json(spans)) == _line(_protobuf_document(spans))
+    assert _same_text(spans) == _line(_protobuf_document(spans))
     assert spans_to_otlp_json([]) == _protobuf_document([]) == {}
+    assert spans_to_otlp_json_line([]) == "{}"
 
 
 _scalars = (st.booleans() | st.text(max_size=20) | st.integers(min_value=-(2**64), max_value=2**64)
@@ -100,4 +108,4 @@ def test_any_attribute_value_matches_protobuf(attributes, name, description):
         span.set_status(Status(StatusCode.ERROR, description))
     span.end()
     spans = exporter.get_finished_spans()
-    assert _line(spans_to_otlp_json(spans)) == _line(_protobuf_document(spans))
+    assert _same_text(spans) == _line(_protobuf_document(spans))

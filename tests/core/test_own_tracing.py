@@ -9,6 +9,7 @@ import os
 import random
 import threading
 import time
+import types
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -364,6 +365,99 @@ def test_a_full_batch_wakes_the_worker_at_once(monkeypatch):
     for _ in range(own_tracing.MAX_EXPORT_BATCH):
         tracer.start_span("s").end()
     assert _wait_for(lambda: len(exported) == own_tracing.MAX_EXPORT_BATCH)
+    provider.shutdown()
+
+
+class _ThreadNoting(Collecting):
+    """A sink that notes which thread exported each batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: list[str] = []
+
+    def export(self, spans) -> bool:
+        self.threads.append(threading.current_thread().name)
+        return super().export(spans)
+
+
+def test_a_flush_asked_of_the_worker_is_written_when_it_returns_and_starts_no_thread(monkeypatch):
+    """The in-flight monitor's flush after each record: before, each one started a thread."""
+    monkeypatch.setattr(own_tracing, "SCHEDULE_DELAY_S", 3600.0)  # only the flush sends anything
+    sink = _ThreadNoting()
+    provider = own_tracing.OwnTracerProvider(own_tracing.OwnResource({}), sink)
+    tracer = provider.get_tracer("t")
+    assert provider.flush_on_worker(5.0)  # nothing ended yet: nothing to do, no worker started
+    assert provider._worker is None
+    tracer.start_span("first").end()
+    started = []
+    real_start = threading.Thread.start
+    monkeypatch.setattr(threading.Thread, "start", lambda self: (started.append(self.name), real_start(self))[1])
+    for round_ in range(20):
+        tracer.start_span(f"s{round_}").end()
+        assert provider.flush_on_worker(5.0)
+        assert [s.name for s in sink.into][-1] == f"s{round_}"  # written when the call returns
+    tracer.start_span("through export.flush").end()
+    export.flush(types.SimpleNamespace(provider=provider), 5.0, wait=True)  # what the monitor calls
+    assert sink.into[-1].name == "through export.flush"
+    assert started == []
+    assert set(sink.threads) == {"otel-coldstart-span-export"}
+    provider.shutdown()
+    assert provider.flush_on_worker(5.0)  # after shutdown: at once
+
+
+def test_a_flush_asked_of_the_worker_waits_at_most_its_timeout_for_a_hung_export():
+    release = threading.Event()
+
+    class Hanging(Collecting):
+        def export(self, spans) -> bool:
+            release.wait(30)
+            return super().export(spans)
+
+    sink = Hanging()
+    provider = own_tracing.OwnTracerProvider(own_tracing.OwnResource({}), sink)
+    provider.get_tracer("t").start_span("s").end()
+    began = time.monotonic()
+    assert provider.flush_on_worker(0.3) is False
+    assert time.monotonic() - began < 5
+    assert provider.flush_on_worker(0.0) is True  # not waited for: only asked
+    release.set()
+    assert provider.flush_on_worker(10.0)
+    assert [s.name for s in sink.into] == ["s"]
+    provider.shutdown()
+
+
+def test_a_flush_asked_of_the_worker_says_when_the_sink_refused():
+    sink = Collecting()
+    sink.export = lambda spans: False
+    provider = own_tracing.OwnTracerProvider(own_tracing.OwnResource({}), sink)
+    provider.get_tracer("t").start_span("s").end()
+    assert provider.flush_on_worker(5.0) is False
+    assert provider.failed_exports == 1
+    provider.shutdown()
+
+
+@pytest.mark.process
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_flush_asked_in_a_forked_child_is_done_by_the_childs_own_worker(tmp_path):
+    """The parent's worker does not exist in the child: the child's first flush starts its own
+    and writes the child's spans (the parent's queue is not the child's to write)."""
+    path = tmp_path / "child.jsonl"
+    provider = own_tracing.OwnTracerProvider(own_tracing.OwnResource({}), export.OtlpJsonFile(str(tmp_path / "p.jsonl")))
+    tracer = provider.get_tracer("t")
+    tracer.start_span("parent").end()
+    assert provider.flush_on_worker(5.0)
+    pid = os.fork()
+    if pid == 0:  # the child: exit code 0 only if its span was written by its own flush
+        try:
+            provider.sink = export.OtlpJsonFile(str(path))
+            tracer.start_span("child").end()
+            ok = provider.flush_on_worker(5.0) and path.exists() and '"child"' in path.read_text()
+            os._exit(0 if ok else 1)
+        except BaseException:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert '"parent"' not in path.read_text()
     provider.shutdown()
 
 
