@@ -35,15 +35,26 @@ before = {"torch": "torch" in sys.modules,
 import torch
 from safetensors import safe_open
 from otel_coldstart.patches._wrapping import ColdstartWrapper
+import safetensors, safetensors.torch
+from safetensors import _safetensors_rust
 after = {"loaded": sorted(m for m in sys.modules if m.startswith("otel_coldstart.patches.")),
-         "to_wrapped": isinstance(vars(torch.Tensor).get("to"), ColdstartWrapper)}
+         "to_wrapped": isinstance(vars(torch.Tensor).get("to"), ColdstartWrapper),
+         # safetensors imported after instrument(): its hook binds one wrapper of the name in
+         # its own modules (the only ones that can hold the class then), and later importers
+         # take it from the package
+         "one_name_wrapper": safe_open is safetensors.safe_open is safetensors.torch.safe_open,
+         "name_wrapped": safe_open is not _safetensors_rust.safe_open}
 handle = safe_open(sys.argv[1], framework="pt")  # never closed: the end of the start-up ends its span
 for key in handle.keys():
     handle.get_tensor(key).to(torch.float16)
 after["loaded_at_ready"] = sorted(m for m in sys.modules if m.startswith("otel_coldstart.patches."))
 otel_coldstart.ready()
 after["to_restored"] = not isinstance(vars(torch.Tensor).get("to"), ColdstartWrapper)
-print(json.dumps({"before": before, "after": after, "file": otel_coldstart.trace_file()}))
+trace_file = otel_coldstart.trace_file()
+otel_coldstart.uninstrument()
+after["names_restored"] = all(module.safe_open is _safetensors_rust.safe_open
+                              for module in (safetensors, safetensors.torch))
+print(json.dumps({"before": before, "after": after, "file": trace_file}))
 """
 
 
@@ -69,6 +80,8 @@ def test_torch_imported_after_instrument_loads_its_patches_then_and_ends_them_at
     assert not set(result["after"]["loaded_at_ready"]) & gpu_only, result["after"]["loaded_at_ready"]
     assert result["after"]["to_wrapped"] is True
     assert result["after"]["to_restored"] is True  # tensor_ops (loaded late) is hot-path: removed at ready()
+    assert result["after"]["one_name_wrapper"] is True and result["after"]["name_wrapped"] is True
+    assert result["after"]["names_restored"] is True
 
     spans = read_trace_file(result["file"])
     reads = [s for s in spans if s.name == semconv.phase_span_name(semconv.PHASE_DESERIALIZE)]
