@@ -643,11 +643,10 @@ class OwnTracerProvider(trace.TracerProvider):
 
         What the in-flight monitor does after each record, and ``ready()``: the export runs on
         the worker that exists anyway, so a flush starts no thread. A thread started per
-        flush cost 0.2-0.3 ms of CPU on a quiet machine and up to 4 ms under load, each time,
-        and on the 2-core machine its start-up ran beside the host's intra-op threads: the
-        warm 650 MB load + cast measured 1.022x plain with a thread per flush, 1.011x with
-        the export on a thread that already ran (benchmarks/RESULTS.md, seventh round). An
-        export that hangs holds the worker, never the asker past ``timeout_s``."""
+        flush cost 0.2-0.3 ms of CPU on a quiet machine and up to 4 ms under load, each
+        time, beside the host's intra-op threads; a short start-up writes a record every
+        quarter second (benchmarks/RESULTS.md, seventh round). An export that hangs holds the
+        worker, never the asker past ``timeout_s``."""
         if self._closed:
             return self.last_export_ok is not False
         if threading.current_thread() is self._worker:  # asked from inside an export: the worker
