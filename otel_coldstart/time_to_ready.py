@@ -37,7 +37,7 @@ pace) and spans that read checkpoint bytes.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from typing import NamedTuple  # not dataclasses: see the imports of _history.py
 
 from . import semconv
 from ._history import EarlierStartup, History, Identity, read_history, step_key
@@ -48,15 +48,13 @@ PACE_BOUNDS = (0.25, 4.0)  # this start-up's pace through a span, against the ea
 MAX_BASIS_CHARS = 240
 
 
-@dataclass(frozen=True)
-class Estimate:
+class Estimate(NamedTuple):
     remaining_s: float
     startups: int  # earlier start-ups it is from
     basis: str  # where this start-up was matched, in words
 
 
-@dataclass(frozen=True)
-class Sources:
+class Sources(NamedTuple):
     """Where earlier start-ups are, and what makes them this service's (made on the monitor
     thread from the plain values the start-up handed it: nothing is read on the host's)."""
 
