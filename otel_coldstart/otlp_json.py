@@ -166,36 +166,16 @@ def _scope(scope) -> dict:
     return encoded
 
 
-def spans_to_otlp_json(spans: Sequence) -> dict:
-    """The OTLP/JSON ``ExportTraceServiceRequest`` for finished SDK spans (``ReadableSpan``):
-    what ``MessageToDict(encode_spans(spans), use_integers_for_enums=True)`` gives, with hex
-    trace and span ids (the OTLP spec's one deviation from the protobuf JSON mapping)."""
-    grouped: dict = {}
-    for span in spans:
-        encoded = _span(span)
-        scopes = grouped.setdefault(span.resource, {})
-        scopes.setdefault(span.instrumentation_scope or None, []).append(encoded)
-    resource_spans = []
-    for resource, scopes in grouped.items():
-        scope_spans = []
-        for scope, encoded_spans in scopes.items():
-            entry: dict[str, Any] = {"scope": _scope(scope), "spans": encoded_spans}
-            _put(entry, "schemaUrl", scope.schema_url if scope is not None else None)
-            scope_spans.append(entry)
-        attributes = _attributes(resource.attributes)
-        item: dict[str, Any] = {"resource": {"attributes": attributes} if attributes else {}}
-        _put(item, "scopeSpans", scope_spans)
-        _put(item, "schemaUrl", resource.schema_url)
-        resource_spans.append(item)
-    return {"resourceSpans": resource_spans} if resource_spans else {}
-
-
 def spans_to_otlp_json_line(spans: Sequence) -> str:
-    """``json.dumps(spans_to_otlp_json(spans), separators=(",", ":"))``, the same text, built
-    one span at a time: each span's dicts are turned into text and freed before the next is
-    built. A whole batch built as one document keeps thousands of container objects alive
-    at once, and a flush on a thread of ours then set off collections of the host's young
-    objects inside the host's load (tests/core/test_otlp_json.py holds the text equal)."""
+    """The OTLP/JSON ``ExportTraceServiceRequest`` for finished SDK spans (``ReadableSpan``),
+    as one compact line of text: what ``MessageToDict(encode_spans(spans),
+    use_integers_for_enums=True)`` gives, with hex trace and span ids (the OTLP spec's one
+    deviation from the protobuf JSON mapping), dumped with ``separators=(",", ":")``.
+
+    Built one span at a time: each span's dicts are turned into text and freed before the
+    next is built. The whole batch built as one document kept a few hundred container
+    objects alive at once, and a flush on a thread of ours then set off collections of the
+    host's young objects inside the host's load (docs/decisions.md, seventh round)."""
     import json  # first needed at the first write, on a thread of ours
 
     dumps = json.JSONEncoder(separators=(",", ":")).encode
@@ -218,3 +198,10 @@ def spans_to_otlp_json_line(spans: Sequence) -> str:
                               + (',"schemaUrl":' + dumps(resource.schema_url) if resource.schema_url else "")
                               + "}")
     return '{"resourceSpans":[' + ",".join(resource_texts) + "]}"
+
+
+def spans_to_otlp_json(spans: Sequence) -> dict:
+    """The same document as a dict (tests, and readers that want one)."""
+    import json
+
+    return json.loads(spans_to_otlp_json_line(spans))

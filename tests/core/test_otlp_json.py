@@ -38,13 +38,6 @@ def _line(document: dict) -> str:
     return json.dumps(document, separators=(",", ":"))
 
 
-def _same_text(spans) -> str:
-    """The line the file exporter writes (built span by span) is the document's text."""
-    line = spans_to_otlp_json_line(spans)
-    assert line == _line(spans_to_otlp_json(spans))
-    return line
-
-
 def _provider(resource: Resource | None = None):
     exporter = InMemorySpanExporter()
     provider = TracerProvider(resource=resource or Resource.create({"service.name": "t", "n": 3}))
@@ -75,7 +68,7 @@ def test_every_span_field_matches_protobuf_byte_for_byte():
         tracer.start_span("never-ended-attrs", attributes={}).end(end_time=7)
     spans = exporter.get_finished_spans()
     assert len(spans) == 4
-    assert _same_text(spans) == _line(_protobuf_document(spans))
+    assert spans_to_otlp_json_line(spans) == _line(_protobuf_document(spans))
 
 
 def test_several_resources_and_scopes_group_as_protobuf_does():
@@ -86,7 +79,7 @@ def test_several_resources_and_scopes_group_as_protobuf_does():
             provider.get_tracer(scope).start_span(f"{scope}-span").end()
     spans = [exporter_a.get_finished_spans()[0], exporter_b.get_finished_spans()[0],
              *exporter_a.get_finished_spans()[1:], *exporter_b.get_finished_spans()[1:]]
-    assert _same_text(spans) == _line(_protobuf_document(spans))
+    assert spans_to_otlp_json_line(spans) == _line(_protobuf_document(spans))
     assert spans_to_otlp_json([]) == _protobuf_document([]) == {}
     assert spans_to_otlp_json_line([]) == "{}"
 
@@ -108,4 +101,4 @@ def test_any_attribute_value_matches_protobuf(attributes, name, description):
         span.set_status(Status(StatusCode.ERROR, description))
     span.end()
     spans = exporter.get_finished_spans()
-    assert _same_text(spans) == _line(_protobuf_document(spans))
+    assert spans_to_otlp_json_line(spans) == _line(_protobuf_document(spans))
