@@ -323,7 +323,7 @@ def _ended_check(method):
 class OwnSpan(trace.Span):
     """An OpenTelemetry API span that behaves as the SDK's ``Span`` with default limits, and
     reads as the SDK's ``ReadableSpan`` once ended (what the exporters and
-    :func:`~otel_coldstart.otlp_json.spans_to_otlp_json` read)."""
+    :func:`~otel_coldstart.otlp_json.spans_to_otlp_json_line` read)."""
 
     def __init__(self, provider: "OwnTracerProvider", scope: OwnScope, name: str, context: SpanContext,
                  parent: SpanContext | None, kind: SpanKind, attributes, links: Sequence[Link],
