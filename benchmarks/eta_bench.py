@@ -157,11 +157,11 @@ def reading(real_dir: str, worst_dir: str, repeats: int) -> dict:
 
         newest = live.history.startups[0]
         half = newest.total_s / 2
-        open_spans = tuple(SimpleNamespace(name=step.key[0], phase=step.key[1], start_ns=int(step.start_s * 1e9),
+        open_spans = tuple(SimpleNamespace(name=key[0], phase=key[1], start_ns=int(start_s * 1e9),
                                            thread_id=None, attributes={}, file_read=None)
-                           for step in newest.steps if step.start_s <= half < step.end_s)
-        ended = [step for step in newest.steps if step.end_s <= half]
-        last = (ended[-1].key[0], {semconv.PHASE: ended[-1].key[1]}, int(ended[-1].end_s * 1e9)) if ended else None
+                           for key, start_s, end_s, _ in newest.steps if start_s <= half < end_s)
+        ended = [(key, end_s) for key, _, end_s, _ in newest.steps if end_s <= half]
+        last = (ended[-1][0][0], {semconv.PHASE: ended[-1][0][1]}, int(ended[-1][1] * 1e9)) if ended else None
         snap = Snapshot(int(half * 1e9), half, "x", 0.0, None, open_spans, 0, None, 0, 0, None, last)
         calls = 2000
         started = time.perf_counter_ns()

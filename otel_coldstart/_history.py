@@ -47,20 +47,22 @@ _SUFFIXES = (".jsonl", ".json")
 _NOT_STEPS = frozenset({semconv.SPAN_ROOT, semconv.SPAN_PROGRESS, semconv.SPAN_SETTLEMENT})
 
 
-class Step(NamedTuple):
-    """One span of ours in an earlier start-up; times in seconds from its root's start."""
-
-    key: tuple  # (name, phase, file name or "")
-    start_s: float
-    end_s: float
-    bytes: int  # checkpoint bytes read (deserialize spans), else 0
+# A step, one span of ours in an earlier start-up, is an exact tuple (key, start_s, end_s,
+# bytes), read by the indices below: key is (name, phase, file name or ""), the times are
+# seconds from its root's start, bytes the checkpoint bytes it read (deserialize spans), else
+# 0. Not a NamedTuple: the history lives for the whole start-up, and the garbage collector
+# stops tracking an exact tuple of plain values at its first collection but keeps tracking a
+# NamedTuple for good. 8 start-ups of 4,096 steps as NamedTuples were ~33,000 objects more
+# for every full collection of the host's to traverse, and more of the host's own
+# allocations between them (benchmarks/RESULTS.md, "Eighth round").
+STEP_KEY, STEP_START_S, STEP_END_S, STEP_BYTES = range(4)
 
 
 class EarlierStartup(NamedTuple):
     trace_id: str
     ended_ns: int  # the root's end: newest first
     total_s: float  # process start to ready()
-    steps: tuple  # of Step, by start
+    steps: tuple  # of steps (exact tuples: STEP_KEY...), by start
     reads: tuple  # of (start_s, end_s, bytes): checkpoint file reads, by end
     host_type: str | None
 
@@ -249,11 +251,11 @@ class _FileReader:
             for key, step_start, step_end, nbytes in sorted(self.steps.get(trace_id, ()), key=lambda s: s[1]):
                 if step_start < start or step_end > end:
                     continue  # after ready() (or before the root): not part of the way to ready
-                step = Step(key, (step_start - start) / 1e9, (step_end - start) / 1e9, nbytes)
-                steps.append(step)
+                start_s, end_s = (step_start - start) / 1e9, (step_end - start) / 1e9
+                steps.append((key, start_s, end_s, nbytes))
                 if nbytes and key[2] not in files:  # a file counted once
                     files.add(key[2])
-                    reads.append((step.start_s, step.end_s, nbytes))
+                    reads.append((start_s, end_s, nbytes))
             reads.sort(key=lambda r: r[1])
             out.append(EarlierStartup(trace_id, end, (end - start) / 1e9, tuple(steps), tuple(reads), host_type))
         return out

@@ -40,7 +40,7 @@ import os
 from typing import NamedTuple  # not dataclasses: see the imports of _history.py
 
 from . import semconv
-from ._history import EarlierStartup, History, Identity, read_history, step_key
+from ._history import STEP_END_S, STEP_KEY, STEP_START_S, EarlierStartup, History, Identity, read_history, step_key
 
 MIN_PACE_S = 0.05  # time (and earlier time) inside a span before its pace is trusted
 MIN_PACE_SHARE = 0.05  # bytes of a file read before its pace is trusted
@@ -119,16 +119,20 @@ def _median(values: list) -> float:
 
 
 def _index(h: EarlierStartup) -> dict:
+    """Where each key's steps are in ``h.steps``: key -> tuple of positions. Tuples of ints, not
+    lists of steps: like the steps (see _history.STEP_KEY), they leave the garbage collector's
+    lists at its first collection."""
     by_key: dict[tuple, list] = {}
-    for step in h.steps:
-        by_key.setdefault(step.key, []).append(step)
-    return by_key
+    for position, step in enumerate(h.steps):
+        by_key.setdefault(step[STEP_KEY], []).append(position)
+    return {key: tuple(positions) for key, positions in by_key.items()}
 
 
-def _nearest(steps, offset_s: float, attribute: str):
-    if not steps:
+def _nearest(h: EarlierStartup, positions, offset_s: float, field: int):
+    """Of ``h``'s steps at ``positions``, the one whose ``field`` is nearest ``offset_s``."""
+    if not positions:
         return None
-    return min(steps, key=lambda step: abs(getattr(step, attribute) - offset_s))
+    return min((h.steps[position] for position in positions), key=lambda step: abs(step[field] - offset_s))
 
 
 def _describe(key: tuple) -> str:
@@ -149,17 +153,17 @@ def _remaining(h: EarlierStartup, by_key: dict, snap, sources: Sources) -> tuple
         if entry is None:
             name, attributes, end_ns = last_done
             key = step_key(name, attributes.get(semconv.PHASE), attributes.get(semconv.FILE_PATH))
-            step = _nearest(by_key.get(key), (end_ns - start) / 1e9, "end_s")
+            step = _nearest(h, by_key.get(key), (end_ns - start) / 1e9, STEP_END_S)
             if step is not None:
                 since = max(0.0, (now - end_ns) / 1e9)
-                return max(0.0, h.total_s - step.end_s - since), f"after {_describe(key)}"
+                return max(0.0, h.total_s - step[STEP_END_S] - since), f"after {_describe(key)}"
             continue
         key = step_key(entry.name, entry.phase, entry.attributes.get(semconv.FILE_PATH))
-        step = _nearest(by_key.get(key), (entry.start_ns - start) / 1e9, "start_s")
+        step = _nearest(h, by_key.get(key), (entry.start_ns - start) / 1e9, STEP_START_S)
         if step is not None:
             in_step = max(0.0, (now - entry.start_ns) / 1e9)
             rest, how = _rest_of_step(h, step, entry, in_step, snap)
-            return rest + max(0.0, h.total_s - step.end_s), f"in {_describe(key)}{how}"
+            return rest + max(0.0, h.total_s - step[STEP_END_S]), f"in {_describe(key)}{how}"
     share = _loaded_share(h, snap)
     if share is not None and 0 < share < 1:
         return max(0.0, h.total_s - _time_at_share(h, share)), "by checkpoint bytes loaded"
@@ -167,7 +171,8 @@ def _remaining(h: EarlierStartup, by_key: dict, snap, sources: Sources) -> tuple
 
 
 def _rest_of_step(h: EarlierStartup, step, entry, in_step: float, snap) -> tuple[float, str]:
-    length = step.end_s - step.start_s
+    step_start_s, step_end_s = step[STEP_START_S], step[STEP_END_S]
+    length = step_end_s - step_start_s
     read = entry.file_read
     size = entry.attributes.get(semconv.FILE_SIZE)
     done = getattr(read, "bytes", 0) if read is not None else 0
@@ -175,13 +180,13 @@ def _rest_of_step(h: EarlierStartup, step, entry, in_step: float, snap) -> tuple
             and in_step >= MIN_PACE_S:
         return in_step * (size - done) / done, ", by its bytes read at its pace"
     share = _loaded_share(h, snap)
-    inside = any(step.start_s <= r_start and r_end <= step.end_s for r_start, r_end, _ in h.reads)
+    inside = any(step_start_s <= r_start and r_end <= step_end_s for r_start, r_end, _ in h.reads)
     if inside and share is not None and 0 < share < 1:
-        at = min(step.end_s, max(step.start_s, _time_at_share(h, share)))
-        earlier = at - step.start_s
+        at = min(step_end_s, max(step_start_s, _time_at_share(h, share)))
+        earlier = at - step_start_s
         if earlier >= MIN_PACE_S and in_step >= MIN_PACE_S:
             pace = min(PACE_BOUNDS[1], max(PACE_BOUNDS[0], in_step / earlier))
-            return (step.end_s - at) * pace, f", by checkpoint bytes ({share:.0%}) at its pace"
+            return (step_end_s - at) * pace, f", by checkpoint bytes ({share:.0%}) at its pace"
     return max(0.0, length - in_step), ""
 
 

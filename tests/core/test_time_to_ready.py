@@ -7,6 +7,7 @@ The accuracy on repeated fresh demo start-ups is tests/core/test_time_to_ready_p
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import time
@@ -16,7 +17,7 @@ import pytest
 
 import otel_coldstart
 from otel_coldstart import _history, semconv, session as _session, time_to_ready
-from otel_coldstart._history import EarlierStartup, History, Identity, Step, read_history
+from otel_coldstart._history import STEP_END_S, STEP_KEY, STEP_START_S, EarlierStartup, History, Identity, read_history
 from otel_coldstart.inflight import Snapshot
 
 SERVICE = "eta-unit-test"
@@ -54,10 +55,10 @@ def test_history_reads_earlier_startups_of_the_same_service_newest_first(tmp_pat
         _startup(tmp_path, load_s=load_s)
     history = read_history([str(tmp_path)], IDENTITY)
     assert len(history.startups) == 3 and history.files_read == 3
-    loads = [next(s for s in h.steps if s.key[0] == "coldstart.load") for h in history.startups]
-    assert [round(step.end_s - step.start_s, 1) for step in loads] == [0.3, 0.2, 0.1]
+    loads = [next(s for s in h.steps if s[STEP_KEY][0] == "coldstart.load") for h in history.startups]
+    assert [round(step[STEP_END_S] - step[STEP_START_S], 1) for step in loads] == [0.3, 0.2, 0.1]
     newest = history.startups[0]
-    keys = [step.key for step in newest.steps]
+    keys = [step[STEP_KEY] for step in newest.steps]
     assert ("coldstart.load", "load", "") in keys and ("coldstart.warmup", "warmup", "") in keys
     assert newest.total_s >= 0.3 + 0.1
     # Another service's start-ups, or one of another model, are not this one's history.
@@ -66,6 +67,23 @@ def test_history_reads_earlier_startups_of_the_same_service_newest_first(tmp_pat
     # This start-up's own file is never its history.
     files = sorted(str(p) for p in tmp_path.iterdir())
     assert len(read_history([str(tmp_path)], IDENTITY, skip_paths=files[:1]).startups) == 2
+
+
+def test_the_kept_history_leaves_the_garbage_collectors_lists(tmp_path, service_env):
+    # The history is held for the whole start-up: its steps must not be objects the host's
+    # full collections count and traverse (a NamedTuple, a list per key would be, for good).
+    for load_s in (0.01, 0.02):
+        _startup(tmp_path, load_s=load_s)
+    live = time_to_ready.LiveEstimate.load(time_to_ready.Sources((str(tmp_path),), IDENTITY, None, None, 0))
+    assert live.startups == 2
+    gc.collect()
+    kept = [step for h in live.history.startups for step in h.steps]
+    kept += [read for h in live.history.startups for read in h.reads]
+    kept += [steps for index in live._by_key for steps in index.values()]
+    assert kept and all(step for step in kept)
+    assert [item for item in kept if gc.is_tracked(item)] == []
+    # ... and the estimate still reads them.
+    assert live.history.startups[0].steps[0][STEP_KEY][0].startswith("coldstart.")
 
 
 def test_history_keeps_checkpoint_reads(tmp_path, service_env, small_checkpoint):
@@ -83,7 +101,7 @@ def test_history_keeps_checkpoint_reads(tmp_path, service_env, small_checkpoint)
         _header_bytes(p) for p in small_checkpoint)
     ends = [end for _, end, _ in earlier.reads]
     assert ends == sorted(ends)
-    files = {step.key[2] for step in earlier.steps if step.key[1] == semconv.PHASE_DESERIALIZE}
+    files = {step[STEP_KEY][2] for step in earlier.steps if step[STEP_KEY][1] == semconv.PHASE_DESERIALIZE}
     assert files == {os.path.basename(p) for p in small_checkpoint}
 
 
@@ -172,7 +190,7 @@ def test_hostile_history_is_bounded_and_never_raises(tmp_path):
     assert elapsed < _history.DEADLINE_S + 1.0
     (earlier,) = history.startups
     assert earlier.trace_id == "ab" * 16 and earlier.total_s == 10.0
-    assert earlier.steps[0].key == ("coldstart.load", "load", "")
+    assert earlier.steps[0][STEP_KEY] == ("coldstart.load", "load", "")
 
 
 def test_history_reads_only_the_newest_files_and_the_end_of_a_large_one(tmp_path, monkeypatch):
@@ -201,7 +219,7 @@ def test_history_reads_only_the_newest_files_and_the_end_of_a_large_one(tmp_path
 # --- the estimator's rules on hand-built earlier start-ups -----------------------------------
 
 def _earlier(total_s, steps, reads=(), host_type=None, trace="t"):
-    return EarlierStartup(trace, 0, total_s, tuple(Step(*s) for s in steps), tuple(reads), host_type)
+    return EarlierStartup(trace, 0, total_s, tuple(tuple(s) for s in steps), tuple(reads), host_type)
 
 
 def _live(startups, same_host_type=True):
