@@ -12,7 +12,7 @@ import textwrap
 import pytest
 from opentelemetry.sdk.resources import Resource
 
-from otel_coldstart import export
+from otel_coldstart import export, semconv
 
 pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
 
@@ -180,9 +180,16 @@ def _trace_shape(path: str) -> dict:
     names = {s["spanId"]: s["name"] for s in spans}
     varying = ("_s", "_ns", ".id", ".pid", "duration", "elapsed", "throughput", "idle", "stacktrace", "seq")
 
+    # The page cache's figures, and the verdict drawn from them, vary from run to run even on a
+    # warm checkpoint. Seen here (about 1 run in 4): one major fault in the first 114 KiB
+    # shard's span, that shard "cold" in one run and "warm" in the other. The thread's read
+    # counter charges any page it faults in, the checkpoint's or not, and at this size one
+    # readahead is half the file. Their keys are compared, their values not.
+    page_cache = ("read_bytes", "resident", "major_faults", semconv.CACHE_STATE)
+
     def stable(attribute) -> bool:
         key = attribute["key"]
-        return not (key.endswith(varying) or "read_bytes" in key or "resident" in key)
+        return not (key.endswith(varying) or any(part in key for part in page_cache))
 
     # Whether a file's storage figure settled at once or by a later coldstart.settlement record
     # depends on the page cache at that moment (a loaded machine evicts), not on the SDK.
