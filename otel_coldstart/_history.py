@@ -53,8 +53,8 @@ _NOT_STEPS = frozenset({semconv.SPAN_ROOT, semconv.SPAN_PROGRESS, semconv.SPAN_S
 # 0. Not a NamedTuple: the history lives for the whole start-up, and the garbage collector
 # stops tracking an exact tuple of plain values at its first collection but keeps tracking a
 # NamedTuple for good. 8 start-ups of 4,096 steps as NamedTuples were ~33,000 objects more
-# for every full collection of the host's to traverse, and more of the host's own
-# allocations between them (benchmarks/RESULTS.md, "Eighth round").
+# for every full collection of the host's to traverse, and they brought the host's next full
+# collection closer (benchmarks/RESULTS.md, "Eighth round").
 STEP_KEY, STEP_START_S, STEP_END_S, STEP_BYTES = range(4)
 
 
