@@ -9,7 +9,8 @@ the host:
 - **Exit.** An ``atexit`` handler ends the start-up with its real reason: ``exit`` (a normal
   exit or ``sys.exit``) or ``exception`` (an uncaught exception, ``KeyboardInterrupt``
   included, with its type), and exports within ``export_timeout_s``. The exit status stays
-  Python's own: an uncaught ``KeyboardInterrupt`` still dies of SIGINT (130 in a shell).
+  Python's own: an uncaught ``KeyboardInterrupt`` still dies of SIGINT (130 in a shell),
+  also when a thread of ours was importing a module then (:data:`SOURCE_EVALS`).
 - **SIGTERM.** Nothing runs in a signal handler but a non-blocking ``os.write``: ending a
   start-up takes the recorder's and the SDK's locks, which the interrupted thread may hold
   (ending it in the handler could hang the process for ever). Instead a watcher thread
@@ -80,8 +81,51 @@ def _at_exit(on_exit: Callable[[str, "str | None"], None]) -> None:
     finally:
         # Exporting may import protobuf's C extension for the first time, and any code run
         # through PyRun_* clears CPython's "unhandled KeyboardInterrupt" flag: the process
-        # would exit 1 instead of dying of SIGINT. Put the flag back as we found it.
+        # would exit 1 instead of dying of SIGINT. Put the flag back as we found it, once
+        # our other threads can no longer clear it again (SOURCE_EVALS).
+        if keyboard_interrupt:
+            SOURCE_EVALS.close(SOURCE_EVALS_WAIT_S)
         _KeyboardInterruptFlag.restore(keyboard_interrupt)
+
+
+class _SourceEvals:
+    """Work of our background threads that evaluates generated source, so clears CPython's
+    "unhandled KeyboardInterrupt" flag whatever thread runs it: any ``eval``/``exec`` of a
+    string does (``PyRun_StringFlags``), and so does making a namedtuple, a ``NamedTuple``
+    class or a dataclass, and so importing a module that makes one. The in-flight monitor
+    imports such modules lazily (the time-to-ready history, the metrics SDK). Run through
+    :meth:`run`, that work cannot straddle ``_at_exit``: at a KeyboardInterrupt exit,
+    :meth:`close` waits for what is under way (bounded) and refuses what comes after, and
+    only then is the flag put back. Seen without it: a forked child that got SIGINT right
+    after a fast load exited 1, its monitor importing the history's module meanwhile."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.closed = False
+
+    def run(self, work: Callable[[], object]) -> bool:
+        """``work()`` now, unless the process is exiting on a KeyboardInterrupt (False)."""
+        with self._lock:
+            if self.closed:
+                return False
+            work()
+            return True
+
+    def close(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for work under way; refuse any after."""
+        acquired = self._lock.acquire(timeout=timeout_s)
+        self.closed = True
+        if acquired:
+            self._lock.release()
+
+    def reopen(self) -> None:
+        """In a forked child: the parent's exit is not the child's (a held lock is dropped)."""
+        self._lock = threading.Lock()
+        self.closed = False
+
+
+SOURCE_EVALS = _SourceEvals()
+SOURCE_EVALS_WAIT_S = 1.0  # the history module's import takes ~3-11 ms; the metrics SDK's ~100 ms
 
 
 class _KeyboardInterruptFlag:
@@ -340,6 +384,7 @@ def forget_in_child(hook: Callable[[], None]) -> None:
 def _after_fork_in_child() -> None:
     with internal_errors("after fork"):
         SIGTERM.forget_in_child()
+    SOURCE_EVALS.reopen()
     for hook in _fork_hooks:
         with internal_errors("after fork"):
             hook()

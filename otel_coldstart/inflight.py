@@ -50,7 +50,7 @@ import weakref
 from collections import namedtuple
 from typing import Any, Callable
 
-from . import semconv
+from . import ending, semconv
 from ._errors import internal_errors, logger, report_internal_error
 from .verdicts import running_work
 
@@ -307,10 +307,12 @@ class ProgressBoard:
             except Exception:
                 report_internal_error("inflight monitor")
         while not self._stop.wait(tick):
+            # Both import modules that evaluate generated source (ending.SOURCE_EVALS): never
+            # while the process is exiting on a KeyboardInterrupt.
             prepare, self.prepare = self.prepare, None
             if prepare is not None:
                 with internal_errors("inflight prepare"):
-                    prepare()
+                    ending.SOURCE_EVALS.run(prepare)
             if self.history_sources is not None:
                 self._read_history()
             with internal_errors("inflight monitor"):
@@ -325,7 +327,9 @@ class ProgressBoard:
         """Earlier start-ups of this service, read once (bounded; time_to_ready.py)."""
         sources, self.history_sources = self.history_sources, None
         with internal_errors("inflight history"):
-            from . import time_to_ready
+            if not ending.SOURCE_EVALS.run(_import_time_to_ready):
+                return
+            from . import time_to_ready  # imported by now: a lookup, no source evaluated
 
             self.time_to_ready = time_to_ready.LiveEstimate.load(time_to_ready.sources_for(**sources))
 
@@ -609,6 +613,12 @@ def register_gauges(meter_provider, board: ProgressBoard, labels: dict) -> None:
         semconv.METRIC_INFLIGHT_REMAINING, [observe(lambda s: source.board.remaining_s(s))], unit="s",
         description="Start-ups in flight: estimated seconds left to ready(), from earlier start-ups of the "
                     "service (absent without any)")
+
+
+def _import_time_to_ready() -> None:
+    """The history's modules define NamedTuples: their import evaluates generated source
+    (run through ending.SOURCE_EVALS)."""
+    from . import time_to_ready  # noqa: F401
 
 
 def start_for(session, *, progress_interval_s: float, stall_after_s: float, flush=None, meter_provider=None,

@@ -322,6 +322,40 @@ def test_keyboard_interrupt_from_a_shell_exits_130_like_plain_python(tmp_path):
         assert "status=130" in shell.stdout, (mode, shell.stdout, shell.stderr[-2000:])
 
 
+SLOW_HISTORY_IMPORT = """
+import atexit, sys, time
+atexit.register(time.sleep, 1.0)  # a host's exit handler that takes its time: runs after ours
+import otel_coldstart
+from otel_coldstart import inflight
+
+
+def slow_import():  # the history's modules, imported on a slow machine
+    time.sleep(0.4)
+    from otel_coldstart import time_to_ready  # noqa: F401  (its NamedTuples evaluate source)
+
+
+inflight._import_time_to_ready = slow_import
+otel_coldstart.instrument(summary=False, handle_sigterm=False)
+time.sleep(0.35)  # the monitor's first tick (0.25 s) is inside the import now
+raise KeyboardInterrupt
+"""
+
+
+def test_keyboard_interrupt_still_kills_by_sigint_while_the_monitor_imports(tmp_path):
+    """Making a NamedTuple (any eval of source, on any thread) clears CPython's "unhandled
+    KeyboardInterrupt" flag. The monitor's lazy import of the time-to-ready history must not
+    clear it after our exit handler has put it back: the process would exit 1, not die of
+    SIGINT (seen in a forked child with a fast load)."""
+    for attempt in range(3):
+        run_dir = tmp_path / str(attempt)
+        run_dir.mkdir()
+        result = subprocess.run([sys.executable, "-c", SLOW_HISTORY_IMPORT], env=_env(run_dir), cwd=str(run_dir),
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == -signal.SIGINT, (attempt, result.returncode, result.stderr[-2000:])
+        root = _root(_trace(run_dir))
+        assert root.attributes.get(semconv.END_EXCEPTION_TYPE) == "KeyboardInterrupt"
+
+
 def test_sigterm_soak_short(tmp_path):
     """benchmarks/sigterm_soak.py, 20 SIGTERMs at random moments (the 200-run figures are in
     benchmarks/RESULTS.md): no hang, every exit within export_timeout_s + 1 s with -15, every
