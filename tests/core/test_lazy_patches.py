@@ -118,3 +118,74 @@ def test_a_module_loaded_on_first_use_is_imported_by_its_first_attribute_read_th
     assert stand_in.VALUE == 42  # the first read imports it
     assert namespace["coldstart_first_use_probe"] is sys.modules["coldstart_first_use_probe"]  # then it is bound
     monkeypatch.delitem(sys.modules, "coldstart_first_use_probe")
+
+
+TORCH_FIRST_CHILD = r"""
+import json, sys
+import torch, safetensors, safetensors.torch
+from safetensors import safe_open
+import otel_coldstart
+from otel_coldstart import patches
+from otel_coldstart.patches._wrapping import ColdstartWrapper
+
+calls = {}
+def counting(module):
+    original = module.patch
+    def patch():
+        calls[module.__name__] = calls.get(module.__name__, 0) + 1
+        original()
+    module.patch = patch
+for name in ("torch_load", "safetensors", "tensor_ops", "pinning", "cuda_graphs", "runtime"):
+    counting(patches.load(name))
+
+def surface():
+    return {"to": isinstance(vars(torch.Tensor).get("to"), ColdstartWrapper),
+            "load": isinstance(torch.load, ColdstartWrapper),
+            "safe_open": isinstance(safetensors.torch.safe_open, ColdstartWrapper)}
+
+def load():
+    with safetensors.safe_open(sys.argv[1], framework="pt") as handle:
+        for key in handle.keys():
+            handle.get_tensor(key).to(torch.float16)
+
+report = {}
+for round_ in ("first", "again"):
+    calls.clear()
+    otel_coldstart.instrument(summary=False)
+    report[round_] = {"calls": dict(calls), "surface": surface()}
+    load()
+    otel_coldstart.ready()
+    report[round_]["file"] = otel_coldstart.trace_file()
+    otel_coldstart.uninstrument()
+    report[round_]["after_uninstrument"] = surface()
+print(json.dumps(report))
+"""
+
+
+@pytest.mark.process
+def test_libraries_imported_before_instrument_are_patched_once_and_again_after_uninstrument(
+        tmp_path, small_checkpoint):
+    """torch and safetensors first (a server's usual order): the first instrument() patches
+    each library once (the hooks' registration patches what is imported already), and an
+    instrument() after uninstrument() patches them again (those hooks do not fire twice)."""
+    env = dict(os.environ, OTEL_COLDSTART_OUTPUT_DIR=str(tmp_path / "traces"))
+    env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+    done = subprocess.run([sys.executable, "-c", TORCH_FIRST_CHILD, small_checkpoint[0]], env=env,
+                          capture_output=True, text=True, timeout=120, check=True)
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    torch_modules = {f"otel_coldstart.patches.{name}" for name in
+                     ("torch_load", "tensor_ops", "pinning", "cuda_graphs", "runtime")}
+    # safetensors has two targets imported (the package and safetensors.torch): its hook fires
+    # for each at the first registration; the later pass patches each library once.
+    assert report["first"]["calls"].get("otel_coldstart.patches.safetensors") == 2
+    assert report["again"]["calls"].get("otel_coldstart.patches.safetensors") == 1
+    for round_ in ("first", "again"):
+        calls = report[round_]["calls"]
+        assert {name: calls.get(name) for name in torch_modules} == dict.fromkeys(torch_modules, 1), (round_, calls)
+        assert report[round_]["surface"] == {"to": True, "load": True, "safe_open": True}, round_
+        assert report[round_]["after_uninstrument"] == {"to": False, "load": False, "safe_open": False}, round_
+        spans = read_trace_file(report[round_]["file"])
+        reads = [s for s in spans if s.name == semconv.phase_span_name(semconv.PHASE_DESERIALIZE)]
+        assert [s.attributes.get(semconv.FILE_PATH) for s in reads] == [small_checkpoint[0]], round_
+        casts = [s for s in spans if s.attributes.get(semconv.AGGREGATE) and s.attributes.get(semconv.CALLS)]
+        assert casts, (round_, [s.name for s in spans])
