@@ -271,6 +271,8 @@ def sdk_version() -> str:
 class _BoundedList(list):
     """The SDK's BoundedList: keeps the newest ``maxlen`` items and counts the dropped."""
 
+    __slots__ = ("maxlen", "dropped")
+
     def __init__(self, maxlen: int) -> None:
         super().__init__()
         self.maxlen = maxlen
@@ -336,13 +338,16 @@ class OwnSpan(trace.Span):
         self.parent = parent
         self.kind = kind
         self._attributes = BoundedAttributes(_MAX_ATTRIBUTES, attributes, immutable=False, max_value_len=None)
-        self._events = _BoundedList(_MAX_EVENTS)
-        self._links = _BoundedList(_MAX_LINKS)
+        # Events and links are made with the first one: most of our spans have neither, and a
+        # span waits in the export queue, tracked by the host's garbage collector, for up to
+        # SCHEDULE_DELAY_S (a shared empty status likewise: Status is immutable).
+        self._events: _BoundedList | None = None
+        self._links: _BoundedList | None = None
         for link in links or ():
             if link and _is_valid_link(link.context, link.attributes):
                 link._attributes = BoundedAttributes(_MAX_ATTRIBUTES, link.attributes, immutable=True)
-                self._links.add(link)
-        self._status = Status(StatusCode.UNSET)
+                self._add_link_now(link)
+        self._status = _UNSET_STATUS
         self._record_exception = record_exception
         self._set_status_on_exception = set_status_on_exception
         self._start_time = start_time if start_time is not None else time.time_ns()
@@ -353,14 +358,14 @@ class OwnSpan(trace.Span):
     context = property(lambda self: self._context)
     resource = property(lambda self: self._provider.resource)
     attributes = property(lambda self: self._attributes)
-    events = property(lambda self: tuple(self._events))
-    links = property(lambda self: tuple(self._links))
+    events = property(lambda self: tuple(self._events) if self._events else ())
+    links = property(lambda self: tuple(self._links) if self._links else ())
     status = property(lambda self: self._status)
     start_time = property(lambda self: self._start_time)
     end_time = property(lambda self: self._end_time)
     dropped_attributes = property(lambda self: self._attributes.dropped)
-    dropped_events = property(lambda self: self._events.dropped)
-    dropped_links = property(lambda self: self._links.dropped)
+    dropped_events = property(lambda self: self._events.dropped if self._events is not None else 0)
+    dropped_links = property(lambda self: self._links.dropped if self._links is not None else 0)
 
     def get_span_context(self) -> SpanContext:
         return self._context
@@ -384,6 +389,8 @@ class OwnSpan(trace.Span):
 
     @_ended_check
     def _add_event(self, event: OwnEvent) -> None:
+        if self._events is None:
+            self._events = _BoundedList(_MAX_EVENTS)
         self._events.add(event)
 
     def add_event(self, name: str, attributes=None, timestamp: int | None = None) -> None:
@@ -391,6 +398,11 @@ class OwnSpan(trace.Span):
 
     @_ended_check
     def _add_link(self, link: Link) -> None:
+        self._add_link_now(link)
+
+    def _add_link_now(self, link: Link) -> None:
+        if self._links is None:
+            self._links = _BoundedList(_MAX_LINKS)
         self._links.add(link)
 
     def add_link(self, context: SpanContext, attributes=None) -> None:
@@ -454,6 +466,18 @@ class OwnSpan(trace.Span):
         return f'{type(self).__name__}(name="{self._name}", context={self._context})'
 
 
+_UNSET_STATUS = Status(StatusCode.UNSET)
+_TRACE_FLAGS: dict[int, TraceFlags] = {}
+
+
+def _trace_flags(flags: int) -> TraceFlags:
+    """One TraceFlags object per value (an int subclass, immutable), not one per span."""
+    found = _TRACE_FLAGS.get(flags)
+    if found is None:
+        found = _TRACE_FLAGS.setdefault(flags, TraceFlags(flags))
+    return found
+
+
 def _is_valid_link(context: SpanContext, attributes) -> bool:
     return bool(context and (context.is_valid or (attributes or context.trace_state)))
 
@@ -492,7 +516,7 @@ class OwnTracer(trace.Tracer):
         flags = TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT
         if random_trace_id and _RANDOM_TRACE_ID:
             flags |= _RANDOM_TRACE_ID
-        span_context = SpanContext(trace_id, _random_id(64), is_remote=False, trace_flags=TraceFlags(flags),
+        span_context = SpanContext(trace_id, _random_id(64), is_remote=False, trace_flags=_trace_flags(flags),
                                    trace_state=trace_state)
         if not sampled:
             return NonRecordingSpan(span_context)
@@ -770,18 +794,19 @@ class SdkExporters:
         return ReadableSpan(
             name=span.name, context=span.context, parent=span.parent, resource=self._sdk_resource,
             attributes=span.attributes,
-            events=_bounded([Event(e.name, e.attributes, e.timestamp) for e in span._events], span._events),
-            links=_bounded(list(span._links), span._links),
+            events=_bounded([Event(e.name, e.attributes, e.timestamp) for e in span._events or ()], span._events,
+                            _MAX_EVENTS),
+            links=_bounded(list(span._links or ()), span._links, _MAX_LINKS),
             kind=span.kind, status=span.status, start_time=span.start_time, end_time=span.end_time,
             instrumentation_scope=InstrumentationScope(scope.name, scope.version, scope.schema_url,
                                                        dict(scope.attributes)),
         )
 
 
-def _bounded(items: list, like: _BoundedList):
-    """An SDK BoundedList holding ``items``, with ``like``'s dropped count."""
+def _bounded(items: list, like: _BoundedList | None, maxlen: int):
+    """An SDK BoundedList holding ``items``, with ``like``'s dropped count (none made: 0)."""
     from opentelemetry.sdk.util import BoundedList
 
-    bounded = BoundedList.from_seq(like.maxlen, items)
-    bounded.dropped = like.dropped
+    bounded = BoundedList.from_seq(like.maxlen if like is not None else maxlen, items)
+    bounded.dropped = like.dropped if like is not None else 0
     return bounded
