@@ -170,10 +170,8 @@ def main(argv=None) -> int:
          _summary([r["import_cpu_s"] + r["instrument_cpu_s"] for r in runs])),
         ("coldstart.import.own_s (recorded on the span)", _summary([r["own_s"] for r in runs])),
         ("ready() (wall)", _summary([r["ready_s"] for r in runs])),
-        ("fixed cost: import + instrument() + ready() (wall)",
-         _summary([r["import_s"] + r["instrument_s"] + r["ready_s"] for r in runs])),
-        ("fixed cost (CPU time of the process)",
-         _summary([r["import_cpu_s"] + r["instrument_cpu_s"] + r["ready_cpu_s"] for r in runs])),
+        ("fixed cost: import + instrument() + ready() (wall)", _summary([_fixed_wall_s(r) for r in runs])),
+        ("fixed cost (CPU time of the process)", _summary([_fixed_cpu_s(r) for r in runs])),
     ]
     for module in IMPORTTIME_MODULES:
         rows.append((f"-X importtime cumulative: {module}", _summary([t.get(module) for t in importtimes])))
