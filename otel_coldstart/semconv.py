@@ -320,6 +320,7 @@ IMPORT_HEAVIEST_S = "coldstart.import.heaviest_s"  # their self times, in the sa
 IMPORT_PACKAGES = "coldstart.import.packages"  # top-level packages it loaded, largest first (bounded)
 IMPORT_PACKAGES_S = "coldstart.import.packages_s"  # each package's summed self time, same order
 IMPORT_FAILED = "coldstart.import.failed"  # true when the import raised (the host may catch it)
+IMPORT_IMPORTER = "coldstart.import.importer"  # "module:line" whose code ran the import (torch._compile:47)
 # On coldstart.compile spans (patches/compile.py), from torch's own counters and compile metrics.
 # Besides COMPILE_CACHE_HITS / _MISSES and COMPILE_FRAME (the block shared with issue 27 above), per
 # cache: coldstart.compile.cache.<cache>.hits / .misses / .bypasses, <cache> one of COMPILE_CACHES.

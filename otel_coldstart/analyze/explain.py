@@ -32,6 +32,16 @@ class ImportRecord:
     failed: bool
     interrupted: bool
     parent_id: str | None = None  # the span it ran under (a phase of the user's or a library step)
+    importer: str | None = None  # "module:line" whose code ran the import (coldstart.import.importer)
+
+    @property
+    def imported_by_itself(self) -> bool:
+        """The import was made by the module's own top-level package (torch importing
+        torch._dynamo): no import statement of the user's to move."""
+        if self.importer is None:
+            return False
+        importer_module = self.importer.rpartition(":")[0]
+        return importer_module.partition(".")[0] == self.module.partition(".")[0] != ""
 
 
 @dataclass(frozen=True)
@@ -64,6 +74,7 @@ def import_summary(b: Breakdown) -> ImportSummary | None:
                 failed=attrs.get(semconv.IMPORT_FAILED) is True,
                 interrupted=attrs.get(semconv.INTERRUPTED) is True,
                 parent_id=span.parent_id,
+                importer=verdicts.str_value(attrs, semconv.IMPORT_IMPORTER),
             ))
         elif span.is_aggregate and semconv.IMPORT_MODULES in attrs:
             batched_ns += span.busy_ns

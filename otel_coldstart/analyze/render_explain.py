@@ -49,6 +49,7 @@ def _imports_doc(b: Breakdown) -> dict | None:
         "slow": [{"module": i.module, "seconds": _s(i.ns),
                   "self_s": _s(i.self_ns) if i.self_ns is not None else None,
                   "modules": i.modules, "failed": i.failed, "interrupted": i.interrupted,
+                  "importer": i.importer,
                   "heaviest": [{"module": m, "self_s": _s(ns)} for m, ns in i.heaviest],
                   "packages": [{"package": p, "self_s": _s(ns)} for p, ns in i.packages]}
                  for i in summary.imports],

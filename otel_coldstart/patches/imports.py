@@ -149,10 +149,11 @@ class _Import:
     generation-2 collection into the host's cast. Strings, ints and arrays are not tracked
     by the collector."""
 
-    __slots__ = ("name", "session", "wall_start", "module_names", "module_ns", "plugin_ns")
+    __slots__ = ("name", "session", "wall_start", "module_names", "module_ns", "plugin_ns", "importer")
 
     def __init__(self, name: str) -> None:
         self.name = name
+        self.importer: str | None = None  # "module:line" of the code that ran the import
         self.session = None
         self.wall_start = 0
         self.module_names: list | None = None
@@ -263,6 +264,7 @@ def _enter(name):
         frame = _Import(name)
         local.busy = True
         try:
+            frame.importer = _importer()
             frame.session = session
             frame.wall_start = time.time_ns()
             frame.module_names = []
@@ -278,6 +280,24 @@ def _enter(name):
     stack.starts.append(start)
     stack.children.append(0)
     return token
+
+
+def _importer() -> str | None:
+    """``module:line`` of the code that ran the import being entered: the first frame out of the
+    import system (our wrapper, importlib's frozen modules, ``importlib.import_module``). Once
+    per top-level import only: a few frame reads and one string, which the collector does not
+    track."""
+    frame = sys._getframe(2)  # above _enter and the wrapper
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not (filename.startswith("<frozen importlib") or filename.endswith(_IMPORTLIB_INIT)):
+            module = frame.f_globals.get("__name__")
+            return f"{module}:{frame.f_lineno}" if isinstance(module, str) else None
+        frame = frame.f_back
+    return None
+
+
+_IMPORTLIB_INIT = os.path.join("importlib", "__init__.py")  # import_module()
 
 
 def _leave(token, failed: bool) -> None:
@@ -345,6 +365,8 @@ def _finish(frame: _Import, cumulative_ns: int, own_ns: int, failed: bool) -> No
     attrs[semconv.THREAD_NAME] = threading.current_thread().name
     if failed:
         attrs[semconv.IMPORT_FAILED] = True
+    if frame.importer is not None:
+        attrs[semconv.IMPORT_IMPORTER] = frame.importer
     if frame.plugin_ns:
         attrs[semconv.IMPORT_OWN_S] = frame.plugin_ns / 1e9
     session.emit_span(semconv.phase_span_name(semconv.PHASE_IMPORT), semconv.PHASE_IMPORT, parent,
@@ -455,6 +477,8 @@ def _interrupt(frame: _Import, end_ns: int) -> None:
     attrs[semconv.IMPORT_MODULE] = frame.name
     attrs[semconv.IMPORT_CUMULATIVE_S] = max(0, end_ns - frame.wall_start) / 1e9
     attrs[semconv.INTERRUPTED] = True
+    if frame.importer is not None:
+        attrs[semconv.IMPORT_IMPORTER] = frame.importer
     if frame.plugin_ns:
         attrs[semconv.IMPORT_OWN_S] = frame.plugin_ns / 1e9
     session.emit_span(semconv.phase_span_name(semconv.PHASE_IMPORT), semconv.PHASE_IMPORT, session.root_context,

@@ -103,6 +103,40 @@ def test_the_import_lever_names_the_slowest_import_and_what_it_pulls_in():
     assert summary.imports[0].packages == (("torch", 500 * MS), ("transformers", 100 * MS))
 
 
+def test_an_import_the_library_makes_itself_is_named_with_where_it_happened_not_as_one_to_defer():
+    """torch's meta-device init imports torch._dynamo (torch._compile:47) inside the user's
+    build_model: no import statement of the user's makes it, so the lever points at the call."""
+    r = root(3000)
+    build = child(r, "coldstart.build_model", "build_model", 1400, 2900)
+    own = child(build, "coldstart.import", semconv.PHASE_IMPORT, 1410, 2800, **{
+        semconv.IMPORT_MODULE: "torch._dynamo", semconv.IMPORT_IMPORTER: "torch._compile:47",
+        semconv.IMPORT_PACKAGES: ["torch", "sympy"], semconv.IMPORT_PACKAGES_S: [1.0, 0.3]})
+    theirs = child(r, "coldstart.import", semconv.PHASE_IMPORT, 0, 1300, **{
+        semconv.IMPORT_MODULE: "torch", semconv.IMPORT_IMPORTER: "__main__:3"})
+    (f,) = dominant_phase.check(only([r, build, own, theirs]))
+    assert "torch._dynamo was imported at torch._compile:47, during build_model" in f.evidence
+    assert ("torch imports it itself (torch._compile:47, during build_model), so no import of yours moves it: "
+            "change or avoid the call into torch there that needs it") in f.lever
+    assert "import it lazily" not in f.lever
+    assert import_summary(only([r, own])).imports[0].imported_by_itself is True
+
+
+def test_an_import_made_by_the_users_code_keeps_the_defer_lever_and_a_bad_importer_is_unknown():
+    r = root(1000)
+    mine = child(r, "coldstart.import", semconv.PHASE_IMPORT, 0, 700, **{
+        semconv.IMPORT_MODULE: "transformers", semconv.IMPORT_IMPORTER: "server.app:12"})
+    (f,) = dominant_phase.check(only([r, mine]))
+    assert "transformers was imported at server.app:12" in f.evidence
+    assert "import it lazily where it is first used" in f.lever
+    for hostile in (7, ["torch._compile:47"], "", ":47", "no line"):
+        span = child(r, "coldstart.import", semconv.PHASE_IMPORT, 0, 700, **{
+            semconv.IMPORT_MODULE: "torch._dynamo", semconv.IMPORT_IMPORTER: hostile})
+        (record,) = import_summary(only([r, span])).imports
+        assert record.imported_by_itself is False, hostile
+        (f,) = dominant_phase.check(only([r, span]))
+        assert "imports it itself" not in f.lever, hostile
+
+
 def test_misaligned_import_lists_are_dropped_not_misread():
     r = root(1000)
     span = child(r, "coldstart.import", semconv.PHASE_IMPORT, 0, 700, **{

@@ -79,6 +79,25 @@ def test_a_slow_import_is_one_span_with_its_cumulative_self_and_heaviest_times(m
     assert semconv.IMPORT_FAILED not in attrs
 
 
+def test_a_slow_import_says_which_code_made_it_through_a_statement_or_import_module(modules, traced):
+    modules("slow_direct", "import time\ntime.sleep(0.03)\n")
+    modules("slow_dynamic", "import time\ntime.sleep(0.03)\n")
+    modules("slowlib.__init__", "X = 1\n")
+    modules("slowlib.late", "import time\ntime.sleep(0.03)\n")
+    modules("slowlib.caller", "def use():\n    import slowlib.late\n    return slowlib.late\n")
+    import slowlib.caller
+    import slow_direct  # noqa: F401
+    statement_line = sys._getframe().f_lineno - 1
+    importlib.import_module("slow_dynamic")
+    dynamic_line = sys._getframe().f_lineno - 1
+    slowlib.caller.use()
+
+    importers = {s.attributes[semconv.IMPORT_MODULE]: s.attributes.get(semconv.IMPORT_IMPORTER) for s in _imports(traced)}
+    assert importers["slow_direct"] == f"{__name__}:{statement_line}"
+    assert importers["slow_dynamic"] == f"{__name__}:{dynamic_line}"  # import_module's caller, not importlib
+    assert importers["slowlib.late"] == "slowlib.caller:2"  # a library importing its own module late
+
+
 def test_fast_imports_in_a_row_are_one_aggregate_and_a_pause_starts_another(modules, traced):
     for name in ("quick_a", "quick_b", "quick_c"):
         modules(name, "import time\ntime.sleep(0.002)\n")

@@ -109,6 +109,9 @@ def _import_lever(breakdown: Breakdown, evidence: list[str]) -> str | None:
         evidence.append(f"{biggest.module} was imported by {parent.phase}")
         return step[1]
     own_package = biggest.module.partition(".")[0]
+    during = f", during {parent.phase}" if parent is not None and parent.phase else ""
+    if biggest.importer is not None:
+        evidence.append(f"{biggest.module} was imported at {biggest.importer}{during}")
     others = [(package, ns) for package, ns in biggest.packages if package != own_package]
     if others and others[0][1] >= 0.2 * biggest.ns:
         package, ns = others[0]
@@ -118,6 +121,12 @@ def _import_lever(breakdown: Breakdown, evidence: list[str]) -> str | None:
         heavy = ", ".join(f"{m} {format_seconds(ns)}" for m, ns in biggest.heaviest[:2])
         what = f"`import {biggest.module}` takes {format_seconds(biggest.ns)}"
         what += f" (heaviest: {heavy})" if heavy else ""
+    if biggest.imported_by_itself:
+        # torch importing torch._dynamo from its meta-device init, say: moving an import
+        # statement of the user's changes nothing; the call into the library that needs it does.
+        return (f"{what}: {own_package} imports it itself ({biggest.importer}{during}), so no import of yours "
+                f"moves it: change or avoid the call into {own_package} there that needs it; defer other optional "
+                "imports, trim the image's site-packages")
     return (f"{what}: import it lazily where it is first used, or trim what it pulls in; "
             "defer other optional imports, trim the image's site-packages")
 
