@@ -4,6 +4,7 @@ each size's capture taking a known time; then what the analyzer makes of them.""
 
 from __future__ import annotations
 
+import gc
 import time
 
 import pytest
@@ -19,13 +20,22 @@ from otel_coldstart.patches import cuda_graphs
 
 def test_capture_times_are_per_size_parallel_to_the_sizes_and_the_slowest_are_named(graph_standins, traced):
     sizes = [1, 2, 4, 8, 16, 32, 64, 128]
-    with otel_coldstart.phase("capture_model"):
-        for n in sizes:
-            with cuda_graphs.batch_size(n), torch.cuda.graph(torch.cuda.CUDAGraph()):
-                time.sleep(n / 2000)  # capture time grows with the size: 128 takes 64 ms
-        for _ in range(2):  # piecewise: the same size captured again (per piece) adds to its time
-            with cuda_graphs.batch_size(128), torch.cuda.graph(torch.cuda.CUDAGraph()):
-                time.sleep(0.02)
+    # A full collection of this test process (~100 ms with torch imported) inside a small
+    # size's capture would make it the slowest: the sizes' order is the test, not the
+    # collector's schedule.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with otel_coldstart.phase("capture_model"):
+            for n in sizes:
+                with cuda_graphs.batch_size(n), torch.cuda.graph(torch.cuda.CUDAGraph()):
+                    time.sleep(n / 2000)  # capture time grows with the size: 128 takes 64 ms
+            for _ in range(2):  # piecewise: the same size captured again (per piece) adds to its time
+                with cuda_graphs.batch_size(128), torch.cuda.graph(torch.cuda.CUDAGraph()):
+                    time.sleep(0.02)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
     otel_coldstart.ready()
 
     (span,) = traced.by_phase(semconv.PHASE_GRAPH_CAPTURE)

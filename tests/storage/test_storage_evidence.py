@@ -409,8 +409,10 @@ def test_a_finished_read_is_done_for_progress_once_and_its_settlement_is_not_wor
         {k: v.to(torch.float16) for k, v in state.items()}
         otel_coldstart.ready()
         assert len(_file_spans(traced)) == 1 and len(_settlements(traced)) == 1
+        # Imports are work too: the first cast or load in a test process may import a module
+        # lazily (a span, or a batch of fast ones, written at ready()), and the board counts it.
         work = [s for s in traced.spans()
-                if s.name not in (semconv.SPAN_ROOT, "coldstart.import", semconv.SPAN_PROGRESS, semconv.SPAN_SETTLEMENT)]
+                if s.name not in (semconv.SPAN_ROOT, semconv.SPAN_PROGRESS, semconv.SPAN_SETTLEMENT)]
         assert board.snapshot().done == len(work)  # each counted once
     finally:
         os.unlink(target)
