@@ -121,6 +121,19 @@ def test_an_import_the_library_makes_itself_is_named_with_where_it_happened_not_
     assert import_summary(only([r, own])).imports[0].imported_by_itself is True
 
 
+def test_a_library_s_own_late_import_listed_second_is_named_too():
+    r = root(3000)
+    build = child(r, "coldstart.build_model", "build_model", 1500, 2900)
+    theirs = child(r, "coldstart.import", semconv.PHASE_IMPORT, 0, 1400, **{
+        semconv.IMPORT_MODULE: "torch", semconv.IMPORT_IMPORTER: "__main__:3"})
+    own = child(build, "coldstart.import", semconv.PHASE_IMPORT, 1510, 2800, **{
+        semconv.IMPORT_MODULE: "torch._dynamo", semconv.IMPORT_IMPORTER: "torch._compile:47"})
+    (f,) = dominant_phase.check(only([r, build, own, theirs]))
+    assert "torch was imported at __main__:3" in f.evidence
+    assert "torch._dynamo was imported by torch itself, at torch._compile:47, during build_model" in f.evidence
+    assert "import it lazily where it is first used" in f.lever  # the biggest, torch, is the user's
+
+
 def test_an_import_made_by_the_users_code_keeps_the_defer_lever_and_a_bad_importer_is_unknown():
     r = root(1000)
     mine = child(r, "coldstart.import", semconv.PHASE_IMPORT, 0, 700, **{

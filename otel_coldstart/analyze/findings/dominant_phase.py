@@ -109,9 +109,14 @@ def _import_lever(breakdown: Breakdown, evidence: list[str]) -> str | None:
         evidence.append(f"{biggest.module} was imported by {parent.phase}")
         return step[1]
     own_package = biggest.module.partition(".")[0]
-    during = f", during {parent.phase}" if parent is not None and parent.phase else ""
+    during = _during(parent)
     if biggest.importer is not None:
         evidence.append(f"{biggest.module} was imported at {biggest.importer}{during}")
+    for runner_up in summary.imports[1:3]:  # listed above: say so where a library imported it itself
+        if runner_up.imported_by_itself:
+            runner_up_parent = next((s for s in breakdown.spans if s.span_id == runner_up.parent_id), None)
+            evidence.append(f"{runner_up.module} was imported by {runner_up.module.partition('.')[0]} itself, at "
+                            f"{runner_up.importer}{_during(runner_up_parent)}")
     others = [(package, ns) for package, ns in biggest.packages if package != own_package]
     if others and others[0][1] >= 0.2 * biggest.ns:
         package, ns = others[0]
@@ -129,6 +134,10 @@ def _import_lever(breakdown: Breakdown, evidence: list[str]) -> str | None:
                 "imports, trim the image's site-packages")
     return (f"{what}: import it lazily where it is first used, or trim what it pulls in; "
             "defer other optional imports, trim the image's site-packages")
+
+
+def _during(parent) -> str:
+    return f", during {parent.phase}" if parent is not None and parent.phase else ""
 
 
 def plugin_import_ns(breakdown: Breakdown) -> int:
