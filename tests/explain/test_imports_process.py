@@ -126,6 +126,9 @@ def test_a_start_up_stopped_by_sigterm_during_an_import_says_it_was_importing(tm
     (span,) = [s for s in spans if s.attributes.get(semconv.IMPORT_MODULE) == "sleeps_while_importing"]
     assert span.attributes[semconv.INTERRUPTED] is True
     assert span.duration_ns >= 100_000_000
+    # Where the import was made survives the cut: the script's own line.
+    line = SIGTERM_DURING_IMPORT.splitlines().index("import sleeps_while_importing") + 1
+    assert span.attributes[semconv.IMPORT_IMPORTER] == f"__main__:{line}"
     (root,) = [s for s in spans if s.is_root]
     assert root.attributes[semconv.END_REASON] == semconv.END_SIGTERM
     assert root.attributes[semconv.END_PHASE] == "import"
