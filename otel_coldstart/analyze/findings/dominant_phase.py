@@ -103,7 +103,7 @@ def _import_lever(breakdown: Breakdown, evidence: list[str]) -> str | None:
     biggest = summary.imports[0]
     # An import made by a library step whose work is importing (transformers' import of the
     # model's code): that step's lever fits better than "import it lazily".
-    parent = next((s for s in breakdown.spans if s.span_id == biggest.parent_id), None)
+    parent = _parent(breakdown, biggest)
     step = _transformers.explain(parent.phase, breakdown.spans) if parent is not None and parent.phase else None
     if step is not None:
         evidence.append(f"{biggest.module} was imported by {parent.phase}")
@@ -114,9 +114,8 @@ def _import_lever(breakdown: Breakdown, evidence: list[str]) -> str | None:
         evidence.append(f"{biggest.module} was imported at {biggest.importer}{during}")
     for runner_up in summary.imports[1:3]:  # listed above: say so where a library imported it itself
         if runner_up.imported_by_itself:
-            runner_up_parent = next((s for s in breakdown.spans if s.span_id == runner_up.parent_id), None)
             evidence.append(f"{runner_up.module} was imported by {runner_up.module.partition('.')[0]} itself, at "
-                            f"{runner_up.importer}{_during(runner_up_parent)}")
+                            f"{runner_up.importer}{_during(_parent(breakdown, runner_up))}")
     others = [(package, ns) for package, ns in biggest.packages if package != own_package]
     if others and others[0][1] >= 0.2 * biggest.ns:
         package, ns = others[0]
@@ -134,6 +133,11 @@ def _import_lever(breakdown: Breakdown, evidence: list[str]) -> str | None:
                 "imports, trim the image's site-packages")
     return (f"{what}: import it lazily where it is first used, or trim what it pulls in; "
             "defer other optional imports, trim the image's site-packages")
+
+
+def _parent(breakdown: Breakdown, record):
+    """The span an import ran under (a phase of the user's or a library step), if in the trace."""
+    return next((s for s in breakdown.spans if s.span_id == record.parent_id), None)
 
 
 def _during(parent) -> str:
