@@ -266,24 +266,11 @@ class Breakdown:
 
     @property
     def end_description(self) -> str:
-        """One line on how the start-up ended, for every renderer: "ready", or what cut it
-        short and during which phase."""
-        if self.ready:
-            return "ready"
-        reason = self.end_reason
-        if reason == semconv.END_SIGTERM:
-            what = "SIGTERM before ready()"
-        elif reason == semconv.END_EXCEPTION:
-            kind = self.root.attributes.get(semconv.END_EXCEPTION_TYPE)
-            what = f"uncaught {kind if isinstance(kind, str) else 'exception'} before ready()"
-        elif reason == semconv.END_UNINSTRUMENTED:
-            what = "uninstrument() before ready()"
-        elif reason == semconv.END_UNTIMED:
-            what = "the root's own times cannot be true; timed from its spans"
-        else:
-            what = "process exited before ready()"
-        phase = self.end_phase
-        return f"NOT READY: {what}" + (f", during phase {phase!r}" if phase else "")
+        """One line on how the start-up ended, for every renderer and command: "ready", or what
+        cut it short and during which phase (analyze/end_reasons.py, the one rule)."""
+        from .end_reasons import end_sentence
+
+        return end_sentence(self)
 
     @property
     def attributed_wall_ns(self) -> int:

@@ -23,7 +23,7 @@ from .capacity import summarize_group
 from .lazy import lines as lazy_lines
 from .render import dominant_line, saving_text
 from .render_explain import render_explain_html
-from .render_interrupted import render_killed_text, render_stalls_text, state_text
+from .render_interrupted import render_killed_text, render_stalls_text
 from .render_svg import svg_waterfall
 from .report import Report
 from .units import format_bytes, format_rate, format_seconds
@@ -120,7 +120,7 @@ def render_html(report: Report, out: TextIO) -> None:
 def _startup(b: Breakdown, w, link) -> None:
     total = b.duration_ns
     rank = f", rank {b.rank}" if b.rank is not None else ""
-    state = state_text(b) or ("ready" if b.ready else "NOT READY")
+    state = b.end_description  # the one wording (analyze/end_reasons.py)
     w(f"<h2 id=\"startup-{_e(b.trace_id)}-{_e(b.root.span_id)}\">model.startup {_e(format_seconds(total))} "
       f"({state}{_e(rank)})</h2>\n<p>trace <code>{_e(b.trace_id)}</code>")
     if link is not None:

@@ -25,14 +25,7 @@ def _has_stalls(breakdown: Breakdown) -> bool:
 
 def state_text(breakdown: Breakdown) -> str | None:
     """The header's state for a killed start-up, None for one that ended."""
-    if not _was_killed(breakdown):
-        return None
-    from .interrupted import killed
-
-    item = killed(breakdown)
-    if item is None:
-        return None
-    return f"KILLED: no end, last sign of life at +{format_seconds(item.at_ns)}"
+    return breakdown.end_description if _was_killed(breakdown) else None  # analyze/end_reasons.py
 
 
 def render_killed_text(breakdown: Breakdown, out: TextIO) -> None:

@@ -19,8 +19,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence, TextIO
 
-from .. import semconv
 from .breakdown import Breakdown
+from .end_reasons import end_word
 from .storage_floor import StorageFloor
 
 Renderer = Callable[[Any, TextIO], None]
@@ -77,8 +77,8 @@ class Unready:
 
 
 def end_reason(b: Breakdown) -> str:
-    """How a start-up that is not ready ended, in one word (semconv.END_*)."""
-    return b.end_reason if b.end_reason and b.end_reason != semconv.END_READY else "not marked ready"
+    """How a start-up that is not ready ended, in one word (semconv.END_*; analyze/end_reasons.py)."""
+    return end_word(b)
 
 
 def split_unready(startups: Sequence[Breakdown], include: bool) -> tuple[list[Breakdown], Unready]:

@@ -6,9 +6,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections import Counter
 
 from .._regular_files import open_regular
 from ..analyze.budgets import check_budgets, parse_budget_file, parse_budget_specs, unknown_budget_keys, valid_budget_keys
+from ..analyze.end_reasons import end_word
 from ..analyze.findings import find
 from ..analyze.interrupted import is_killed
 from ..analyze.render_html import trace_link
@@ -17,8 +19,8 @@ from ..analyze.renderers import ANALYZE
 from ..analyze.report import Budget, Report
 from ._inputs import (add_file_arguments, add_live_arguments, check_live_arguments, expand_paths, load_files,
                       load_live, output, require_startups)
-from .errors import (EXIT_BUDGET_EXCEEDED, EXIT_INPUT_UNREADABLE, EXIT_OUTPUT_FAILED, EXIT_STARTUP_KILLED,
-                     EXIT_USAGE, EXIT_WOULD_OVERWRITE, CliError)
+from .errors import (EXIT_BUDGET_EXCEEDED, EXIT_INPUT_UNREADABLE, EXIT_NOT_READY, EXIT_OUTPUT_FAILED,
+                     EXIT_STARTUP_KILLED, EXIT_USAGE, EXIT_WOULD_OVERWRITE, CliError)
 
 MAX_BUDGET_FILE_BYTES = 1 << 20
 
@@ -47,6 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget", action="append", default=[], metavar="KEY=DURATION",
                         help="fail (exit 8) when a start-up exceeds it: total=90s, h2d=10s, unattributed=5s")
     parser.add_argument("--budget-file", metavar="FILE", help="budgets as JSON object or KEY=DURATION lines")
+    parser.add_argument("--require-ready", action="store_true",
+                        help="exit 13 when any start-up did not reach ready() (killed, SIGTERM, crashed, exited): "
+                             "a CI gate without parsing the JSON")
 
 
 def _budget(args: argparse.Namespace) -> dict[str, int]:
@@ -97,9 +102,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"otel-coldstart: warning: {len(inputs.skipped)} part(s) of the input left out or repaired "
               "(each named above) in this report "
               f"(exit {inputs.exit_code()})", file=sys.stderr)
-    # A budget excess (8), then a waterfall that was not written (6), then a killed start-up
-    # (11), then inputs left out (12).
+    unready = [b for b in results if not b.ready] if args.require_ready else []
+    if unready:
+        words = Counter(end_word(b) for b in unready)
+        print(f"otel-coldstart: {len(unready)} of {len(results)} start-ups did not reach ready() "
+              f"({', '.join(f'{n} {word}' for word, n in sorted(words.items()))}; --require-ready)", file=sys.stderr)
+    # A budget excess (8), then a waterfall that was not written (6), then a start-up that did
+    # not reach ready() under --require-ready (13), a killed start-up (11), inputs left out (12).
     code = (EXIT_BUDGET_EXCEEDED if violations else EXIT_WOULD_OVERWRITE if kept
+            else EXIT_NOT_READY if unready
             else EXIT_STARTUP_KILLED if any(is_killed(b) for b in results) else 0)
     return inputs.exit_code(code)
 

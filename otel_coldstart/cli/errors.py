@@ -12,6 +12,7 @@ EXIT_SOURCE_UNAVAILABLE = 9  # --jaeger/--tempo: connection, timeout, HTTP error
 EXIT_OUTPUT_FAILED = 10  # the report could not be written: stdout closed, disk full, I/O error
 EXIT_PARTIAL_INPUT = 12  # a report was made, but a file or JSON line was left out (warned on stderr)
 EXIT_STARTUP_KILLED = 11  # analyze: a start-up has no end (killed; rebuilt from its progress records)
+EXIT_NOT_READY = 13  # analyze --require-ready: a start-up did not reach ready() (killed, SIGTERM, crashed, exited)
 
 
 class CliError(Exception):

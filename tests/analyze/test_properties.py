@@ -17,7 +17,7 @@ from otel_coldstart.analyze.findings import find
 from otel_coldstart.analyze.readers import TraceReadError, read_trace
 from otel_coldstart.cli import main
 
-DOCUMENTED_EXIT_CODES = {0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
+DOCUMENTED_EXIT_CODES = {0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 json_scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
