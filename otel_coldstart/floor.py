@@ -23,12 +23,21 @@ The result is plain data; :meth:`FloorResult.to_json` is the document ``otel-col
      "warm": {"runs": 3, "bytes_per_s": 6.3e9, "seconds": [0.17, 0.18, 0.17]}}
 
 ``bytes_per_s`` is ``total_bytes`` over the median of ``seconds``.
+
+Files on a filesystem that lives in memory (tmpfs, ramfs: ``/dev/shm``, an ``emptyDir`` with
+``medium: Memory``) have no storage behind them: eviction cannot drop their pages, and a
+"cold" read is a memory copy. Their filesystem is told by ``statfs(2)``'s ``f_type``, and
+listed under ``"memory_backed"``; when every file is such, no cold read is timed
+(``"cold": {"runs": 0, "bytes_per_s": null, "skipped": "..."}``) instead of printing a cold
+rate that is not one.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -57,11 +66,50 @@ class StateRuns:
         return statistics.median(self.seconds) if self.seconds else None
 
 
+# statfs(2) f_type of the filesystems that live in memory (linux/magic.h): no storage behind
+# them, so no cold read to time.
+MEMORY_FS_MAGIC = {0x01021994: "tmpfs", 0x858458F6: "ramfs", 0x958458F6: "hugetlbfs"}
+_MEMORY_FS_NAMES = frozenset(MEMORY_FS_MAGIC.values())
+
+
+def _statfs_type(path: str) -> int | None:
+    """``f_type`` of ``statfs(path)``, None where it cannot be asked (not Linux, no libc).
+    Linux's struct statfs starts with ``f_type`` as a C long on every architecture."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        buffer = ctypes.create_string_buffer(512)  # struct statfs is 120 bytes on 64-bit Linux
+        if libc.statfs(os.fsencode(path), buffer) != 0:
+            return None
+    except (OSError, AttributeError, ValueError, TypeError):
+        return None
+    return ctypes.c_long.from_buffer(buffer).value & 0xFFFFFFFF
+
+
+def memory_backed(path: str) -> str | None:
+    """The name of the in-memory filesystem holding ``path`` (tmpfs, ramfs, hugetlbfs), or
+    None for a filesystem with storage behind it (or one that cannot be told)."""
+    magic = _statfs_type(path)
+    if magic is not None:
+        return MEMORY_FS_MAGIC.get(magic)
+    fs_type = probes.filesystem_type(path)  # no statfs: /proc/self/mountinfo's name for it
+    return fs_type if fs_type in _MEMORY_FS_NAMES else None
+
+
+MEMORY_BACKED_COLD = "memory-backed ({fs}): no storage behind it, so no cold read; warm is the memory copy rate"
+
+
 @dataclass
 class FloorResult:
     files: list[tuple[str, int]]
     block_size: int
     states: dict[str, StateRuns]
+    memory_backed: dict[str, str] = field(default_factory=dict)  # path -> tmpfs / ramfs / hugetlbfs
+
+    @property
+    def all_memory_backed(self) -> bool:
+        return bool(self.files) and len(self.memory_backed) == len(self.files)
 
     @property
     def total_bytes(self) -> int:
@@ -82,12 +130,16 @@ class FloorResult:
             "total_bytes": self.total_bytes,
             "files": [{"path": path, "bytes": size} for path, size in self.files],
         }
+        if self.memory_backed:
+            document["memory_backed"] = [{"path": path, "filesystem": fs} for path, fs in self.memory_backed.items()]
         for state, runs in self.states.items():
             entry: dict = {"runs": len(runs.seconds), "bytes_per_s": self.bytes_per_s(state),
                            "seconds": list(runs.seconds)}
             if state == "cold":
                 entry["evicted"] = runs.evicted
                 entry["resident_after_evict"] = list(runs.resident_after_evict)
+                if self.all_memory_backed:
+                    entry["skipped"] = MEMORY_BACKED_COLD.format(fs=", ".join(sorted(set(self.memory_backed.values()))))
             document[state] = entry
         return document
 
@@ -162,20 +214,22 @@ def measure(paths: list[str], repeats: int = 3, states: tuple[str, ...] = STATES
         raise ValueError(f"states must be among {STATES}")
     files = collect_files(paths)
     names = [path for path, _ in files]
+    in_memory = {path: fs for path in names if (fs := memory_backed(path)) is not None}
     runs = {state: StateRuns(state) for state in STATES if state in states}
-    if "cold" in runs:
+    timed = [state for state in runs if not (state == "cold" and len(in_memory) == len(names))]
+    if "cold" in timed:
         runs["cold"].evicted = True
-    elif "warm" in runs:
+    elif "warm" in timed:
         read_files(names, block_size)  # make them resident before the first timed warm read
     for _ in range(repeats):
-        for state in runs:
+        for state in timed:
             if state == "cold":
                 accepted, resident = evict(names)
                 runs["cold"].evicted = runs["cold"].evicted and accepted
                 runs["cold"].resident_after_evict.append(resident)
             _, seconds = read_files(names, block_size)
             runs[state].seconds.append(seconds)
-    return FloorResult(files, block_size, runs)
+    return FloorResult(files, block_size, runs, in_memory)
 
 
 def format_rate(bytes_per_s: float | None) -> str:

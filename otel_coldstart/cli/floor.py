@@ -76,7 +76,14 @@ def render_text(result: floor.FloorResult, out) -> None:
     size_gib = result.total_bytes / (1 << 30)
     out.write(f"read(2) floor: {len(result.files)} file(s), {size_gib:.2f} GiB, "
               f"{result.block_size} bytes per read\n")
+    kinds = ", ".join(sorted(set(result.memory_backed.values())))
+    if result.memory_backed and not result.all_memory_backed:
+        out.write(f"  note: {len(result.memory_backed)} of {len(result.files)} file(s) are on {kinds}, held in "
+                  "memory with no storage behind it: their cold reads are memory copies\n")
     for state, runs in result.states.items():
+        if state == "cold" and result.all_memory_backed:
+            out.write(f"  cold  none: {floor.MEMORY_BACKED_COLD.format(fs=kinds)}\n")
+            continue
         seconds = runs.seconds
         line = (f"  {state:<4}  {floor.format_rate(result.bytes_per_s(state)):>11}"
                 f"   median of {len(seconds)}: {runs.median_seconds():.3f} s"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
@@ -99,3 +100,51 @@ def test_bad_input_is_one_line_and_a_documented_code(argv, code, tmp_path, capsy
     assert main(argv) == code
     err = capsys.readouterr().err
     assert err.strip() and "Traceback" not in err
+
+
+# --- issue 39 item 14: tmpfs has no storage behind it ---------------------------------------
+
+SHM = "/dev/shm"
+
+
+@pytest.fixture
+def in_memory(tmp_path):
+    """A file on tmpfs (/dev/shm, as an emptyDir with medium: Memory is) and one on the disk."""
+    if not os.path.isdir(SHM) or floor.memory_backed(SHM) != "tmpfs":
+        pytest.skip("no tmpfs at /dev/shm on this machine")
+    on_tmpfs = os.path.join(SHM, f"otel-coldstart-floor-{os.getpid()}.bin")
+    with open(on_tmpfs, "wb") as handle:
+        handle.write(os.urandom(300_000))
+    on_disk = tmp_path / "disk.bin"
+    on_disk.write_bytes(os.urandom(300_000))
+    try:
+        yield on_tmpfs, str(on_disk)
+    finally:
+        os.unlink(on_tmpfs)
+
+
+def test_memory_backed_is_told_by_statfs_and_agrees_with_mountinfo(in_memory):
+    on_tmpfs, on_disk = in_memory
+    assert floor._statfs_type(on_tmpfs) == 0x01021994  # TMPFS_MAGIC, from the kernel
+    assert floor.memory_backed(on_tmpfs) == "tmpfs" and floor.memory_backed(on_disk) is None
+    from otel_coldstart import probes
+    assert probes.filesystem_type(on_tmpfs) == "tmpfs"  # the fallback names the same filesystem
+
+
+def test_floor_on_tmpfs_says_there_is_no_storage_instead_of_a_cold_rate(in_memory, capsys):
+    on_tmpfs, on_disk = in_memory
+    assert main(["floor", on_tmpfs, "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    (cold,) = [line for line in out.splitlines() if line.strip().startswith("cold")]
+    assert "no storage behind it" in cold and "tmpfs" in cold and "/s" not in cold  # main: "cold  3.2 GB/s"
+    assert main(["floor", on_tmpfs, "--repeat", "1", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["cold"]["bytes_per_s"] is None and document["cold"]["runs"] == 0
+    assert document["memory_backed"] == [{"path": on_tmpfs, "filesystem": "tmpfs"}]
+    assert document["warm"]["bytes_per_s"] > 0
+    from otel_coldstart.analyze.storage_floor import floor_from_document
+    assert floor_from_document(document, "f").cold_bytes_per_s is None  # no cold reference for findings
+    # one file on the disk beside it: both timed, the tmpfs one named
+    assert main(["floor", on_tmpfs, on_disk, "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "1 of 2 file(s) are on tmpfs" in out and re.search(r"cold\s+[\d.]+ [kMG]?B/s", out)
