@@ -240,11 +240,25 @@ class phase(contextlib.ContextDecorator):
     Generator functions are refused with a TypeError: a phase that stayed current while the
     generator is suspended would leak into its consumer's context; use ``with phase(...)``
     inside the generator instead.
+
+    The names of the phases the plugin records itself (``import``, ``deserialize``, ``cast``,
+    ``compile``, ... and ``unattributed``: ``semconv.RESERVED_PHASE_NAMES``) are refused with
+    a ValueError when the phase is made; ``download`` and ``warmup`` are built-in phases for
+    you to name.
     """
 
     def __init__(self, name: str) -> None:
         if not isinstance(name, str) or not name.strip():
             raise ValueError("phase name must be a non-empty string")
+        from .semconv import RESERVED_PHASE_NAMES
+
+        if name.strip() in RESERVED_PHASE_NAMES:
+            # Refused where it is written, instrumented or not (so it is found in development,
+            # not first in production): a user phase named like one the plugin records mixed
+            # with it in every report.
+            raise ValueError(f"phase name {name.strip()!r} is reserved for the phases otel-coldstart records "
+                             f"itself ({', '.join(RESERVED_PHASE_NAMES)}); name your step otherwise, e.g. "
+                             f"{name.strip() + '_step'!r}")
         self.name = name.strip()
         self._local = threading.local()
 

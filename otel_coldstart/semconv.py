@@ -58,6 +58,15 @@ BUILTIN_PHASES = (
 # here only; no span carries it as its coldstart.phase.
 UNATTRIBUTED = "unattributed"
 
+# Built-in phases a user's phase("...") names by design: the plugin cannot see where a
+# download or a warm-up starts, so these are the names to give them (docs/conventions.md).
+USER_NAMED_PHASES = (PHASE_DOWNLOAD, PHASE_WARMUP)
+# Names phase() refuses (ValueError): the phases the plugin records itself, and the part no
+# phase covers. A user phase of one of these names mixed with ours in every report (two
+# "unattributed" rows, a time.sleep given the import advice). TRANSFORMERS_PHASES are
+# added below, where they are defined.
+RESERVED_PHASE_NAMES: tuple = tuple(p for p in BUILTIN_PHASES if p not in USER_NAMED_PHASES) + (UNATTRIBUTED,)
+
 # --- attributes ---------------------------------------------------------------------------
 PHASE = "coldstart.phase"
 READY = "coldstart.ready"
@@ -207,6 +216,7 @@ TRANSFORMERS_PHASES = (
     PHASE_TF_TIE_WEIGHTS,
     PHASE_TF_DISPATCH,
 )
+RESERVED_PHASE_NAMES += TRANSFORMERS_PHASES
 # Finding the checkpoint files (downloading them when the Hub cache lacks them): phase download.
 SPAN_TF_RESOLVE_CHECKPOINT = "coldstart.transformers.resolve_checkpoint_files"
 TF_VERSION = "coldstart.transformers.version"  # on the from_pretrained span

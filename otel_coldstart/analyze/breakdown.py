@@ -611,7 +611,9 @@ def breakdown_and_tree(root: Span, members: Sequence[Span], foreign: Sequence[Sp
 def breakdowns(spans: Iterable[Span], context: bool = True, *, slim: bool = False) -> list[Breakdown]:
     """Every start-up in ``spans``. ``context=False``: without the spans that are not ours;
     ``slim``: only what compare and capacity read (:meth:`Breakdown.slim`)."""
-    spans = list(spans)
+    from .user_phases import keep_user_phases_apart
+
+    spans = keep_user_phases_apart(list(spans))  # an older trace's phase("import"): its own row
     groups = group_startups(spans)
     from .outline import server_startups  # vLLM's own start-up spans make the processes one start-up
 

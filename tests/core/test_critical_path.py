@@ -155,7 +155,7 @@ _SAME_START_UP = """
     for tensor in state.values():
         tensor.to(torch.float16)
     try:
-        with otel_coldstart.phase("compile"):
+        with otel_coldstart.phase("compile_step"):
             raise RuntimeError("no kernel for this shape")
     except RuntimeError:
         pass
@@ -238,7 +238,7 @@ def test_the_trace_is_the_same_with_and_without_the_sdk(tmp_path, small_checkpoi
         assert report["sdk"] == (label == "sdk")
         shapes[label] = _trace_shape(report["file"])
     own, sdk = shapes["own"], shapes["sdk"]
-    assert {s["name"] for s in own["spans"]} >= {"model.startup", "coldstart.build", "coldstart.compile",
+    assert {s["name"] for s in own["spans"]} >= {"model.startup", "coldstart.build", "coldstart.compile_step",
                                                  "coldstart.deserialize"}
     assert any(e[0] == "exception" for s in own["spans"] for e in s["events"])
     assert own == sdk

@@ -665,7 +665,7 @@ def test_a_no_op_to_on_a_cuda_tensor_records_no_event(timeline, traced, monkeypa
     assert recorded == [] and timeline.Event.created == 0
     # A real move still is timed.
     half = Described(torch.ones(16, dtype=torch.float16), "cuda:0")
-    with otel_coldstart.phase("cast"):
+    with otel_coldstart.phase("casting"):
         tensor_ops._tensor_move("half")(lambda *a, **k: half, tensor, (), {})
     assert len(recorded) == 2  # the mark before, the end event after
 
