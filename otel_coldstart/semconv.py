@@ -397,3 +397,22 @@ METRIC_INFLIGHT_ELAPSED = "model.startup.inflight.elapsed"  # s, gauge, by the r
 METRIC_INFLIGHT_PHASE_ELAPSED = "model.startup.inflight.phase.elapsed"  # s, gauge: time in that phase
 METRIC_INFLIGHT_LOADED = "model.startup.inflight.loaded"  # By, gauge: checkpoint bytes read so far
 METRIC_INFLIGHT_EXPECTED = "model.startup.inflight.expected"  # By, gauge: bytes expected in all
+
+# --- attributes whose OTLP value is an array (docs/conventions.md: string[], int[], double[]) --
+# Jaeger and Zipkin have no list type: the Collector's translators write such a value as its
+# JSON text (`["torch","numpy"]`, `[1,2,4]`, `[0.5,1]`). The analyzer's Jaeger and Zipkin
+# readers parse that text back for these names only, to the element type given here (JSON
+# writes the double 1.0 as `1`), so the same start-up reads the same from OTLP, Jaeger and
+# Zipkin; any other string, list-like or not, is kept as written (analyze/list_values.py).
+LIST_ATTRIBUTES = {
+    EVIDENCE_UNAVAILABLE: "string",
+    LAUNCH_PROCESSES_NOT_STARTED: "string",
+    GRAPH_BATCH_SIZES: "int",
+    GRAPH_CAPTURE_TIMES_S: "double",
+    COMPILE_EVIDENCE_UNAVAILABLE: "string",
+    IMPORT_HEAVIEST: "string",
+    IMPORT_HEAVIEST_S: "double",
+    IMPORT_PACKAGES: "string",
+    IMPORT_PACKAGES_S: "double",
+    "process.command_args": "string",  # OTel semconv; on the coldstart.launch span of `otel-coldstart run`
+}

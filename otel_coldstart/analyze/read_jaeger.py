@@ -1,6 +1,6 @@
 """Jaeger JSON (the query API's ``/api/traces`` and the UI's "Download JSON") into spans.
 
-Quirks handled: microsecond times; ids without leading zeros (Jaeger 1.x before Dec 2019);
+Quirks handled: list attributes written as their JSON text (analyze/list_values.py); microsecond times; ids without leading zeros (Jaeger 1.x before Dec 2019);
 CHILD_OF preferred over FOLLOWS_FROM, references into other traces ignored; typed tags
 with int64 written as strings beyond 2^53; process tags become the resource; a span may
 carry its process inline instead of a ``processID``.
@@ -13,6 +13,7 @@ from typing import Any, Iterator
 from .. import semconv
 from ._values import (TraceReadError, as_dict, as_list, coerce_string, duration_ns, failure_type, finite_float,
                       hex_id, int64, unix_ns)
+from .list_values import lists_from_text
 from .model import Span
 
 
@@ -106,7 +107,7 @@ def tags(items: Any) -> dict:
     for item in as_list(items):
         if isinstance(item, dict) and isinstance(item.get("key"), str):
             result[item["key"]] = _tag_value(item.get("type"), item.get("value"))
-    return result
+    return lists_from_text(result)  # our list attributes, written as their JSON text
 
 
 def _tag_value(kind: Any, value: Any) -> Any:

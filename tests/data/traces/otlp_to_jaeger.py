@@ -8,14 +8,21 @@ Made to produce ``demo-cold-first-shard.jaeger.json`` from ``demo-cold-first-sha
 Follows Jaeger's OTLP -> model translation: microsecond startTime/duration (nanoseconds
 truncated, as Jaeger stores them), a CHILD_OF reference for the parent, typed tags
 (int64, float64, bool, string), the resource as the process with ``service.name`` as
-``serviceName``, ``span.kind`` and ``otel.scope.name`` as tags. Deliberately independent of
-otel_coldstart's readers, so the round trip tests them.
+``serviceName``, ``span.kind`` and ``otel.scope.name`` as tags. An array value (the
+Collector's ``pkg/translator/jaeger`` has no list tag type) becomes a string tag holding
+``Value.AsString()``: the JSON text of its elements as Go's encoding/json writes them,
+``["torch","numpy"]``, ``[1,2,4]``, ``[0.5,1]`` (collector_values.py). Deliberately
+independent of otel_coldstart's readers, so the round trip tests them.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from collector_values import as_string  # noqa: E402
 
 KINDS = {1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
 
@@ -31,6 +38,8 @@ def _tag(key: str, value: dict) -> dict:
         return {"key": key, "type": "int64", "value": number if abs(number) < 2**53 else str(number)}
     if "doubleValue" in value:
         return {"key": key, "type": "float64", "value": float(value["doubleValue"])}
+    if "arrayValue" in value:
+        return {"key": key, "type": "string", "value": as_string(value)}
     return {"key": key, "type": "string", "value": json.dumps(value)}
 
 

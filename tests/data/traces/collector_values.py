@@ -1,0 +1,60 @@
+"""OTLP attribute values as strings, the way the OpenTelemetry Collector's
+``pcommon.Value.AsString()`` writes them: what its Jaeger translator puts in a string tag for
+an array, and its Zipkin translator in every tag.
+
+- string: as is; bool: ``true``/``false``; int: decimal.
+- double: ``strconv.FormatFloat(v, 'f', -1, 64)``: the shortest digits, never an exponent.
+- array: ``json.Marshal`` of its elements (encoding/json, via jsoniter's standard-library
+  configuration): no spaces; a double as the shortest digits, ``1`` for 1.0, an exponent only
+  below 1e-6 or from 1e21 (``1e-7``, exponent without a leading zero); strings with ``<``,
+  ``>``, ``&`` escaped as ``\\u003c`` etc.
+
+Deliberately independent of otel_coldstart's readers.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+
+def _shortest_fixed(number: float) -> str:
+    text = format(Decimal(repr(number)), "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+def _json_double(number: float) -> str:
+    if number != 0 and (abs(number) < 1e-6 or abs(number) >= 1e21):
+        mantissa, exponent = repr(number).split("e") if "e" in repr(number) else (repr(number), "0")
+        mantissa = mantissa[:-2] if mantissa.endswith(".0") else mantissa
+        sign = "-" if exponent.startswith("-") else "+"
+        return f"{mantissa}e{sign}{int(exponent.lstrip('+-'))}"
+    return _shortest_fixed(number)
+
+
+def _json(value: dict) -> str:
+    if "stringValue" in value:
+        text = json.dumps(value["stringValue"], ensure_ascii=False)
+        return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    if "boolValue" in value:
+        return "true" if value["boolValue"] else "false"
+    if "intValue" in value:
+        return str(int(value["intValue"]))
+    if "doubleValue" in value:
+        return _json_double(float(value["doubleValue"]))
+    if "arrayValue" in value:
+        return "[" + ",".join(_json(v) for v in value["arrayValue"].get("values", [])) + "]"
+    return "null"
+
+
+def as_string(value: dict) -> str:
+    """``value`` (an OTLP/JSON AnyValue) as ``Value.AsString()`` writes it."""
+    if "stringValue" in value:
+        return value["stringValue"]
+    if "doubleValue" in value:
+        return _shortest_fixed(float(value["doubleValue"]))
+    if "arrayValue" in value or "boolValue" in value or "intValue" in value:
+        return _json(value)
+    return json.dumps(value)
