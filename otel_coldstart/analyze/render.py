@@ -14,6 +14,7 @@ from .labels import distinct_labels, shorten
 from .lazy import lines as lazy_lines
 from .render_explain import render_explain_text
 from .render_interrupted import render_killed_text, render_stalls_text, state_text
+from .shard_rows import shard_rows
 from .units import format_bytes, format_rate, format_seconds  # noqa: F401 - re-exported
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -67,16 +68,19 @@ def render_startup_text(breakdown: Breakdown, out: TextIO) -> None:
         out.write(f"  parallelism {breakdown.parallelism:.2f}x (busy time across threads / wall time)\n")
     if breakdown.shards:
         out.write("  shards:\n")
-        names = [_t(shard.name) for shard in breakdown.shards]
+        listed, rest = shard_rows(breakdown.shards)  # 2,000 files: the cold and slowest, then one line
+        names = [_t(shard.name) for shard in listed]
         name_width = column_width(names, minimum=40)
         names = distinct_labels(names, name_width - 2)  # cut in the middle: the shard number and the end show
-        index_width = column_width([f"#{s.index}" for s in breakdown.shards if s.index is not None], minimum=4)
-        for shard, name in zip(breakdown.shards, names):
+        index_width = column_width([f"#{s.index}" for s in listed if s.index is not None], minimum=4)
+        for shard, name in zip(listed, names):
             index = f"#{shard.index}" if shard.index is not None else "  "
             out.write(
                 f"    {index:<{index_width}}{name:<{name_width}}{format_bytes(shard.size):>11}"
                 f"{format_seconds(shard.duration_ns):>10}  {_t(shard_state_text(shard))}\n"
             )
+        if rest is not None:
+            out.write(f"    {rest.describe()} (every one in --format json)\n")
         failed = len(breakdown.shards) - len(breakdown.read_shards)
         if failed:
             out.write(f"    {failed} checkpoint read(s) failed: listed, and left out of cold rates, "

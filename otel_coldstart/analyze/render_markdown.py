@@ -11,6 +11,7 @@ from .report import Report
 from .lazy import lines as lazy_lines
 from .render_explain import render_explain_markdown
 from .render_interrupted import render_killed_text, render_stalls_text, state_text
+from .shard_rows import shard_rows
 from .render import dominant_line, saving_text
 from .units import format_bytes, format_rate, format_seconds
 
@@ -75,12 +76,15 @@ def _startup(b: Breakdown, out: TextIO) -> None:
         out.write(f"Parallelism {b.parallelism:.2f}x (busy time across threads / wall time).\n\n")
     if b.shards:
         out.write("| shard | size | time | cache | read from storage |\n|---|---:|---:|---|---:|\n")
-        for r in b.shards:
+        listed, rest = shard_rows(b.shards)  # 2,000 files: the cold and slowest, then one line
+        for r in listed:
             name = (r.path or "<bytes>").rsplit("/", 1)[-1]
             state = f"**failed** ({_cell(r.error_type or 'error')})" if r.failed else (r.state or "?")
             read = "-" if r.failed else format_bytes(r.read_bytes)
             out.write(f"| {_cell(name)} | {format_bytes(r.size)} | {format_seconds(r.duration_ns)} | "
                       f"{state} | {read} |\n")
+        if rest is not None:
+            out.write(f"\n{_cell(rest.describe())} (every one in `--format json`).\n")
         out.write("\n")
     lazy = lazy_lines(b)  # files still partly on storage at ready(), and their first use
     for line in lazy:
