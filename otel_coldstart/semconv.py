@@ -187,6 +187,10 @@ METRIC_GRAPH_CAPTURE_TIME = "model.startup.graph.capture.time"  # s, counter (0 
 
 # Metric-only attributes (labels). Bounded value sets; see docs/metrics.md.
 MODEL_NAME = "coldstart.model.name"  # the model a deploy serves; set via OTEL_RESOURCE_ATTRIBUTES or options
+# root: the program's entry point as started (sys.argv[0]: a script's path, a module's file
+# under `python -m`; "-c" for a command string), OTel's process.command. Different programs
+# sharing one service.name are told apart by it (analyze/programs.py).
+PROCESS_COMMAND = "process.command"
 SHARD_POSITION = "coldstart.shard.position"  # first | rest: the first file read vs the others
 COPY_MEMORY = "coldstart.copy.memory"  # pinned | pageable | unknown (source memory of a copy)
 MEMORY_PINNED = "pinned"

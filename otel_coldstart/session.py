@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 import threading
 import time
 from collections import namedtuple
@@ -247,6 +248,9 @@ class StartupSession:
         self.start_ns = start
         attrs: dict[str, Any] = {semconv.PROCESS_START_SOURCE: source}
         attrs.update(_thread_attributes())
+        argv = getattr(sys, "argv", None)  # absent in an embedded interpreter
+        if argv and isinstance(argv[0], str) and argv[0]:
+            attrs[semconv.PROCESS_COMMAND] = argv[0][:512]  # which program: two may share a service.name
         attrs.update(root_attributes or {})
         self.root_attributes = attrs
         self.root = tracer.start_span(semconv.SPAN_ROOT, context=parent_context, start_time=start,

@@ -11,10 +11,12 @@ from __future__ import annotations
 import argparse
 import html
 import json
+import sys
 
 from .. import semconv
 from ..analyze.capacity import DEFAULT_GROUP_KEYS, capacity_summary, known_keys
 from ..analyze.escape import markdown_text, terminal_text
+from ..analyze.programs import mixed_programs
 from ..analyze.render import columns
 from ..analyze.report import CapacityReport, Renderer
 from ..analyze.units import format_seconds, parse_duration_ns
@@ -108,6 +110,8 @@ def run(args: argparse.Namespace) -> int:
     report = CapacityReport(summaries, provisioning, tuple(inputs.skipped), args.include_unready, args.ramp)
     with output(args.output) as out:
         RENDERERS[args.format](report, out)
+    for note in mixed_programs(results, args.by or ()):  # two programs under one service name, pooled
+        print(f"otel-coldstart: warning: {note}", file=sys.stderr)
     return inputs.exit_code()
 
 

@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from ..analyze.compare import compare
+from ..analyze.programs import mixed_programs
 from ..analyze.renderers import COMPARE
 from ..analyze.report import CompareReport, Side, split_unready
 from ._inputs import (Inputs, add_file_arguments, add_jobs_argument, expand_paths, load_sides, output,
@@ -58,4 +59,7 @@ def run(args: argparse.Namespace) -> int:
         COMPARE[args.format](report, out)
     for note in report.comparison.warnings:  # also in the report; here after it was written (a failed write says only that)
         print(f"otel-coldstart: warning: {note}", file=sys.stderr)
+    for name, side in (("A", a), ("B", b)):  # two programs under one service name, pooled in a side
+        for note in mixed_programs(side):
+            print(f"otel-coldstart: warning: {name}: {note}", file=sys.stderr)
     return a_inputs.exit_code(b_inputs.exit_code())

@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from ..analyze import render_whatif
+from ..analyze.programs import mixed_programs
 from ..analyze.storage_floor import combine
 from ..analyze.whatif import ALL, LEVERS, Options, project
 from ._inputs import add_file_arguments, expand_paths, load_files, output, require_startups
@@ -78,4 +79,6 @@ def run(args: argparse.Namespace) -> int:
             render_whatif.render_text(result, out)
     if skipped:
         print(f"otel-coldstart: warning: {len(skipped)} input(s) left out of this report", file=sys.stderr)
+    for note in mixed_programs(results):  # two programs under one service name, pooled
+        print(f"otel-coldstart: warning: {note}", file=sys.stderr)
     return inputs.exit_code(reference.exit_code() if reference else 0)
