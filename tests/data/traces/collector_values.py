@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from decimal import Decimal
+from typing import Iterator
 
 
 def _shortest_fixed(number: float) -> str:
@@ -58,3 +59,18 @@ def as_string(value: dict) -> str:
     if "arrayValue" in value or "boolValue" in value or "intValue" in value:
         return _json(value)
     return json.dumps(value)
+
+
+def otlp_spans(lines: list[str]) -> Iterator[tuple[str, list, str | None, dict]]:
+    """Each span of OTLP JSON Lines with what the converters take from around it: the
+    service name, the resource's attributes, the scope's name."""
+    for line in lines:
+        if not line.strip():
+            continue
+        for resource_spans in json.loads(line)["resourceSpans"]:
+            attrs = resource_spans.get("resource", {}).get("attributes", [])
+            service = next((a["value"]["stringValue"] for a in attrs if a["key"] == "service.name"), "unknown")
+            for scope_spans in resource_spans.get("scopeSpans", []):
+                scope = scope_spans.get("scope", {}).get("name")
+                for span in scope_spans.get("spans", []):
+                    yield service, attrs, scope, span

@@ -22,7 +22,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from collector_values import as_string  # noqa: E402
+from collector_values import as_string, otlp_spans  # noqa: E402
 
 KINDS = {1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
 
@@ -45,40 +45,31 @@ def _tag(key: str, value: dict) -> dict:
 
 def convert(lines: list[str]) -> dict:
     traces: dict[str, dict] = {}
-    for line in lines:
-        if not line.strip():
-            continue
-        for resource_spans in json.loads(line)["resourceSpans"]:
-            attrs = resource_spans.get("resource", {}).get("attributes", [])
-            service = next((a["value"]["stringValue"] for a in attrs if a["key"] == "service.name"), "unknown")
-            process = {"serviceName": service,
-                       "tags": [_tag(a["key"], a["value"]) for a in attrs if a["key"] != "service.name"]}
-            for scope_spans in resource_spans.get("scopeSpans", []):
-                scope = scope_spans.get("scope", {}).get("name")
-                for span in scope_spans.get("spans", []):
-                    trace = traces.setdefault(span["traceId"], {"traceID": span["traceId"], "spans": [],
-                                                                "processes": {}, "warnings": None})
-                    process_id = f"p{len(trace['processes']) + 1}"
-                    for key, existing in trace["processes"].items():
-                        if existing == process:
-                            process_id = key
-                    trace["processes"][process_id] = process
-                    start = int(span["startTimeUnixNano"])
-                    end = int(span["endTimeUnixNano"])
-                    tags = [_tag(a["key"], a["value"]) for a in span.get("attributes", [])]
-                    tags.append({"key": "span.kind", "type": "string", "value": KINDS.get(span.get("kind"), "internal")})
-                    if scope:
-                        tags.append({"key": "otel.scope.name", "type": "string", "value": scope})
-                    refs = []
-                    if span.get("parentSpanId"):
-                        refs.append({"refType": "CHILD_OF", "traceID": span["traceId"], "spanID": span["parentSpanId"]})
-                    trace["spans"].append({
-                        "traceID": span["traceId"], "spanID": span["spanId"], "operationName": span["name"],
-                        "references": refs, "startTime": start // 1000, "duration": end // 1000 - start // 1000,
-                        "tags": tags, "logs": [], "processID": process_id, "warnings": None,
-                    })
+    for service, attrs, scope, span in otlp_spans(lines):
+        process = {"serviceName": service,
+                   "tags": [_tag(a["key"], a["value"]) for a in attrs if a["key"] != "service.name"]}
+        trace = traces.setdefault(span["traceId"], {"traceID": span["traceId"], "spans": [],
+                                                    "processes": {}, "warnings": None})
+        process_id = f"p{len(trace['processes']) + 1}"
+        for key, existing in trace["processes"].items():
+            if existing == process:
+                process_id = key
+        trace["processes"][process_id] = process
+        start = int(span["startTimeUnixNano"])
+        end = int(span["endTimeUnixNano"])
+        tags = [_tag(a["key"], a["value"]) for a in span.get("attributes", [])]
+        tags.append({"key": "span.kind", "type": "string", "value": KINDS.get(span.get("kind"), "internal")})
+        if scope:
+            tags.append({"key": "otel.scope.name", "type": "string", "value": scope})
+        refs = []
+        if span.get("parentSpanId"):
+            refs.append({"refType": "CHILD_OF", "traceID": span["traceId"], "spanID": span["parentSpanId"]})
+        trace["spans"].append({
+            "traceID": span["traceId"], "spanID": span["spanId"], "operationName": span["name"],
+            "references": refs, "startTime": start // 1000, "duration": end // 1000 - start // 1000,
+            "tags": tags, "logs": [], "processID": process_id, "warnings": None,
+        })
     return {"data": list(traces.values()), "total": 0, "limit": 0, "offset": 0, "errors": None}
-
 
 if __name__ == "__main__":
     with open(sys.argv[1], encoding="utf-8") as handle:

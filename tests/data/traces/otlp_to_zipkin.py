@@ -19,43 +19,33 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from collector_values import as_string  # noqa: E402
+from collector_values import as_string, otlp_spans  # noqa: E402
 
 KINDS = {2: "SERVER", 3: "CLIENT", 4: "PRODUCER", 5: "CONSUMER"}
 
 
 def convert(lines: list[str]) -> list[dict]:
     spans = []
-    for line in lines:
-        if not line.strip():
-            continue
-        for resource_spans in json.loads(line)["resourceSpans"]:
-            attrs = resource_spans.get("resource", {}).get("attributes", [])
-            service = next((a["value"]["stringValue"] for a in attrs if a["key"] == "service.name"), "unknown")
-            resource_tags = {a["key"]: as_string(a["value"]) for a in attrs if a["key"] != "service.name"}
-            for scope_spans in resource_spans.get("scopeSpans", []):
-                scope = scope_spans.get("scope", {}).get("name")
-                for span in scope_spans.get("spans", []):
-                    start = int(span["startTimeUnixNano"])
-                    end = int(span["endTimeUnixNano"])
-                    tags = dict(resource_tags)
-                    tags.update({a["key"]: as_string(a["value"]) for a in span.get("attributes", [])})
-                    if scope:
-                        tags["otel.scope.name"] = scope
-                    status = span.get("status", {})
-                    if status.get("code") in (2, "STATUS_CODE_ERROR"):
-                        tags["otel.status_code"] = "ERROR"
-                        tags["error"] = status.get("message") or "true"
-                    zipkin = {"traceId": span["traceId"], "id": span["spanId"], "name": span["name"],
-                              "timestamp": start // 1000, "duration": (end - start) // 1000,
-                              "localEndpoint": {"serviceName": service}, "tags": tags}
-                    if span.get("parentSpanId"):
-                        zipkin["parentId"] = span["parentSpanId"]
-                    if span.get("kind") in KINDS:
-                        zipkin["kind"] = KINDS[span["kind"]]
-                    spans.append(zipkin)
+    for service, attrs, scope, span in otlp_spans(lines):
+        start = int(span["startTimeUnixNano"])
+        end = int(span["endTimeUnixNano"])
+        tags = {a["key"]: as_string(a["value"]) for a in attrs if a["key"] != "service.name"}
+        tags.update({a["key"]: as_string(a["value"]) for a in span.get("attributes", [])})
+        if scope:
+            tags["otel.scope.name"] = scope
+        status = span.get("status", {})
+        if status.get("code") in (2, "STATUS_CODE_ERROR"):
+            tags["otel.status_code"] = "ERROR"
+            tags["error"] = status.get("message") or "true"
+        zipkin = {"traceId": span["traceId"], "id": span["spanId"], "name": span["name"],
+                  "timestamp": start // 1000, "duration": (end - start) // 1000,
+                  "localEndpoint": {"serviceName": service}, "tags": tags}
+        if span.get("parentSpanId"):
+            zipkin["parentId"] = span["parentSpanId"]
+        if span.get("kind") in KINDS:
+            zipkin["kind"] = KINDS[span["kind"]]
+        spans.append(zipkin)
     return spans
-
 
 if __name__ == "__main__":
     with open(sys.argv[1], encoding="utf-8") as handle:
