@@ -29,9 +29,12 @@ USER_SUFFIX = " (user phase)"
 _RESERVED = frozenset(semconv.RESERVED_PHASE_NAMES) - frozenset(semconv.TRANSFORMERS_PHASES)
 _PHASE_KEYS = frozenset({semconv.PHASE, semconv.AFTER_READY})
 _OURS = "coldstart."
+# phase, thread id and name, after_ready, and what a failure adds (error.type, status): a
+# span with more keys than this is not one phase() wrote.
+_MOST_USER_KEYS = 8
 
 
-def _is_users(span: Span, root_starts: dict) -> bool:
+def _is_users(span: Span, root_starts) -> bool:
     phase = span.phase
     if phase == semconv.UNATTRIBUTED:
         return True
@@ -39,19 +42,25 @@ def _is_users(span: Span, root_starts: dict) -> bool:
         return False
     if any(key.startswith(_OURS) and key not in _PHASE_KEYS for key in span.attributes):
         return False
-    return not (phase == semconv.PHASE_IMPORT and span.start_ns in root_starts.get(span.trace_id, ()))
+    return not (phase == semconv.PHASE_IMPORT and span.start_ns in root_starts().get(span.trace_id, ()))
 
 
 def keep_user_phases_apart(spans: Iterable[Span]) -> list[Span]:
     """``spans``, with each user phase named like one of ours renamed ``<name> (user phase)``."""
     spans = spans if isinstance(spans, list) else list(spans)
-    suspects = [i for i, s in enumerate(spans) if s.phase in _RESERVED]
+    # a read or an aggregate of ours has more keys than phase() writes: told apart at once
+    suspects = [i for i, s in enumerate(spans) if s.phase in _RESERVED and len(s.attributes) <= _MOST_USER_KEYS]
     if not suspects:
         return spans
-    root_starts: dict[str, set] = {}
-    for span in spans:
-        if span.is_root:
-            root_starts.setdefault(span.trace_id, set()).add(span.start_ns)
+    starts: dict[str, set] = {}
+
+    def root_starts() -> dict[str, set]:  # only asked for an import span that looks like a user's
+        if not starts:
+            for span in spans:
+                if span.is_root:
+                    starts.setdefault(span.trace_id, set()).add(span.start_ns)
+        return starts
+
     renamed = None
     for index in suspects:
         span = spans[index]
