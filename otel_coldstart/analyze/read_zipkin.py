@@ -77,7 +77,9 @@ def _span(raw: dict, shared_ids: set) -> Span:
 RESOURCE_PREFIXES = ("service.", "telemetry.", "host.", "process.", "os.", "container.", "k8s.", "cloud.",
                      "deployment.", "faas.", "device.", "vllm.")
 RESOURCE_KEYS = frozenset({semconv.MODEL_NAME})
-SPAN_KEYS = frozenset({"process.command_args", "process.executable.name"})  # the launch span's own (cli/run.py)
+# Attributes of ours in those namespaces that are on spans: the launch span's (cli/run.py) and
+# the root's entry point.
+SPAN_KEYS = frozenset({"process.command_args", "process.executable.name", semconv.PROCESS_COMMAND})
 
 
 def _resource_from_tags(attrs: dict) -> dict:
