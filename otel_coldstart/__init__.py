@@ -121,7 +121,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from .instrumentor import ColdstartInstrumentor
 
-__all__ = ["ColdstartInstrumentor", "instrument", "uninstrument", "ready", "phase", "trace_file",
+__all__ = ["ColdstartInstrumentor", "instrument", "uninstrument", "ready", "phase", "first_request", "trace_file",
            "graph_batch_size", "__version__"]
 
 _CONTROLLER_MODULE = __name__ + ".controller"
@@ -293,5 +293,87 @@ class phase(contextlib.ContextDecorator):
                 _report_internal_error("phase end")
         return False
 
+
+
+# True once a first request was claimed in this process: every later first_request() is
+# this one global's read (steady-state serving pays nothing else; benchmarks/RESULTS.md).
+_first_request_seen = False
+
+
+class first_request(contextlib.ContextDecorator):
+    """Mark the first request served: ``with first_request():`` around the request's work, or
+    ``@first_request()`` on the handler (plain or ``async def``).
+
+    The first call in the process records a ``coldstart.first_request`` span (under the
+    start-up's root, after ``ready()``) and the metric ``model.startup.time_to_first_token``:
+    process start to the end of that request. Every later call does nothing but call your
+    function (one module global read). The request's exception propagates unchanged; the
+    span records it (status error, ``error.type``) and no metric is recorded for it.
+    Called before ``ready()``, it ends the start-up first, as ``ready()`` would (a request
+    served means the model serves). Concurrent first requests: the first to begin is the one
+    recorded. A no-op when not instrumented. Generator functions are refused, as by ``phase``.
+    """
+
+    def __init__(self) -> None:
+        self._request = None
+        self._thread = 0
+
+    def _recreate_cm(self):
+        return first_request()  # one per call of a decorated function: calls may overlap
+
+    def __call__(self, func):
+        import inspect
+
+        if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
+            raise TypeError(f"first_request() cannot decorate the generator function "
+                            f"{getattr(func, '__qualname__', func)!r}: use `with first_request():` inside it")
+        if inspect.iscoroutinefunction(func):
+            @functools.wraps(func)
+            async def first_request_coroutine(*args, **kwargs):
+                if _first_request_seen:
+                    return await func(*args, **kwargs)
+                with first_request():
+                    return await func(*args, **kwargs)
+
+            return first_request_coroutine
+
+        @functools.wraps(func)
+        def first_request_call(*args, **kwargs):
+            if _first_request_seen:
+                return func(*args, **kwargs)
+            with first_request():
+                return func(*args, **kwargs)
+
+        return first_request_call
+
+    def __enter__(self) -> "first_request":
+        global _first_request_seen
+        if _first_request_seen:
+            return self
+        module = sys.modules.get(_SESSION_MODULE)
+        session = None if module is None else module.ACTIVE
+        if session is None:
+            return self  # not instrumented (yet): nothing to record into, and nothing claimed
+        _first_request_seen = True
+        try:
+            from .first_token import begin
+
+            request = begin(session)
+        except Exception:
+            _report_internal_error("first request start")
+            return self
+        if request is not None:
+            self._request, self._thread = request, threading.get_ident()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        request = self._request
+        if request is not None and self._thread == threading.get_ident():
+            self._request = None
+            try:
+                request.end(exc)
+            except Exception:
+                _report_internal_error("first request end")
+        return False
 
 _IMPORT_ENDED_NS = _time.perf_counter_ns()
