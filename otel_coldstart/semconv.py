@@ -263,6 +263,11 @@ FIRST_REQUEST_END = "coldstart.first_request.end"  # on an interrupted one: the 
 READY_BY = "coldstart.ready.by"  # root: "first_request" when a first request ended the start-up (no ready() before it)
 METRIC_TIME_TO_FIRST_TOKEN = "model.startup.time_to_first_token"  # s, histogram: process start to the first request's end (successful ones)
 # --- end of the first request ----------------------------------------------------------------
+# --- the Run:ai Model Streamer (patches/runai_streamer.py) -----------------------------------
+# One span per SafetensorsStreamer.stream_files call (its own time: the streamer's set-up and
+# header reads), the files' coldstart.deserialize spans under it.
+PHASE_RUNAI_STREAMER = "runai_streamer"
+SPAN_RUNAI_STREAM = "coldstart.runai_streamer.stream"
 
 # --- device phases (patches/tensor_ops, pinning, cuda_graphs, runtime, compile) -------------
 # Seconds from the first non-blocking copy of an aggregate being queued to the device
