@@ -298,6 +298,7 @@ class phase(contextlib.ContextDecorator):
 # True once a first request was claimed in this process: every later first_request() is
 # this one global's read (steady-state serving pays nothing else; benchmarks/RESULTS.md).
 _first_request_seen = False
+_inert_first_request = None  # made below: what first_request() returns once one was seen
 
 
 class first_request(contextlib.ContextDecorator):
@@ -314,9 +315,16 @@ class first_request(contextlib.ContextDecorator):
     recorded. A no-op when not instrumented. Generator functions are refused, as by ``phase``.
     """
 
+    def __new__(cls):
+        # After the first request every call gets the one inert instance: no object is made.
+        if _first_request_seen and _inert_first_request is not None:
+            return _inert_first_request
+        return super().__new__(cls)
+
     def __init__(self) -> None:
-        self._request = None
-        self._thread = 0
+        if self is not _inert_first_request:
+            self._request = None
+            self._thread = 0
 
     def _recreate_cm(self):
         return first_request()  # one per call of a decorated function: calls may overlap
@@ -375,5 +383,9 @@ class first_request(contextlib.ContextDecorator):
             except Exception:
                 _report_internal_error("first request end")
         return False
+
+
+_inert_first_request = first_request()  # _first_request_seen is False here: a plain instance
+
 
 _IMPORT_ENDED_NS = _time.perf_counter_ns()

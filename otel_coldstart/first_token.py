@@ -96,7 +96,7 @@ class FirstRequest:
         startup = session.startup
         if startup is None:
             return
-        if error is None and reason is None:
+        if error is None and reason is None and (startup.metrics is not None or startup.metrics_later):
             in_background(lambda: _record_metric(startup, ttft_s), name="otel-coldstart-first-request")
         if reason is None:  # an ending drains the exporters itself
             _flush(startup)

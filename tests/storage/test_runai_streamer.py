@@ -132,3 +132,25 @@ def test_resident_files_say_what_the_stream_read(tmp_path, checkpoint):
     assert abs(_storage_bytes(files) - report["process_read_bytes"]) <= 0.05 * total
     expected_state = semconv.CACHE_COLD if report["process_read_bytes"] >= 0.95 * total else semconv.CACHE_WARM
     assert {s.attributes[semconv.CACHE_STATE] for s in files} == {expected_state}
+
+
+def test_patch_surface_restores_the_originals():
+    """Same surface as every patch module; unpatch() puts back the exact functions (in this
+    process: the streamer module imports torch, already imported by the suite)."""
+    from runai_model_streamer.safetensors_streamer import safetensors_streamer as module
+
+    from otel_coldstart import patches
+    from otel_coldstart.patches import runai_streamer
+
+    assert runai_streamer in patches.ALL and runai_streamer.HOT_PATH is False
+    assert runai_streamer.get_version().startswith("0.17")
+    originals = {name: module.SafetensorsStreamer.__dict__[name] for name in ("stream_files", "get_tensors")}
+    try:
+        runai_streamer.patch()
+        runai_streamer.patch()  # idempotent: one layer
+        for name, original in originals.items():
+            wrapped = module.SafetensorsStreamer.__dict__[name]
+            assert wrapped is not original and wrapped.__wrapped__ is original
+    finally:
+        runai_streamer.unpatch()
+    assert all(module.SafetensorsStreamer.__dict__[n] is o for n, o in originals.items())
