@@ -164,3 +164,43 @@ def test_the_host_request_span_stays_in_its_own_trace(traced):
     [ours] = traced.named(semconv.SPAN_FIRST_REQUEST)
     assert ours.attributes[semconv.FIRST_REQUEST_REQUEST_TRACE_ID] == format(
         request_span.get_span_context().trace_id, "032x")
+
+
+def test_ending_during_the_first_request_ends_it_interrupted(traced):
+    otel_coldstart.ready()
+    with otel_coldstart.first_request():
+        otel_coldstart.uninstrument()  # as an exit or a handled SIGTERM would: Startup.finish drains
+    [request] = traced.named(semconv.SPAN_FIRST_REQUEST)
+    assert request.attributes[semconv.INTERRUPTED] is True
+    assert request.attributes[semconv.FIRST_REQUEST_END] == semconv.END_UNINSTRUMENTED
+
+
+def test_the_metric_is_recorded_once(tmp_path):
+    import time
+
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    otel_coldstart.uninstrument()
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    otel_coldstart.instrument(meter_provider=provider, start_at="instrument", summary=False, handle_sigterm=False,
+                              output_dir=str(tmp_path))
+    try:
+        otel_coldstart.ready()
+        with otel_coldstart.first_request():
+            pass
+        with otel_coldstart.first_request():
+            pass
+        points = []
+        deadline = time.monotonic() + 5
+        while not points and time.monotonic() < deadline:
+            data = reader.get_metrics_data()
+            points = [p for rm in (data.resource_metrics if data else ()) for sm in rm.scope_metrics
+                      for m in sm.metrics if m.name == semconv.METRIC_TIME_TO_FIRST_TOKEN for p in m.data.data_points]
+            time.sleep(0.02)
+        assert len(points) == 1 and points[0].count == 1
+        assert points[0].sum > 0
+    finally:
+        otel_coldstart.uninstrument()
+        provider.shutdown()
