@@ -15,6 +15,7 @@ import textwrap
 
 import pytest
 
+from framework_checks import stand_in_package
 from otel_coldstart import semconv
 from otel_coldstart.analyze.breakdown import breakdowns
 from otel_coldstart.analyze.readers import read_trace_file
@@ -61,13 +62,8 @@ OUTPUT_PROCESSOR = textwrap.dedent("""
 
 @pytest.fixture
 def fake_vllm(tmp_path):
-    root = tmp_path / "site"
-    for package in ("vllm", "vllm/v1", "vllm/v1/engine"):
-        (root / package).mkdir(parents=True)
-        (root / package / "__init__.py").write_text("")
-    (root / "vllm/v1/engine/async_llm.py").write_text(ASYNC_LLM)
-    (root / "vllm/v1/engine/output_processor.py").write_text(OUTPUT_PROCESSOR)
-    return root
+    return stand_in_package(tmp_path / "site", {"vllm/v1/engine/async_llm.py": ASYNC_LLM,
+                                                "vllm/v1/engine/output_processor.py": OUTPUT_PROCESSOR})
 
 
 SCRIPT = textwrap.dedent("""
