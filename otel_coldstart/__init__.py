@@ -17,6 +17,9 @@ Use
 
     otel_coldstart.ready()               # the model can serve: the start-up ends here
 
+    @otel_coldstart.first_request()      # the first request served: time to first token
+    def generate(prompt): ...
+
 Or with no code change: ``opentelemetry-instrument python serve.py`` (the plugin is found
 through the ``opentelemetry_instrumentor`` entry point), then call ``ready()``
 where serving begins, or let the process end the start-up at exit.
@@ -75,6 +78,10 @@ What you get
   page-cache sample per file per tick, no patch) until they are in the page cache or 5
   minutes pass (``OTEL_COLDSTART_FIRST_USE_S``; 0 turns it off), writing
   ``coldstart.first_use`` records: what the first requests read from storage, and when.
+- The first request after ``ready()`` (``first_request()``; vLLM's plugin marks it itself): a
+  ``coldstart.first_request`` span under the root, after it, and the metric
+  ``model.startup.time_to_first_token`` (process start to that request's end). Later calls
+  cost one global read; the request's exception propagates unchanged.
 - A start-up that never ends still tells where it was: one background thread writes a
   small progress record every few seconds (``otel-coldstart analyze`` reads a SIGKILL'd
   start-up as "killed (no end) during <phase>"), and records the stacks of all threads
@@ -325,9 +332,6 @@ class first_request(contextlib.ContextDecorator):
         if self is not _inert_first_request:
             self._request = None
             self._thread = 0
-
-    def _recreate_cm(self):
-        return first_request()  # one per call of a decorated function: calls may overlap
 
     def __call__(self, func):
         import inspect
