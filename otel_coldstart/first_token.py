@@ -64,14 +64,13 @@ _claim_lock = threading.Lock()
 class FirstRequest:
     """The first request of one start-up, from :func:`begin` to :meth:`end`."""
 
-    __slots__ = ("session", "container", "ambient", "start_ns", "thread_id", "_ended", "_lock")
+    __slots__ = ("session", "container", "ambient", "start_ns", "_ended", "_lock")
 
     def __init__(self, session, container, ambient, start_ns: int) -> None:
         self.session = session
         self.container = container
         self.ambient = ambient
         self.start_ns = start_ns
-        self.thread_id = threading.get_ident()
         self._ended = False
         self._lock = threading.Lock()
 
@@ -102,7 +101,7 @@ class FirstRequest:
             _flush(startup)
 
 
-def begin(session, source: str = SOURCE_API, start_ns: int | None = None) -> FirstRequest | None:
+def begin(session, source: str = SOURCE_API) -> FirstRequest | None:
     """Begin the first request of ``session``'s start-up; None when it was claimed already,
     the start-up ended otherwise than ready() (exit, uninstrument()), or this is a forked
     copy. Before ready(), ends the start-up first (see the module's docstring)."""
@@ -120,7 +119,7 @@ def begin(session, source: str = SOURCE_API, start_ns: int | None = None) -> Fir
         CONTROLLER.ready()
     if session.end_reason != semconv.END_READY:
         return None
-    start = time.time_ns() if start_ns is None else start_ns
+    start = time.time_ns()
     host_span = trace.get_current_span().get_span_context()
     attrs = {semconv.FIRST_REQUEST_SOURCE: source,
              semconv.FIRST_REQUEST_AFTER_READY_S: round(max(0, start - (session.end_ns or start)) / 1e9, 6)}
