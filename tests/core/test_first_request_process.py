@@ -167,3 +167,51 @@ def test_capacity_until_first_token(tmp_path, small_checkpoint):
     projected = json.loads(whatif.stdout)
     assert projected["baseline"]["n"] == 3
     assert projected["baseline"]["p50_s"] == pytest.approx(to_token[1] / 1e9, abs=1e-6)
+
+
+LAZY_SERVER = r"""
+import sys, time
+import otel_coldstart
+otel_coldstart.instrument()
+import torch
+from safetensors.torch import load_file
+tensors = load_file(sys.argv[1])  # mapped: pages are read on first touch
+float(tensors["first"].sum())
+otel_coldstart.ready()
+time.sleep(0.6)  # the follow-up of the mapped file takes its first sample
+
+@otel_coldstart.first_request()
+def generate():
+    value = float(tensors["rest"].sum())  # the request reads the weights the start-up left on storage
+    time.sleep(0.8)  # decoding: the follow-up samples while the request runs
+    return value
+
+generate()
+time.sleep(1.2)  # one more record; the exit ends the following
+"""
+
+
+def test_weights_first_read_during_the_first_request_are_shown_inside_it(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    from otel_coldstart.floor import evict
+
+    path = str(tmp_path / "model.safetensors")
+    generator = torch.Generator().manual_seed(3)
+    save_file({"first": torch.randn(256, 1024, generator=generator),
+               "rest": torch.randn(4096, 1024, generator=generator)}, path)
+    evicted, _ = evict([path])
+    if not evicted:
+        pytest.skip("the page cache cannot be evicted here")
+    done = subprocess.run([sys.executable, "-c", LAZY_SERVER, path], env=_env(tmp_path), capture_output=True,
+                          text=True, timeout=180, cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    [trace] = _traces(tmp_path)
+    doc = _analysis(trace)["first_request"]
+    assert doc["status"] == "ok"
+    [inside] = doc["first_use_inside"]
+    assert inside["file"] == "model.safetensors"
+    assert inside["bytes"] >= 8 << 20  # most of the 16 MiB tensor came from storage during the request
+    assert doc["after_ready_s"] <= inside["first_seen_after_ready_s"] <= doc["after_ready_s"] + doc["seconds"] + 0.25
+    assert "first read from storage" in _cli("analyze", trace).stdout
