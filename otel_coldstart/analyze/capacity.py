@@ -78,7 +78,8 @@ class GroupSummary:
         return None if self.total is None else provisioning_ns + self.total.p95_ns
 
     def warm_pool(self, ramp_per_min: float, provisioning_ns: int = 0) -> "WarmPool":
-        return WarmPool(ramp_per_min, self.lead_time_ns(provisioning_ns), provisioning_ns, self.total.p95_ns)
+        return WarmPool(ramp_per_min, self.lead_time_ns(provisioning_ns), provisioning_ns, self.total.p95_ns,
+                        "p95 to the first token" if self.until == FIRST_TOKEN else "p95 start-up")
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ class WarmPool:
     lead_time_ns: int
     provisioning_ns: int
     p95_ns: int
+    p95_of: str = "p95 start-up"  # what the p95 is of (FIRST_TOKEN: to the first token)
 
     @property
     def exact(self) -> float:
@@ -102,7 +104,7 @@ class WarmPool:
 
     def arithmetic(self) -> str:
         return (f"{self.ramp_per_min:g} replicas/min x ({format_seconds(self.provisioning_ns)} provisioning + "
-                f"{format_seconds(self.p95_ns)} p95 start-up) / 60 s = {self.exact:.2f} -> {self.replicas} "
+                f"{format_seconds(self.p95_ns)} {self.p95_of}) / 60 s = {self.exact:.2f} -> {self.replicas} "
                 "warm replica(s)")
 
 

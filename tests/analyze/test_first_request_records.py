@@ -117,3 +117,25 @@ def test_capacity_and_whatif_to_the_first_token():
     assert result.baseline.n == 3 and result.baseline.total.p50_ns == 1300 * MS
     assert len(result.left_out) == 2 and any("no first token" in note for note in result.notes)
     assert json.dumps(document(startups[0]))  # plain JSON
+
+
+def test_capacity_to_the_first_token_in_every_format():
+    from otel_coldstart.analyze.report import CapacityReport
+    from otel_coldstart.cli.capacity import RENDERERS
+
+    startups = [only(complete_killed(served(trace=f"{i:032x}"))) for i in range(1, 3)]
+    startups.append(only(complete_killed(served()[:2])))  # no first request
+    report = CapacityReport(capacity_summary(startups, keys=(), until=FIRST_TOKEN), ramp_per_min=6)
+    out = {}
+    for name, render in RENDERERS.items():
+        buffer = io.StringIO()
+        render(report, buffer)
+        out[name] = buffer.getvalue()
+    assert "to first token p50 1.30 s" in out["text"] and "no first token: 1 (1 no first request)" in out["text"]
+    assert "p95 to the first token" in out["text"]
+    assert "Each start-up ends at its first token" in out["markdown"]
+    assert "to first token p50 1.30 s" in out["html"]
+    doc = json.loads(out["json"])
+    assert doc["until"] == "first-token" and doc["groups"][0]["wait_for_first_request"]["p50_s"] == 0.2
+    assert doc["groups"][0]["warm_pool"]["lead_time_s"] == 1.3
+    assert "1.30 s p95 to the first token) / 60 s" in doc["groups"][0]["warm_pool"]["arithmetic"]
