@@ -17,6 +17,9 @@ Use
 
     otel_coldstart.ready()               # the model can serve: the start-up ends here
 
+    @otel_coldstart.first_request()      # the first request served: time to first token
+    def generate(prompt): ...
+
 Or with no code change: ``opentelemetry-instrument python serve.py`` (the plugin is found
 through the ``opentelemetry_instrumentor`` entry point), then call ``ready()``
 where serving begins, or let the process end the start-up at exit.
@@ -75,6 +78,10 @@ What you get
   page-cache sample per file per tick, no patch) until they are in the page cache or 5
   minutes pass (``OTEL_COLDSTART_FIRST_USE_S``; 0 turns it off), writing
   ``coldstart.first_use`` records: what the first requests read from storage, and when.
+- The first request after ``ready()`` (``first_request()``; vLLM's plugin marks it itself): a
+  ``coldstart.first_request`` span under the root, after it, and the metric
+  ``model.startup.time_to_first_token`` (process start to that request's end). Later calls
+  cost one global read; the request's exception propagates unchanged.
 - A start-up that never ends still tells where it was: one background thread writes a
   small progress record every few seconds (``otel-coldstart analyze`` reads a SIGKILL'd
   start-up as "killed (no end) during <phase>"), and records the stacks of all threads
@@ -121,7 +128,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from .instrumentor import ColdstartInstrumentor
 
-__all__ = ["ColdstartInstrumentor", "instrument", "uninstrument", "ready", "phase", "trace_file",
+__all__ = ["ColdstartInstrumentor", "instrument", "uninstrument", "ready", "phase", "first_request", "trace_file",
            "graph_batch_size", "__version__"]
 
 _CONTROLLER_MODULE = __name__ + ".controller"
@@ -306,6 +313,97 @@ class phase(contextlib.ContextDecorator):
             except Exception:
                 _report_internal_error("phase end")
         return False
+
+
+
+# True once a first request was claimed in this process: every later first_request() is
+# this one global's read (steady-state serving pays nothing else; benchmarks/RESULTS.md).
+_first_request_seen = False
+_inert_first_request = None  # made below: what first_request() returns once one was seen
+
+
+class first_request(contextlib.ContextDecorator):
+    """Mark the first request served: ``with first_request():`` around the request's work, or
+    ``@first_request()`` on the handler (plain or ``async def``).
+
+    The first call in the process records a ``coldstart.first_request`` span (under the
+    start-up's root, after ``ready()``) and the metric ``model.startup.time_to_first_token``:
+    process start to the end of that request. Every later call does nothing but call your
+    function (one module global read). The request's exception propagates unchanged; the
+    span records it (status error, ``error.type``) and no metric is recorded for it.
+    Called before ``ready()``, it ends the start-up first, as ``ready()`` would (a request
+    served means the model serves). Concurrent first requests: the first to begin is the one
+    recorded. A no-op when not instrumented. Generator functions are refused, as by ``phase``.
+    """
+
+    def __new__(cls):
+        # After the first request every call gets the one inert instance: no object is made.
+        if _first_request_seen and _inert_first_request is not None:
+            return _inert_first_request
+        return super().__new__(cls)
+
+    def __init__(self) -> None:
+        if self is not _inert_first_request:
+            self._request = None
+            self._thread = 0
+
+    def __call__(self, func):
+        import inspect
+
+        if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
+            raise TypeError(f"first_request() cannot decorate the generator function "
+                            f"{getattr(func, '__qualname__', func)!r}: use `with first_request():` inside it")
+        if inspect.iscoroutinefunction(func):
+            @functools.wraps(func)
+            async def first_request_coroutine(*args, **kwargs):
+                if _first_request_seen:
+                    return await func(*args, **kwargs)
+                with first_request():
+                    return await func(*args, **kwargs)
+
+            return first_request_coroutine
+
+        @functools.wraps(func)
+        def first_request_call(*args, **kwargs):
+            if _first_request_seen:
+                return func(*args, **kwargs)
+            with first_request():
+                return func(*args, **kwargs)
+
+        return first_request_call
+
+    def __enter__(self) -> "first_request":
+        global _first_request_seen
+        if _first_request_seen:
+            return self
+        module = sys.modules.get(_SESSION_MODULE)
+        session = None if module is None else module.ACTIVE
+        if session is None:
+            return self  # not instrumented (yet): nothing to record into, and nothing claimed
+        _first_request_seen = True
+        try:
+            from .first_token import begin
+
+            request = begin(session)
+        except Exception:
+            _report_internal_error("first request start")
+            return self
+        if request is not None:
+            self._request, self._thread = request, threading.get_ident()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        request = self._request
+        if request is not None and self._thread == threading.get_ident():
+            self._request = None
+            try:
+                request.end(exc)
+            except Exception:
+                _report_internal_error("first request end")
+        return False
+
+
+_inert_first_request = first_request()  # _first_request_seen is False here: a plain instance
 
 
 _IMPORT_ENDED_NS = _time.perf_counter_ns()

@@ -259,6 +259,30 @@ FIRST_USE_END_BOUND = "bound"  # FIRST_USE_BOUND_S passed
 METRIC_LAZY_UNREAD = "model.startup.lazy.unread"  # By, counter: LAZY_UNREAD_BYTES of the start-up's files
 METRIC_FIRST_USE_BYTES = "model.startup.first_use.bytes"  # By, counter: read from storage after ready()
 
+# --- the first request (first_token.py; vLLM: patches/vllm.py) ---------------------------
+# The first request served after ready(): one span under the root, after it (the root ends at
+# ready()), from the request's start to its end. Marked by otel_coldstart.first_request() or,
+# under vLLM's plugin, by the front end's first finished request. A first_request() before
+# ready() ends the start-up first (READY_BY says so on the root).
+PHASE_FIRST_REQUEST = "first_request"
+SPAN_FIRST_REQUEST = "coldstart.first_request"
+# A zero-length record under the root when the first request begins, flushed at once: a process
+# killed during its first request still says that it had begun, and when.
+SPAN_FIRST_REQUEST_BEGUN = "coldstart.first_request.begun"
+FIRST_REQUEST_TTFT_S = "coldstart.first_request.time_to_first_token_s"  # double: process start to its end
+FIRST_REQUEST_AFTER_READY_S = "coldstart.first_request.after_ready_s"  # double: ready() to its start (waiting for traffic)
+FIRST_REQUEST_SOURCE = "coldstart.first_request.source"  # "first_request()" or "vllm"
+FIRST_REQUEST_REQUEST_TRACE_ID = "coldstart.first_request.request_trace_id"  # the host's request span's trace (hex), if any
+FIRST_REQUEST_END = "coldstart.first_request.end"  # on an interrupted one: the process's end reason (exit, sigterm, ...)
+READY_BY = "coldstart.ready.by"  # root: "first_request" when a first request ended the start-up (no ready() before it)
+METRIC_TIME_TO_FIRST_TOKEN = "model.startup.time_to_first_token"  # s, histogram: process start to the first request's end (successful ones)
+# --- end of the first request ----------------------------------------------------------------
+# --- the Run:ai Model Streamer (patches/runai_streamer.py) -----------------------------------
+# One span per SafetensorsStreamer.stream_files call (its own time: the streamer's set-up and
+# header reads), the files' coldstart.deserialize spans under it.
+PHASE_RUNAI_STREAMER = "runai_streamer"
+SPAN_RUNAI_STREAM = "coldstart.runai_streamer.stream"
+
 # --- device phases (patches/tensor_ops, pinning, cuda_graphs, runtime, compile) -------------
 # Seconds from the first non-blocking copy of an aggregate being queued to the device
 # finishing the last one, resolved from CUDA events when the aggregate ends.

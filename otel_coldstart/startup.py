@@ -330,6 +330,10 @@ class Startup:
                 if self.first_use is not None:  # ending while following: a last sample, said why
                     with internal_errors("first-use end"):
                         self.first_use.end(reason)
+                first_token = sys.modules.get("otel_coldstart.first_token")  # loaded by a first request only
+                if first_token is not None:  # ending during the first request: it ends marked interrupted
+                    with internal_errors("first-request end"):
+                        first_token.end_running(self.session, reason)
                 self._drain(decided, started)
             return decided
 

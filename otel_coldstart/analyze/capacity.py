@@ -6,22 +6,33 @@ the p95 start-up, so scale-out must trigger that long before the load arrives.
 Start-ups that did not reach ready() (killed, SIGTERMed, crashed, exited) are counted apart,
 by how they ended, and left out of the percentiles unless ``include_unready``: a start-up
 killed during deserialize never reached the phases after it, and would pull their
-percentiles (and the lead time) down."""
+percentiles (and the lead time) down.
+
+``until=FIRST_TOKEN`` (``capacity --until first-token``) ends each start-up at its first
+token instead of ready(): the start-up to ready() plus its first request (a ``first_request``
+row), without the wait for traffic between them (its own p50/p95, ``wait``: a replica that
+a scale-out brings up gets its first request at ready(), so that wait is the test's, not the
+start-up's). Start-ups without a first token (no first request in the trace, one that failed,
+was interrupted or never ended, or no ready()) are counted apart by why, never in the
+percentiles."""
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
 from .. import semconv, verdicts
 from .breakdown import Breakdown
-from .report import Unready, split_unready
+from .report import Unready, end_reason, split_unready
 from .stats import percentile
 from .units import format_seconds
 
 DEFAULT_GROUP_KEYS = ("host.type",)
+READY = "ready"
+FIRST_TOKEN = "first-token"
+UNTIL = (READY, FIRST_TOKEN)
 UNKNOWN = "(not set)"
 MIN_FOR_P95 = 20  # below this many start-ups a p95 is the slowest one or two, not a percentile
 
@@ -43,6 +54,8 @@ class GroupSummary:
     phases: dict[str, Quantiles]  # phases present in the counted start-ups, missing counts as 0
     unready: Unready = Unready()  # start-ups that did not reach ready(), by end reason
     counted: int = 0  # start-ups the percentiles are made of (the ready ones, or all)
+    until: str = READY  # where each start-up ends: ready() or its first token (FIRST_TOKEN)
+    wait: Quantiles | None = None  # FIRST_TOKEN: ready() to the first request, left out of the total
 
     @property
     def p95_caveat(self) -> str | None:
@@ -65,7 +78,8 @@ class GroupSummary:
         return None if self.total is None else provisioning_ns + self.total.p95_ns
 
     def warm_pool(self, ramp_per_min: float, provisioning_ns: int = 0) -> "WarmPool":
-        return WarmPool(ramp_per_min, self.lead_time_ns(provisioning_ns), provisioning_ns, self.total.p95_ns)
+        return WarmPool(ramp_per_min, self.lead_time_ns(provisioning_ns), provisioning_ns, self.total.p95_ns,
+                        "p95 to the first token" if self.until == FIRST_TOKEN else "p95 start-up")
 
 
 @dataclass(frozen=True)
@@ -78,6 +92,7 @@ class WarmPool:
     lead_time_ns: int
     provisioning_ns: int
     p95_ns: int
+    p95_of: str = "p95 start-up"  # what the p95 is of (FIRST_TOKEN: to the first token)
 
     @property
     def exact(self) -> float:
@@ -89,7 +104,7 @@ class WarmPool:
 
     def arithmetic(self) -> str:
         return (f"{self.ramp_per_min:g} replicas/min x ({format_seconds(self.provisioning_ns)} provisioning + "
-                f"{format_seconds(self.p95_ns)} p95 start-up) / 60 s = {self.exact:.2f} -> {self.replicas} "
+                f"{format_seconds(self.p95_ns)} {self.p95_of}) / 60 s = {self.exact:.2f} -> {self.replicas} "
                 "warm replica(s)")
 
 
@@ -104,7 +119,9 @@ def _quantiles(values: Sequence[int]) -> Quantiles:
 
 
 def summarize_group(key: str, value: str, results: Sequence[Breakdown],
-                    include_unready: bool = False) -> GroupSummary:
+                    include_unready: bool = False, until: str = READY) -> GroupSummary:
+    if until == FIRST_TOKEN:
+        return _summarize_to_first_token(key, value, results)
     counted, unready = split_unready(results, include_unready)
     phases = {}
     total = None
@@ -116,6 +133,37 @@ def summarize_group(key: str, value: str, results: Sequence[Breakdown],
         total = _quantiles([b.duration_ns for b in counted])
     return GroupSummary(key, value, len(results), len(results) - unready.count, total, phases, unready,
                         len(counted))
+
+
+def no_first_token_reason(b: Breakdown) -> str | None:
+    """Why a start-up has no first token, in a few words; None when it has one."""
+    from .first_request import OK
+
+    if not b.ready:
+        return end_reason(b)
+    request = b.first_request
+    if request is None:
+        return "no first request"
+    if request.status != OK:
+        return f"first request {request.status}"
+    return None
+
+
+def _summarize_to_first_token(key: str, value: str, results: Sequence[Breakdown]) -> GroupSummary:
+    counted = [b for b in results if no_first_token_reason(b) is None]
+    reasons = Counter(r for r in (no_first_token_reason(b) for b in results) if r is not None)
+    apart = Unready(sum(reasons.values()), tuple(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))))
+    phases, total, wait = {}, None, None
+    if counted:
+        busy = [{p.phase: p.busy_ns for p in b.phases} for b in counted]
+        for name in sorted({name for times in busy for name in times}):
+            phases[name] = _quantiles([times.get(name, 0) for times in busy])
+        phases[semconv.UNATTRIBUTED] = _quantiles([b.unattributed_ns for b in counted])
+        phases[semconv.PHASE_FIRST_REQUEST] = _quantiles([b.first_request.duration_ns for b in counted])
+        total = _quantiles([b.first_request.serving_ns for b in counted])
+        wait = _quantiles([b.first_request.after_ready_ns for b in counted])
+    return GroupSummary(key, value, len(results), sum(1 for b in results if b.ready), total, phases, apart,
+                        len(counted), FIRST_TOKEN, wait)
 
 
 def resource_value(b: Breakdown, key: str) -> str:
@@ -133,17 +181,17 @@ def known_keys(results: Sequence[Breakdown]) -> list[str]:
 
 
 def capacity_summary(results: Sequence[Breakdown], keys: Sequence[str] = DEFAULT_GROUP_KEYS,
-                     include_unready: bool = False) -> list[GroupSummary]:
+                     include_unready: bool = False, until: str = READY) -> list[GroupSummary]:
     """The summary of all start-ups first, then one per (key, value), slowest p95 first
     (groups with no start-up counted last)."""
     if not results:
         raise ValueError("no start-ups to summarise")
-    summaries = [summarize_group("", "all", results, include_unready)]
+    summaries = [summarize_group("", "all", results, include_unready, until)]
     for key in keys:
         groups: dict[str, list[Breakdown]] = defaultdict(list)
         for b in results:
             groups[resource_value(b, key)].append(b)
-        per_key = [summarize_group(key, value, group, include_unready) for value, group in groups.items()]
+        per_key = [summarize_group(key, value, group, include_unready, until) for value, group in groups.items()]
         summaries.extend(sorted(per_key, key=lambda s: (s.total is None, -(s.total.p95_ns if s.total else 0),
                                                          s.value)))
     return summaries

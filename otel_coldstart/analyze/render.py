@@ -11,6 +11,7 @@ from ..verdicts import DOMINANT_MIN_SHARE
 from .breakdown import Breakdown, bandwidth_warnings, by_trace
 from .escape import terminal_text as _t  # every string from a trace: no control characters
 from .labels import distinct_labels, shorten
+from .first_request import lines as first_request_lines
 from .lazy import lines as lazy_lines
 from .render_explain import render_explain_text
 from .render_interrupted import render_killed_text, render_stalls_text, state_text
@@ -86,6 +87,8 @@ def render_startup_text(breakdown: Breakdown, out: TextIO) -> None:
             out.write(f"    {failed} checkpoint read(s) failed: listed, and left out of cold rates, "
                       "throughput and savings\n")
     for line in lazy_lines(breakdown):  # files still partly on storage at ready(), and their first use
+        out.write(f"  {_t(line)}\n")
+    for line in first_request_lines(breakdown):  # the first request after ready(), and what it paid
         out.write(f"  {_t(line)}\n")
     if breakdown.context:
         out.write("  context (spans that are not ours):\n")

@@ -20,6 +20,7 @@ from urllib.parse import quote
 
 from .breakdown import Breakdown, bandwidth_warnings, by_trace
 from .capacity import summarize_group
+from .first_request import lines as first_request_lines
 from .lazy import lines as lazy_lines
 from .render import dominant_line, saving_text
 from .render_explain import render_explain_html
@@ -177,6 +178,11 @@ def _startup(b: Breakdown, w, link) -> None:
     if lazy:
         w("<ul class=\"lazy-weights\">" + "".join(
             f"<li class=\"{'muted' if line.startswith(' ') else 'partial'}\">{_e(line.strip())}</li>" for line in lazy)
+          + "</ul>\n")
+    first = first_request_lines(b)  # the first request after ready(), and what it paid
+    if first:
+        w("<ul class=\"first-request\">" + "".join(
+            f"<li class=\"{'muted' if line.startswith(' ') else ''}\">{_e(line.strip())}</li>" for line in first)
           + "</ul>\n")
 
 

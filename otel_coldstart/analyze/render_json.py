@@ -11,6 +11,7 @@ from .breakdown import Breakdown
 from .findings import Finding
 from .interrupted import interruption_document
 from .report import Report
+from .first_request import document as first_request_document
 from .lazy import lazy_files
 from .render_explain import explain_document
 
@@ -87,6 +88,7 @@ def startup_to_dict(b: Breakdown) -> dict:
             for g in sorted(b.gaps, key=lambda g: -g.duration_ns)[:10]
         ],
         "lazy_weights": [_lazy(item) for item in lazy_files(b)],
+        "first_request": first_request_document(b),  # None: no first request in the trace
         "context": [
             {"name": c.name, "service": c.service, "offset_s": _s(c.start_ns - b.root.start_ns),
              "duration_s": _s(c.duration_ns), "phases_inside": list(c.phases_inside),

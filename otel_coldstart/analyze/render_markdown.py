@@ -8,6 +8,7 @@ from typing import TextIO
 from .breakdown import Breakdown, bandwidth_warnings, by_trace
 from .escape import markdown_code, markdown_fence, markdown_text
 from .report import Report
+from .first_request import lines as first_request_lines
 from .lazy import lines as lazy_lines
 from .render_explain import render_explain_markdown
 from .render_interrupted import render_killed_text, render_stalls_text, state_text
@@ -90,6 +91,11 @@ def _startup(b: Breakdown, out: TextIO) -> None:
     for line in lazy:
         out.write(f"{'  - ' if line.startswith(' ') else '- '}{_cell(line.strip())}\n")
     if lazy:
+        out.write("\n")
+    first = first_request_lines(b)  # the first request after ready(), and what it paid
+    for line in first:
+        out.write(f"{'  - ' if line.startswith(' ') else '- '}{_cell(line.strip())}\n")
+    if first:
         out.write("\n")
     if b.context:
         out.write("Context (spans that are not ours): " + "; ".join(

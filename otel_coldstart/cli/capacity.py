@@ -14,7 +14,7 @@ import json
 import sys
 
 from .. import semconv
-from ..analyze.capacity import DEFAULT_GROUP_KEYS, capacity_summary, known_keys
+from ..analyze.capacity import DEFAULT_GROUP_KEYS, FIRST_TOKEN, READY, UNTIL, capacity_summary, known_keys
 from ..analyze.escape import markdown_text, terminal_text
 from ..analyze.programs import mixed_programs
 from ..analyze.render import columns
@@ -42,6 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--include-unready", action="store_true",
                         help="count start-ups that did not reach ready() (killed, SIGTERM, crashed) in the "
                              "percentiles; by default they are counted apart, by how they ended")
+    parser.add_argument("--until", choices=UNTIL, default=READY,
+                        help="where each start-up ends: ready() (default) or its first token (ready() plus the "
+                             "first request after it, without the wait for traffic between them); start-ups "
+                             "without a first token are counted apart")
     parser.add_argument("--format", choices=("text", "markdown", "json", "html"), default="text",
                         help="report format (default %(default)s)")
     parser.add_argument("--output", "-o", metavar="FILE", help="write the report here (never overwrites)")
@@ -50,8 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _lead(s, provisioning: int) -> str:
     if s.total is None:
         return "autoscaler lead time: unknown (no start-up counted)"
+    to = "p95 to the first token" if s.until == FIRST_TOKEN else "p95 start-up"
     return (f"autoscaler lead time: {format_seconds(s.lead_time_ns(provisioning))} (provisioning "
-            f"{format_seconds(provisioning)} + p95 start-up): scale out at least this long before the load arrives")
+            f"{format_seconds(provisioning)} + {to}): scale out at least this long before the load arrives")
 
 
 def _warm(s, provisioning: int, ramp: float | None) -> str | None:
@@ -75,6 +80,8 @@ def _unready(s, include: bool) -> str | None:
     """The group's start-ups that did not reach ready(), by end reason: their own line."""
     if not s.unready.count:
         return None
+    if s.until == FIRST_TOKEN:
+        return f"no first token: {s.unready.count} ({s.unready.describe()}): left out of the percentiles"
     what = "counted in the percentiles (--include-unready)" if include else \
         "left out of the percentiles (--include-unready counts them)"
     return f"not ready: {s.unready.count} ({s.unready.describe()}): {what}"
@@ -82,7 +89,13 @@ def _unready(s, include: bool) -> str | None:
 
 def _totals(s) -> str:
     if s.total is None:
+        if s.until == FIRST_TOKEN:
+            return "no start-up has a first token: no percentiles"
         return "no start-up reached ready(): no percentiles"
+    if s.until == FIRST_TOKEN:
+        return (f"to first token p50 {format_seconds(s.total.p50_ns)}, p95 {format_seconds(s.total.p95_ns)}, "
+                f"max {format_seconds(s.total.max_ns)} (ready() + the first request; the wait for it after ready(), "
+                f"p50 {format_seconds(s.wait.p50_ns)}, p95 {format_seconds(s.wait.p95_ns)}, left out)")
     return (f"total p50 {format_seconds(s.total.p50_ns)}, p95 {format_seconds(s.total.p95_ns)}, "
             f"max {format_seconds(s.total.max_ns)}")
 
@@ -102,7 +115,11 @@ def run(args: argparse.Namespace) -> int:
         if missing:
             raise CliError(f"--by {', '.join(missing)}: no start-up has this attribute; known keys: "
                            f"{', '.join(known) or '(none)'}", EXIT_USAGE)
-    summaries = capacity_summary(results, args.by or DEFAULT_GROUP_KEYS, args.include_unready)
+    summaries = capacity_summary(results, args.by or DEFAULT_GROUP_KEYS, args.include_unready, args.until)
+    if summaries[0].total is None and args.until == FIRST_TOKEN:
+        raise CliError(f"none of the {summaries[0].count} start-up(s) has a first token "
+                       f"({summaries[0].unready.describe()}): mark it with otel_coldstart.first_request() "
+                       "(vLLM's plugin marks it itself)", EXIT_NO_STARTUP)
     if summaries[0].total is None:
         raise CliError(f"none of the {summaries[0].count} start-up(s) reached ready() "
                        f"({summaries[0].unready.describe()}); --include-unready summarises them as they are",
@@ -117,8 +134,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _json(report: CapacityReport, out) -> None:
     provisioning = report.provisioning_ns
+    until = report.summaries[0].until if report.summaries else READY
     json.dump({"schema": "otel-coldstart.capacity/2", "provisioning_s": provisioning / 1e9,
-               "include_unready": report.include_unready, "groups": [
+               "include_unready": report.include_unready, "until": until, "groups": [
         {"attribute": s.key or None, "value": s.value, "startups": s.count, "ready": s.ready,
          "not_ready": s.unready.count, "not_ready_reasons": dict(s.unready.reasons), "counted": s.counted,
          "total": None if s.total is None else {"p50_s": s.total.p50_ns / 1e9, "p95_s": s.total.p95_ns / 1e9,
@@ -126,6 +144,8 @@ def _json(report: CapacityReport, out) -> None:
          "p95_caveat": s.p95_caveat, "dominant_phase": s.dominant_phase,
          "phases": {name: {"p50_s": q.p50_ns / 1e9, "p95_s": q.p95_ns / 1e9} for name, q in s.phases.items()},
          "lead_time_s": None if s.total is None else s.lead_time_ns(provisioning) / 1e9,
+         "wait_for_first_request": None if s.wait is None else {"p50_s": s.wait.p50_ns / 1e9,
+                                                                "p95_s": s.wait.p95_ns / 1e9},
          "warm_pool": _warm_doc(s, provisioning, report.ramp_per_min)} for s in report.summaries],
         "ramp_replicas_per_min": report.ramp_per_min, "skipped": list(report.skipped)}, out, indent=2)
     out.write("\n")
@@ -180,7 +200,14 @@ def _markdown(report: CapacityReport, out) -> None:
                   f"{_seconds(total and total.p50_ns)} | {_seconds(total and total.p95_ns)}{' *' if s.p95_caveat else ''} | "
                   f"{_seconds(total and total.max_ns)} | {_md(s.dominant_phase or 'none')} | "
                   f"{_seconds(s.lead_time_ns(provisioning))} |\n")
-    if any(s.unready.count for s in summaries):
+    if summaries and summaries[0].until == FIRST_TOKEN:
+        out.write("\nEach start-up ends at its first token: ready() plus the first request, without the wait "
+                  "for it after ready(). " + "; ".join(f"{_md(_title(s))}: {_md(_totals(s))}" for s in summaries
+                                                      if s.total is not None) + ".\n")
+        if any(s.unready.count for s in summaries):
+            out.write("Start-ups without a first token are counted apart (not ready column), never in the "
+                      "percentiles.\n")
+    elif any(s.unready.count for s in summaries):
         out.write("\nStart-ups that did not reach ready() are " + (
             "counted in the percentiles (--include-unready).\n" if report.include_unready else
             "left out of the percentiles (--include-unready counts them).\n"))

@@ -33,6 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reference", action="append", default=[], metavar="PATH",
                         help="trace files or directories whose start-ups the levers learn from (resident-read "
                              "rates, pinned rates, cache-hit costs) without projecting them (repeatable)")
+    parser.add_argument("--until", choices=("ready", "first-token"), default="ready",
+                        help="where each start-up ends: ready() (default) or its first token (ready() plus its "
+                             "first request as measured); start-ups without a first token are left out, said so")
     parser.add_argument("--format", choices=("text", "markdown", "json", "html"), default="text",
                         help="report format (default %(default)s; json: schema otel-coldstart.whatif/1)")
     parser.add_argument("--output", "-o", metavar="FILE", help="write the report here (never overwrites)")
@@ -64,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     options = Options(floor=combine(floors), keep_capture_sizes=keep,
                       reference=tuple(reference.startups) if reference else ())
     try:
-        result = project(results, args.lever, options)
+        result = project(results, args.lever, options, until=args.until)
     except ValueError as exc:  # every start-up given stopped before ready()
         raise CliError(f"{', '.join(s['source'] for s in inputs.sources[:3])}: {exc}", EXIT_NO_STARTUP) from None
     skipped = inputs.skipped + (reference.skipped if reference else [])

@@ -34,7 +34,8 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "runtime": ("torch",),
     "compile": ("torch._dynamo",),
     "vllm": ("vllm.v1.worker.gpu_worker", "vllm.v1.worker.cpu_worker", "vllm.v1.engine.core",
-             "vllm.v1.engine.llm_engine", "vllm.v1.engine.async_llm"),
+             "vllm.v1.engine.llm_engine", "vllm.v1.engine.async_llm", "vllm.v1.engine.output_processor"),
+    "runai_streamer": ("runai_model_streamer.safetensors_streamer.safetensors_streamer",),
     "transformers": ("transformers.modeling_utils", "transformers.models.auto.auto_factory",
                      "transformers.models.auto.modeling_auto"),
 }

@@ -126,3 +126,19 @@ def clean_env(**extra: str) -> dict:
 def run_python(args: list[str], env: dict, cwd: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], env=env, cwd=cwd, capture_output=True, text=True,
                           timeout=timeout)
+
+
+def stand_in_package(root, modules: dict) -> str:
+    """A stand-in package tree under ``root`` (a pathlib.Path): ``modules`` maps a module file
+    (``vllm/v1/engine/core.py``) to its source; every directory on the way gets an empty
+    ``__init__.py``. Returns the directory to put on PYTHONPATH."""
+    for relative, source in modules.items():
+        parts = relative.split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            package = root.joinpath(*parts[:depth])
+            package.mkdir(parents=True, exist_ok=True)
+            init = package / "__init__.py"
+            if not init.exists():
+                init.write_text("")
+        root.joinpath(*relative.split("/")).write_text(source)
+    return root

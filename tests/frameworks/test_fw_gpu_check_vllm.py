@@ -77,3 +77,34 @@ def test_without_vllm_it_says_what_is_missing(tmp_path):
     assert result.returncode == 4
     assert result.stderr.strip().startswith("gpu_check_vllm: missing dependency: vllm")
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_first_request_check_on_a_real_first_request(gpu_check, tmp_path):
+    """check_first_request on the spans of a real start-up and first request (as vLLM's front
+    end has them once the plugin marks it), and that it fails where it must."""
+    from dataclasses import replace
+
+    from otel_coldstart import first_token
+    from otel_coldstart import session as _session
+
+    otel_coldstart.uninstrument()
+    with gpu_check.SpanReceiver() as receiver:
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=receiver.endpoint)))
+        try:
+            otel_coldstart.instrument(tracer_provider=provider, start_at="instrument", summary=False,
+                                      handle_sigterm=False)
+            otel_coldstart.ready()
+            request = first_token.begin(_session.ACTIVE, first_token.SOURCE_VLLM)
+            request.end()
+        finally:
+            otel_coldstart.uninstrument()
+            provider.shutdown()
+        spans = receiver.spans()
+    failures, figures = gpu_check.check_first_request(spans)
+    assert failures == [] and figures["time_to_first_token_s"] > figures["front_end_ready_s"]
+    marked_by_hand = [replace(s, attributes={**s.attributes, semconv.FIRST_REQUEST_SOURCE: "first_request()"})
+                      if s.name == semconv.SPAN_FIRST_REQUEST else s for s in spans]
+    assert any("not vllm" in f for f in gpu_check.check_first_request(marked_by_hand)[0])
+    assert gpu_check.check_first_request([s for s in spans if s.name != semconv.SPAN_FIRST_REQUEST])[0] == [
+        "expected 1 coldstart.first_request span, got 0"]

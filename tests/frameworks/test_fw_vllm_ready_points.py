@@ -13,6 +13,7 @@ import textwrap
 
 import pytest
 
+from framework_checks import stand_in_package
 from otel_coldstart import patches, semconv
 from otel_coldstart.analyze.readers import read_trace_file
 from otel_coldstart.patches import vllm as vllm_patch
@@ -39,13 +40,8 @@ WORKER = textwrap.dedent("""
 
 @pytest.fixture
 def fake_vllm(tmp_path):
-    root = tmp_path / "site"
-    for package in ("vllm", "vllm/v1", "vllm/v1/engine", "vllm/v1/worker"):
-        (root / package).mkdir(parents=True)
-        (root / package / "__init__.py").write_text("")
-    (root / "vllm/v1/engine/core.py").write_text(ENGINE_CORE)
-    (root / "vllm/v1/worker/gpu_worker.py").write_text(WORKER)
-    return root
+    return stand_in_package(tmp_path / "site", {"vllm/v1/engine/core.py": ENGINE_CORE,
+                                                "vllm/v1/worker/gpu_worker.py": WORKER})
 
 
 SCRIPT = textwrap.dedent("""

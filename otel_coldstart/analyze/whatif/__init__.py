@@ -15,6 +15,11 @@ their cuts add up to at most its own time, so no second is claimed twice.
 
 Start-ups that did not reach ready() have no total to project: they are left out (and said
 so), though their spans still count as evidence (a pinned rate, a cache hit).
+
+``until=FIRST_TOKEN`` (``whatif --until first-token``) projects each start-up to its first
+token: ready() plus its first request as measured (a ``first_request`` row; no lever changes
+it, and the wait for it after ready() is left out, as ``capacity --until first-token`` does);
+start-ups without a first token are left out with why.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..breakdown import Breakdown
-from ..capacity import MIN_FOR_P95
+from ..capacity import FIRST_TOKEN, MIN_FOR_P95, READY, no_first_token_reason
 from ..stats import percentile
 from ..units import format_seconds
 from . import compile_cache, fewer_captures, pinned, prewarm, serving_dtype
@@ -125,25 +130,52 @@ def _threads_note(results: Sequence[Breakdown], cuts: dict[int, list[Cut]], said
                                 "it up)")
 
 
+def _to_first_token(b: Breakdown, projected: tuple[int, dict[str, int]]) -> tuple[int, dict[str, int]]:
+    """A projected (total, phases) carried on to the first token: its first request added as
+    measured (the wait for it after ready() left out)."""
+    total, phases = projected
+    duration = b.first_request.duration_ns
+    return total + duration, {**phases, FIRST_REQUEST_ROW: duration}
+
+
+FIRST_REQUEST_ROW = "first_request"
+
+
 def project(results: Sequence[Breakdown], levers: Sequence[str] | None = None,
-            options: Options = Options()) -> WhatIf:
+            options: Options = Options(), until: str = READY) -> WhatIf:
     """The baseline and one projection per lever (``levers`` None: every lever that applies,
-    and ``all`` when more than one does). ``results`` not ready are left out."""
-    ready = [b for b in results if b.ready]
-    left_out = tuple(_left_out_line(b) for b in results if not b.ready)
+    and ``all`` when more than one does). ``results`` not ready are left out; with
+    ``until=FIRST_TOKEN``, so are those without a first token."""
+    if until == FIRST_TOKEN:
+        ready = [b for b in results if no_first_token_reason(b) is None]
+        left_out = tuple(f"{_left_out_line(b)}: {no_first_token_reason(b)}" for b in results
+                         if no_first_token_reason(b) is not None)
+        if not ready:
+            raise ValueError("no start-up has a first token (mark it with otel_coldstart.first_request()): "
+                             "there is no time to first token to project")
+    else:
+        ready = [b for b in results if b.ready]
+        left_out = tuple(_left_out_line(b) for b in results if not b.ready)
     if not ready:
         raise ValueError("no start-up reached ready(): there is no start-up time to project")
     ev = gather(results, options)
     own = [self_times(b) for b in ready]
     concurrency = [Concurrency(b) for b in ready]
-    baseline = summarize([(b.duration_ns, _phase_values(b)) for b in ready])
+    extend = _to_first_token if until == FIRST_TOKEN else (lambda _b, projected: projected)
+    baseline = summarize([extend(b, (b.duration_ns, _phase_values(b))) for b in ready])
     notes = []
     if len(ready) < MIN_FOR_P95:
         notes.append(f"p95 of {len(ready)} start-up(s): fewer than {MIN_FOR_P95}, so it is close to the slowest "
                      "seen, not a percentile")
-    if left_out:
+    if left_out and until == FIRST_TOKEN:
+        notes.append(f"{len(left_out)} start-up(s) left out: no first token (no ready(), no first request, or one "
+                     "that failed or never ended), so no time to first token to project")
+    elif left_out:
         notes.append(f"{len(left_out)} start-up(s) left out: they did not reach ready(), so they have no start-up "
                      "time to project (their spans still count as evidence)")
+    if until == FIRST_TOKEN:
+        notes.append("to the first token: each start-up's first request is added as measured (no lever changes "
+                     "it), the wait for it after ready() left out")
     asked = list(LEVERS) if levers is None else [lever for lever in levers if lever != ALL]
     want_all = levers is None or ALL in levers
     outcomes: dict[str, tuple[dict[int, LeverOutcome], Assumptions]] = {}
@@ -159,7 +191,8 @@ def project(results: Sequence[Breakdown], levers: Sequence[str] | None = None,
         per, said = outcomes[lever]
         if levers is None and not any(o.applies for o in per.values()):
             continue  # without --lever: only the levers that apply
-        projections.append(_projection(lever, ready, baseline, {i: (o,) for i, o in per.items()}, said))
+        projections.append(_projection(lever, ready, baseline, {i: (o,) for i, o in per.items()}, said,
+                                       extend=extend))
     if want_all:
         applying = [lever for lever in LEVERS if any(o.applies for o in outcomes[lever][0].values())]
         if levers is not None or len(applying) > 1:
@@ -170,13 +203,13 @@ def project(results: Sequence[Breakdown], levers: Sequence[str] | None = None,
             said.add("all", "levers that act on the same span add up to at most its own time: no second is "
                             "claimed twice")
             combined = {i: tuple(outcomes[lever][0][i] for lever in applying) for i in range(len(ready))}
-            projections.append(_projection(ALL, ready, baseline, combined, said, applying))
+            projections.append(_projection(ALL, ready, baseline, combined, said, applying, extend=extend))
     return WhatIf(baseline, tuple(projections), left_out, tuple(notes))
 
 
 def _projection(lever: str, ready: Sequence[Breakdown], baseline: Summary,
                 per: dict[int, tuple[LeverOutcome, ...]], said: Assumptions,
-                members: Sequence[str] = ()) -> Projection:
+                members: Sequence[str] = (), extend=lambda _b, projected: projected) -> Projection:
     applies = [i for i, outcomes in per.items() if any(o.applies for o in outcomes)]
     if lever == ALL and not members:
         return Projection(lever, baseline, 0, ("no lever applies to these start-ups: nothing to change",))
@@ -195,7 +228,7 @@ def _projection(lever: str, ready: Sequence[Breakdown], baseline: Summary,
         sentences.append("left as measured where it could not be estimated: " + "; ".join(partial))
     if lever == ALL:
         sentences.insert(0, "together: " + ", ".join(members))
-    projected = summarize([_apply(b, cuts.get(i, ())) for i, b in enumerate(ready)])
+    projected = summarize([extend(b, _apply(b, cuts.get(i, ()))) for i, b in enumerate(ready)])
     changed = sum(1 for i in range(len(ready)) if any(c.ns for c in cuts.get(i, ())))
     return Projection(lever, projected, baseline.total.p50_ns - projected.total.p50_ns, tuple(sentences),
                       changed=changed)
