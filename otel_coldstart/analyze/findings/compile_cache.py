@@ -2,11 +2,12 @@
 (``coldstart.compile.cache.misses`` > 0 on their spans; patches/compile.py reads torch's
 counters). No finding when every compilation hit, nor when the trace cannot tell.
 
-Estimate: only where the input holds a reference: for each missed compilation, its time
-minus the fastest compilation of the same graph (``coldstart.compile.frame``) that a cache
-served, in any start-up given to the command (``analyze cold.jsonl warm.jsonl``). Without
-one, "not estimated": a cache hit still costs Dynamo's tracing and the cache's loading,
-which the trace does not hold.
+Estimate: the ``compile-cache`` lever's projection (analyze/whatif/compile_cache.py, the same
+figure ``whatif --lever compile-cache`` gives): for each missed compilation, its own time
+minus that of the fastest compilation of the same graph (``coldstart.compile.frame``) that a
+cache served, in any start-up given to the command (``analyze cold.jsonl warm.jsonl``).
+Without one, "not estimated": a cache hit still costs Dynamo's tracing and the cache's
+loading, which the trace does not hold.
 
 A rule over all the start-ups given, not one: the reference may be another start-up.
 """
@@ -19,7 +20,9 @@ from ... import semconv
 from ..breakdown import Breakdown
 from ..explain import compile_summary, fastest_hits
 from ..units import format_seconds
+from ..whatif import COMPILE_CACHE
 from ._finding import Finding, claim, share_text, weight
+from ._levers import gathered, lever_saving
 
 CACHE_NAMES = {"fx_graph": "Inductor FX graph cache", "aot_autograd": "AOTAutograd cache",
                "dynamo": "precompile (Dynamo) cache"}
@@ -27,19 +30,20 @@ STAGE_NAMES = {"dynamo": "Dynamo (whole frame)", "aot_autograd": "AOTAutograd", 
                "codegen": "code generation", "kernel_compile": "kernel compilation", "autotune": "autotuning"}
 
 
-def check(results: Sequence[Breakdown]) -> list[Finding]:
+def check(results: Sequence[Breakdown], given=None) -> list[Finding]:
     summaries = {id(b): compile_summary(b) for b in results}
     references = fastest_hits([s for s in summaries.values() if s is not None])
+    given = given if given is not None else gathered(results)  # the lever learns from them all
     found = []
     for b in results:
         summary = summaries[id(b)]
         if summary is None or not summary.missed:
             continue
-        found.append(_finding(b, summary, references))
+        found.append(_finding(b, summary, references, given))
     return found
 
 
-def _finding(b: Breakdown, summary, references) -> Finding:
+def _finding(b: Breakdown, summary, references, given=None) -> Finding:
     missed = summary.missed
     total = b.duration_ns
     spent = sum(c.ns for c in missed)
@@ -63,12 +67,13 @@ def _finding(b: Breakdown, summary, references) -> Finding:
         evidence.append("in torch's stages (cumulative, nested): " + ", ".join(
             f"{STAGE_NAMES.get(stage, stage)} {format_seconds(int(stages[stage] * 1e9))}"
             for stage in semconv.COMPILE_STAGES if stage in stages))
-    saving, estimated = 0, []
+    estimated = []
     for c in missed:
         reference = references.get(c.frame) if c.frame else None
         if reference is not None:
-            saving += max(0, c.ns - reference.ns)
             estimated.append((c, reference))
+    projected = lever_saving(b, COMPILE_CACHE, None, given)
+    saving = projected.ns or 0
     for c, reference in estimated[:3]:
         evidence.append(f"{c.frame}: {format_seconds(c.ns)} missed; served by a cache in trace "
                         f"{reference.trace_id[:16]}: {format_seconds(reference.ns)}")
@@ -76,10 +81,7 @@ def _finding(b: Breakdown, summary, references) -> Finding:
     if dirs:
         evidence.append("cache directory: " + ", ".join(dirs[:2]))
     if estimated:
-        estimate = ("each missed compilation's time minus the fastest cache hit of the same graph "
-                    "among the start-ups given")
-        if len(estimated) < len(missed):
-            estimate += f" ({len(missed) - len(estimated)} missed compilation(s) without one: not counted)"
+        estimate = projected.estimate
     else:
         estimate = ("not estimated: no compilation of the same graph was served by a cache in the start-ups "
                     "given (analyze a warm start-up with it to estimate)")

@@ -85,6 +85,8 @@ class Evidence:
     pinned_rate: float | None
     pinned_basis: str
     hit_ns_by_frame: dict[str, int]
+    # whole safetensors file reads, by cache state (True: cold or partial), all pooled (to-safetensors)
+    safetensors_rates: dict[bool, float] = field(default_factory=dict)
 
 
 def self_times(b: Breakdown) -> dict[str, int]:
@@ -259,8 +261,10 @@ def _compile_hits(results: Iterable[Breakdown]) -> dict[str, int]:
 def gather(results: Sequence[Breakdown], options: Options) -> Evidence:
     everything = list(results) + list(options.reference)
     pinned_rate, pinned_basis = _pinned_rate(everything)
+    from .to_safetensors import safetensors_rates  # the lever's own reading of its evidence
+
     return Evidence(options.floor, options.keep_capture_sizes, warm_rates_by_format(everything), storage_read_rate(everything),
-                     pinned_rate, pinned_basis, _compile_hits(everything))
+                     pinned_rate, pinned_basis, _compile_hits(everything), safetensors_rates(everything))
 
 
 # --- the levers: one start-up in, cuts out ------------------------------------------------
