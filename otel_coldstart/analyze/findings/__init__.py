@@ -118,9 +118,10 @@ def rank_without_double_counting(found: Sequence[Finding], capacity: dict[tuple,
                     remaining[k] -= take
                     if take:
                         taken_by.setdefault(k, best.rule)
-        if saving < best.saving_ns:
+        if saving < best.saving_ns and (counted_by or saving == 0):
             # The rest after a larger finding's claim is no saving of this lever's own (the
-            # floor's time for the bytes a pickle finding already counted, say).
+            # floor's time for the bytes a pickle finding already counted, say). A claim over
+            # its own pieces' time, with no other finding there, keeps the lever's figure.
             by = ", ".join(counted_by) or "a larger finding"
             note = f"no saving of its own: its time is already counted by {by}"
             best = dataclasses.replace(best, saving_ns=0, estimate=note)

@@ -25,9 +25,11 @@ from ..breakdown import Breakdown, ShardRead
 from ..storage_floor import StorageFloor
 from ..units import format_bytes, format_rate, format_seconds
 from ..whatif import PREWARM
-from ._finding import Finding, claim, share_text, shard_resource, weight
+from ._finding import Finding, claim, share_text, shard_resource, split, weight
 from ._levers import lever_saving
 
+NEEDS_A_FLOOR = ("saving needs a floor: `otel-coldstart floor FILES` (the checkpoint's files; its --json output "
+                 "given among the inputs), or start-ups with the files resident (--reference)")
 MIN_RATIO = 2.0  # cold per-byte time over the warm reference's worth a finding
 
 
@@ -90,12 +92,12 @@ def check(breakdown: Breakdown, floor: StorageFloor | None = None, given=None) -
     projected = lever_saving(breakdown, PREWARM, floor, given)
     saving = projected.ns or 0
     # The saving's pieces, one per cold shard by its time (the ranking lets each count once).
-    claims = [claim(breakdown, saving * s.duration_ns // spent if spent else 0, shard_resource(s),
-                    ("phase", semconv.PHASE_DESERIALIZE)) for s in cold] if saving else []
+    claims = [claim(breakdown, piece, shard_resource(s), ("phase", semconv.PHASE_DESERIALIZE))
+              for s, piece in zip(cold, split(saving, [s.duration_ns for s in cold]))] if saving else []
     estimate = projected.estimate
     if projected.ns is None:
-        estimate = ("saving needs a floor: `otel-coldstart floor FILES` (the checkpoint's files; give its --json "
-                    "among the inputs), or start-ups with the files resident (--reference)")
+        estimate = NEEDS_A_FLOOR
+        evidence.append(NEEDS_A_FLOOR)
     level = weight(share)
     if level == "major":
         title = (f"cold page cache: {len(cold)} shard(s) read from storage take {share_text(spent, total)}; "

@@ -16,7 +16,7 @@ from ..breakdown import Breakdown
 from ..storage_floor import StorageFloor
 from ..units import format_bytes, format_rate, format_seconds
 from ..whatif import TO_SAFETENSORS
-from ._finding import Finding, claim, share_text, shard_resource
+from ._finding import Finding, claim, share_text, shard_resource, split
 from ._levers import lever_saving
 
 PICKLE_FORMATS = (semconv.FORMAT_TORCH_ZIP, semconv.FORMAT_TORCH_LEGACY)
@@ -38,8 +38,8 @@ def check(breakdown: Breakdown, floor: StorageFloor | None = None, given=None) -
     projected = lever_saving(breakdown, TO_SAFETENSORS, floor, given)
     saving = projected.ns or 0
     # The saving's pieces, one per file by its time (the ranking lets each count once).
-    claims = [claim(breakdown, saving * s.duration_ns // spent if spent else 0, shard_resource(s),
-                    ("phase", semconv.PHASE_DESERIALIZE)) for s in pickles]
+    claims = [claim(breakdown, piece, shard_resource(s), ("phase", semconv.PHASE_DESERIALIZE))
+              for s, piece in zip(pickles, split(saving, [s.duration_ns for s in pickles]))]
     evidence_lines = [f"{len(pickles)} pickle file(s), {format_bytes(size)}, {format_seconds(spent)} to load "
                       f"({share_text(spent, total)})"]
     for cold in (False, True):
