@@ -91,6 +91,7 @@ def _finding(b: Breakdown, summary, references, given=None) -> Finding:
              "torch.compiler.save_cache_artifacts() after a warm start and load them with "
              "torch.compiler.load_cache_artifacts() before the first compilation; for vLLM, keep its compile "
              "cache directory (VLLM_CACHE_ROOT, default ~/.cache/vllm, torch_compile_cache) there too")
+    lever = _why_it_cannot_hit(missed, evidence, where) or lever
     level = weight(share)
     if level == "major":
         title = f"torch.compile missed its caches: {format_seconds(spent)}, {share_text(spent, total)}"
@@ -102,3 +103,46 @@ def _finding(b: Breakdown, summary, references, given=None) -> Finding:
         saving_ns=saving, share=share, estimate=estimate,
         claims=[claim(b, saving, ("phase", semconv.PHASE_COMPILE))] if saving else [],
     )
+
+
+GRAD_LEVER = ("call the compiled module under torch.inference_mode() (or torch.no_grad(), or with its parameters' "
+              "requires_grad off) when serving: torch then compiles an inference graph and writes its AOTAutograd "
+              "entry, which the next start-up hits")
+
+
+def _why_it_cannot_hit(missed, evidence: list[str], where: str) -> str | None:
+    """A miss that persisting the cache does not cure (issue 39): the cache directory already
+    held entries at the start (it is persisted), or torch wrote no entry to persist. Returns
+    the lever that works, with the reason in the evidence; None where the trace does not tell
+    (a plugin before issue 39) or the directory was simply empty."""
+    known = [c for c in missed if c.entries_at_start]
+    if not known:
+        return None
+    held = {cache: max(c.entries_at_start.get(cache, 0) for c in known) for cache in ("fx_graph", "aot_autograd")}
+    filled = any(held.values())
+    aot_missed = any(c.caches.get("aot_autograd", (0, 0))[1] for c in missed)
+    grad = [c for c in missed if c.grad_enabled]
+    aot_saved = sum(c.saved.get("aot_autograd", 0) for c in missed)
+    unsaved_training_graph = aot_missed and grad and aot_saved == 0 and \
+        all("aot_autograd" in c.saved for c in grad)
+    if filled:
+        evidence.append(f"the cache directory{where} already held entries at the start (FX graph: "
+                        f"{_count(held['fx_graph'])}, AOTAutograd: {_count(held['aot_autograd'])}): the cache is "
+                        "persisted, yet the compilation missed")
+    if unsaved_training_graph:
+        evidence.append(f"{len(grad)} compilation(s) ran with grad enabled (not under inference_mode()/no_grad()): "
+                        "torch compiled a training graph and wrote no AOTAutograd entry (it writes one only once "
+                        "the backward is compiled, which serving never does), so every start-up misses again")
+        if filled:
+            return f"{GRAD_LEVER}; the cache directory{where} is already kept, persisting it more will not help"
+        return f"{GRAD_LEVER}, and persist the compile caches (TORCHINDUCTOR_CACHE_DIR{where} on a volume that " \
+               "outlives the pod): persisted alone, this cache would miss every time"
+    if filled:
+        return (f"the cache directory{where} is already kept: find what changes the cache key between start-ups "
+                "(torch version, torch.compile options and config, the inputs' shapes and dtypes, the model's "
+                "code); TORCH_LOGS=+inductor prints the keys of two start-ups to compare")
+    return None
+
+
+def _count(entries: int) -> str:
+    return f"{entries}+" if entries >= semconv.COMPILE_CACHE_ENTRIES_COUNTED else str(entries)
