@@ -137,3 +137,19 @@ def test_many_captures_state_the_fewer_captures_projection():
     f = _finding(find(one), "graph_captures", "aa" * 16)
     # 24, 40, 48 are not powers of two (64 is kept for 48): 3 x 200 ms
     assert f.saving_ns == _projected(one, "fewer-captures") == pytest.approx(600 * MS, abs=1 * MS)
+
+
+def test_prewarm_is_shared_between_the_cold_files_and_the_reads_hidden_in_casts():
+    """One lever, two findings: cold_cache states prewarm's part on the cold files, and
+    hidden_mmap_reads its part on the storage reads inside a later cast; together, the
+    projection, never more."""
+    def build(r):
+        return [shard(r, 0, 0, 1000, 400 * MB, "cold", read_bytes=400 * MB),
+                shard(r, 1, 1000, 1010, 400 * MB, "warm", read_bytes=0),
+                aggregate(r, semconv.PHASE_CAST, 1010, 1810, 800, 10, 400 * MB, **{semconv.IO_READ_BYTES: 100 * MB})]
+
+    one = _startup(2000, build, "aa" * 16)
+    found = find(one)
+    cold, hidden = _finding(found, "cold_cache", "aa" * 16), _finding(found, "hidden_mmap_reads", "aa" * 16)
+    assert cold.saving_ns > 0 and hidden.saving_ns > 0
+    assert cold.saving_ns + hidden.saving_ns == _projected(one, "prewarm")

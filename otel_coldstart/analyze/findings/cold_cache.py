@@ -26,7 +26,7 @@ from ..storage_floor import StorageFloor
 from ..units import format_bytes, format_rate, format_seconds
 from ..whatif import PREWARM
 from ._finding import Finding, claim, share_text, shard_resource, split, weight
-from ._levers import lever_saving
+from ._levers import cold_file_spans, lever_saving
 
 NEEDS_A_FLOOR = ("saving needs a floor: `otel-coldstart floor FILES` (the checkpoint's files; its --json output "
                  "given among the inputs), or start-ups with the files resident (--reference)")
@@ -90,7 +90,9 @@ def check(breakdown: Breakdown, floor: StorageFloor | None = None, given=None) -
         evidence.append(f"warm shards 'read' at {format_rate(warm_rate)}, faster than read(2) from the page cache: "
                         "their bytes were mapped, not read, so they are no per-byte reference")
     projected = lever_saving(breakdown, PREWARM, floor, given)
-    saving = projected.ns or 0
+    # prewarm's saving on the cold files themselves; its storage reads inside later copies
+    # and casts are hidden_mmap_reads' part of the same projection.
+    saving = projected.part(cold_file_spans(breakdown)) if projected.ns else 0
     # The saving's pieces, one per cold shard by its time (the ranking lets each count once).
     claims = [claim(breakdown, piece, shard_resource(s), ("phase", semconv.PHASE_DESERIALIZE))
               for s, piece in zip(cold, split(saving, [s.duration_ns for s in cold]))] if saving else []

@@ -85,7 +85,10 @@ def check(breakdown: Breakdown, floor: StorageFloor | None = None, given=None) -
     what_if = PHASE_LEVERS.get(top.phase)
     if what_if is not None and lever == LEVERS.get(top.phase):  # not a library step's own lever
         projected = lever_saving(breakdown, what_if, floor, given)
-        saving, estimate = projected.ns or 0, projected.estimate
+        # the lever's projection through this phase's spans (prewarm also saves storage reads
+        # inside casts: that part is another phase's)
+        saving = projected.part(s.span_id for s in breakdown.spans if s.phase == top.phase) if projected.ns else 0
+        estimate = projected.estimate
     return [Finding.about(
         breakdown, rule="dominant_phase", phase=top.phase,
         title=f"{top.phase} dominates the start-up ({top.share_of(total) * 100:.0f}%)",

@@ -19,7 +19,7 @@ so), though their spans still count as evidence (a pinned rate, a cache hit).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 from ..breakdown import Breakdown
@@ -99,6 +99,12 @@ def summarize(per_startup: Sequence[tuple[int, dict[str, int]]]) -> Summary:
 def _apply(b: Breakdown, cuts: Sequence[Cut]) -> tuple[int, dict[str, int]]:
     """The start-up's projected (total, phases): cuts merged per span (at most its own
     time), each shortening the start-up by its time over the threads busy beside it."""
+    total, phases, _ = _apply_parts(b, cuts)
+    return total, phases
+
+
+def _apply_parts(b: Breakdown, cuts: Sequence[Cut]) -> tuple[int, dict[str, int], dict[str, int]]:
+    """``_apply``, with the start-up time each span's cuts take off (span id -> ns)."""
     per_span: dict[str, Cut] = {}
     for cut in cuts:
         held = per_span.get(cut.span_id)
@@ -107,14 +113,14 @@ def _apply(b: Breakdown, cuts: Sequence[Cut]) -> tuple[int, dict[str, int]]:
         else:
             held.ns = min(held.cap_ns, held.ns + cut.ns)
     phases = _phase_values(b)
-    wall = 0.0
+    parts: dict[str, int] = {}
     for cut in per_span.values():
         taken = cut.ns
         if cut.phase in phases:
             taken = min(cut.ns, phases[cut.phase])
             phases[cut.phase] -= taken
-        wall += taken / cut.concurrency
-    return max(0, b.duration_ns - int(wall)), phases
+        parts[cut.span_id] = int(taken / cut.concurrency)
+    return max(0, b.duration_ns - sum(parts.values())), phases, parts
 
 
 def _threads_note(results: Sequence[Breakdown], cuts: dict[int, list[Cut]], said: Assumptions) -> None:
@@ -220,6 +226,12 @@ class Saving:
     ns: int | None  # None: not estimated (see not_estimated)
     assumptions: tuple[str, ...] = ()
     not_estimated: str | None = None
+    # span id -> the start-up time the lever takes off through that span (they add up to ns):
+    # findings that share a lever state the parts about their own spans.
+    parts: dict[str, int] = field(default_factory=dict)
+
+    def part(self, span_ids) -> int:
+        return sum(self.parts.get(span_id, 0) for span_id in span_ids)
 
     @property
     def estimate(self) -> str:
@@ -247,8 +259,8 @@ def saving(b: Breakdown, lever: str, ev: Evidence) -> Saving:
     if outcome.unknown and not outcome.cuts:
         return Saving(lever, True, None, tuple(said.sentences()), outcome.unknown)
     _threads_note([b], {0: outcome.cuts}, said)
-    total, _ = _apply(b, outcome.cuts)
+    total, _, parts = _apply_parts(b, outcome.cuts)
     sentences = said.sentences()
     if outcome.unknown:
         sentences.append("left as measured where it could not be estimated: " + outcome.unknown)
-    return Saving(lever, True, max(0, b.duration_ns - total), tuple(sentences))
+    return Saving(lever, True, max(0, b.duration_ns - total), tuple(sentences), parts=parts)
