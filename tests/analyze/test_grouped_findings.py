@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 import json
 
-from analyze_records import child, otlp_attr, root, shard
+from analyze_records import child, root, shard, write_otlp
 from otel_coldstart import semconv
 from otel_coldstart.analyze.breakdown import breakdowns
 from otel_coldstart.analyze.grouped_findings import group, ranged
@@ -58,23 +58,9 @@ def test_groups_count_start_ups_and_rank_by_the_largest_saving():
     assert groups[0].rule == "cold_cache" and groups[0].savings_ns[1] >= groups[0].savings_ns[0] > 0
 
 
-def _write_otlp(path, spans) -> str:
-    lines = []
-    for s in spans:
-        raw = {"traceId": s.trace_id, "spanId": s.span_id, "name": s.name, "startTimeUnixNano": str(s.start_ns),
-               "endTimeUnixNano": str(s.end_ns), "attributes": [otlp_attr(k, v) for k, v in s.attributes.items()]}
-        if s.parent_id:
-            raw["parentSpanId"] = s.parent_id
-        resource = [otlp_attr(k, v) for k, v in s.resource.items()]
-        lines.append(json.dumps({"resourceSpans": [{"resource": {"attributes": resource},
-                                                    "scopeSpans": [{"scope": {"name": "t"}, "spans": [raw]}]}]}))
-    path.write_text("\n".join(lines) + "\n")
-    return str(path)
-
-
 def test_analyze_dir_prints_each_once_and_json_keeps_every_startups_own(tmp_path, capsys):
     for index, spans in enumerate(_three()):
-        _write_otlp(tmp_path / f"startup-{index}.otlp.jsonl", spans)
+        write_otlp(tmp_path / f"startup-{index}.otlp.jsonl", spans)
     assert main(["analyze", str(tmp_path)]) == 0
     text = capsys.readouterr().out
     assert text.count("in 3 of 3 start-ups") == 2 and text.count("cold page cache") == 1

@@ -102,6 +102,14 @@ def self_times(b: Breakdown) -> dict[str, int]:
     return {s.span_id: max(0, s.busy_ns - children.get(s.span_id, 0)) for s in b.spans}
 
 
+def children_by_parent(b: Breakdown) -> dict[str, list[Span]]:
+    """Each span's children (any thread), by the parent's span id."""
+    children: dict[str, list[Span]] = defaultdict(list)
+    for span in b.spans:
+        children[span.parent_id or ""].append(span)
+    return children
+
+
 def same_thread(a: Span, b: Span) -> bool:
     return a.thread_id is None or b.thread_id is None or a.thread_id == b.thread_id
 

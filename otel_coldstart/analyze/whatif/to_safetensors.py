@@ -18,7 +18,8 @@ from collections import defaultdict
 from ... import semconv
 from ..breakdown import Breakdown
 from ..model import Span
-from ._evidence import Assumptions, Concurrency, Evidence, LeverOutcome, file_reads, same_thread
+from ._evidence import (Assumptions, Concurrency, Evidence, LeverOutcome, children_by_parent, file_reads,
+                        same_thread)
 from .prewarm import _share_cut
 
 NOTHING = "no checkpoint file in these start-ups is a pickle (torch.save): nothing to convert"
@@ -36,9 +37,7 @@ def cut(b: Breakdown, own: dict, ctx: Concurrency, ev: Evidence, said: Assumptio
         return out
     out.applies = True
     own_rates = safetensors_rates([b])
-    children: dict[str, list[Span]] = defaultdict(list)
-    for span in b.spans:
-        children[span.parent_id or ""].append(span)
+    children = children_by_parent(b)
     missing = 0
     for span, shard in pickles:
         ideal = _as_safetensors_ns(span, shard, own_rates, ev, said)
