@@ -10,7 +10,7 @@ of the counterfactual (both the root span, ``model.startup``, from process start
 | prewarm | every checkpoint file evicted (fsync + POSIX_FADV_DONTNEED), every page touched while the file is open | every file resident | prewarm, with the storage floor of the same files (`otel-coldstart floor --json`) and resident start-ups that are not measured, one every other round (`--reference`: the loader's own rate for a resident file; the floor-only projection is recorded beside it) |
 | serving-dtype | a bf16 checkpoint cast to fp16 | the same tensors saved as fp16 | serving-dtype |
 | compile-cache | an empty Inductor cache (a new TORCHINDUCTOR_CACHE_DIR per run) | a warm one | compile-cache, learning the cost of a hit from warm start-ups that are not measured, one every other round (`--reference`) |
-| to-safetensors | the checkpoint as pickles (`.bin`, torch.save), loaded with `torch.load`, resident | the same weights as safetensors, loaded with `load_file`, resident | to-safetensors, with the storage floor of the `.bin` files (the user's own files: no safetensors start-up to learn from) |
+| to-safetensors | the checkpoint as pickles (`.bin`, torch.save), loaded with `torch.load`, resident | the same weights as safetensors, loaded with `load_file`, each tensor cloned out of the mapping (in memory, as torch.load leaves it), resident | to-safetensors, with the storage floor of the `.bin` files (the user's own files: no safetensors start-up to learn from) |
 
 The start-ups are benchmarks/_whatif_child.py: ``touch`` (every tensor read, every page of it
 touched while its file is open), ``cast`` (each tensor read converted to fp16, as loaders do

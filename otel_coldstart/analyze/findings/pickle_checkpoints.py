@@ -4,8 +4,8 @@ unpickling is single-threaded, copies every byte and runs code from the file.
 Estimate: the ``to-safetensors`` lever's projection (analyze/whatif/to_safetensors.py, the
 same figure ``whatif --lever to-safetensors`` gives for this start-up): each pickle file at
 the rate of safetensors files read with the same cache state (this start-up's, else the other
-start-ups given), else the storage floor's rate for that cache state; not estimated without
-either. The time of a shard that is also cold is counted once in the ranking
+start-ups given); else nothing for a resident file (safetensors maps it) and the floor's cold
+rate for one read from storage; a cold file without a rate: not estimated. The time of a shard that is also cold is counted once in the ranking
 (findings/__init__.py).
 """
 

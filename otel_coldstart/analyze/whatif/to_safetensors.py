@@ -1,12 +1,14 @@
 """``to-safetensors``: the pickle checkpoint (``torch.load``) converted to safetensors.
 
 Each pickle file read (torch.save's zip or legacy format), for its whole time open, costs
-what loading the same bytes as safetensors costs, loaded the way the trace used them (every
-tensor materialised, as ``torch.load`` does): at the rate of the safetensors files read with
-the same cache state in this start-up, else in the other start-ups given (the same loader);
-else the storage floor's read(2) rate for that cache state (safetensors maps the file and
-its tensors take their bytes from the page cache or the storage: said). Not the time
-``torch.load`` spent reading the tensors' bytes (``coldstart.torch_load.storage_read_s``):
+what loading the same bytes as safetensors costs, loaded the way the trace used them: at the
+rate of the safetensors files read with the same cache state in this start-up, else in the
+other start-ups given (the same loader). Else, for a resident file, nothing: safetensors'
+``load_file``/``safe_open`` map the file, so no byte is read in the load and each page is
+taken from the page cache where it is first touched (the copy a loader makes next, which it
+makes after ``torch.load`` too, from memory); for a file read from storage, its bytes at the
+storage floor's cold read(2) rate (they still come from storage, on first touch). Not the
+time ``torch.load`` spent reading the tensors' bytes (``coldstart.torch_load.storage_read_s``):
 its zip reader is most of the pickle's cost (2.26 s of 2.48 s for 400 MB that safetensors
 loaded in 0.07 s, on this project's 2-core machine), so it is what the lever removes.
 """
@@ -47,9 +49,9 @@ def cut(b: Breakdown, own: dict, ctx: Concurrency, ev: Evidence, said: Assumptio
         nested = [c for c in children.get(span.span_id, ()) if same_thread(c, span)]
         _share_cut(out, [span, *nested], span.busy_ns - ideal, own, ctx)
     if missing:
-        out.unknown = (f"{missing} pickle file(s) without a rate to load them as safetensors at: no safetensors "
-                       "file read with the same cache state in the start-ups given and no storage floor "
-                       "(otel-coldstart floor --json FILES > floor.json, given among the inputs)")
+        out.unknown = (f"{missing} pickle file(s) read from storage without a rate to read them at as "
+                       "safetensors: no safetensors file read from storage in the start-ups given and no storage "
+                       "floor (otel-coldstart floor --json FILES > floor.json, given among the inputs)")
     return out
 
 
@@ -67,13 +69,17 @@ def _as_safetensors_ns(span: Span, shard, own_rates: dict, ev: Evidence, said: A
                                        "safetensors files of the other start-ups given ({rates}): {n} start-up{s} "
                                        "had none of its own", rate)
         return int(size / rate * 1e9)
+    if not shard.cold:
+        said.add("st-mapped", "resident pickle files loaded as safetensors take no time of their own: load_file "
+                              "maps the file, and each page is taken from the page cache where it is first touched "
+                              "(the copy a loader makes next, as it does after torch.load)")
+        return 0
     floor = ev.floor
-    rate = (floor.cold_bytes_per_s if shard.cold else floor.warm_bytes_per_s) if floor else None
+    rate = floor.cold_bytes_per_s if floor else None
     if rate:
-        said.add(f"st-floor-{state}", f"{state} pickle files at the storage floor's {state} read(2) rate ({{rates}}, "
-                                      f"{floor.source}): safetensors maps the file and its tensors take their bytes "
-                                      "from there (no start-up given read safetensors files with that cache state)",
-                 rate)
+        said.add("st-floor-cold", f"pickle files read from storage at the storage floor's cold read(2) rate "
+                                  f"({{rates}}, {floor.source}): their bytes still come from storage, on first touch "
+                                  "(no start-up given read safetensors files from storage)", rate)
         return int(size / rate * 1e9)
     return None
 
