@@ -19,7 +19,6 @@ from collections import defaultdict
 
 from ... import semconv
 from ..breakdown import Breakdown
-from ..model import Span
 from ._evidence import (Assumptions, Concurrency, Evidence, LeverOutcome, children_by_parent, file_reads,
                         same_thread)
 from .prewarm import _share_cut
@@ -42,7 +41,7 @@ def cut(b: Breakdown, own: dict, ctx: Concurrency, ev: Evidence, said: Assumptio
     children = children_by_parent(b)
     missing = 0
     for span, shard in pickles:
-        ideal = _as_safetensors_ns(span, shard, own_rates, ev, said)
+        ideal = _as_safetensors_ns(shard, own_rates, ev, said)
         if ideal is None:
             missing += 1
             continue
@@ -55,7 +54,7 @@ def cut(b: Breakdown, own: dict, ctx: Concurrency, ev: Evidence, said: Assumptio
     return out
 
 
-def _as_safetensors_ns(span: Span, shard, own_rates: dict, ev: Evidence, said: Assumptions) -> int | None:
+def _as_safetensors_ns(shard, own_rates: dict, ev: Evidence, said: Assumptions) -> int | None:
     state = "cold" if shard.cold else "warm"
     size = shard.size or 0
     rate = own_rates.get(shard.cold)
