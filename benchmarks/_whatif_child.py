@@ -3,6 +3,8 @@
     python benchmarks/_whatif_child.py touch DIR                 # read the shards, touch every page
     python benchmarks/_whatif_child.py cast DIR DTYPE            # read the shards, cast every tensor
     python benchmarks/_whatif_child.py compile                   # torch.compile a function, call it once
+    python benchmarks/_whatif_child.py pickle DIR                # torch.load every .bin shard
+    python benchmarks/_whatif_child.py safetensors DIR           # safetensors' load_file every shard
 
 ``touch`` reads every tensor with ``safe_open``/``get_tensor`` (as transformers and vLLM do)
 and, while the file is open, touches every page of it (one element per 4 KiB): whatever the
@@ -11,7 +13,10 @@ would, but without that copy's CPU work, which a busy 2-core machine stretches b
 and which the lever does not change: the storage is what prewarm removes. ``cast`` converts each tensor read to the serving dtype (``tensor.to(DTYPE)``, as
 transformers and vLLM do per parameter; a no-op when the checkpoint is already in it).
 ``compile`` is a
-first request's compilation (the Inductor cache is TORCHINDUCTOR_CACHE_DIR).
+first request's compilation (the Inductor cache is TORCHINDUCTOR_CACHE_DIR). ``pickle`` and
+``safetensors`` load the same weights the two ways (``torch.load(weights_only=True)`` of the
+``.bin`` shards, ``safetensors.torch.load_file`` of the ``.safetensors`` ones): every tensor
+in memory, as a loader that builds its state dict first has it.
 
 ``otel_coldstart.instrument()`` is the first statement, so the root span starts at the
 process start; the trace goes where OTEL_COLDSTART_OUTPUT_DIR says.
@@ -68,6 +73,28 @@ def compile_once() -> None:
     otel_coldstart.ready()
 
 
+def load_pickles(directory: str) -> None:
+    with otel_coldstart.phase("import_libraries"):
+        import torch
+
+    paths = sorted(os.path.join(directory, n) for n in os.listdir(directory) if n.endswith(".bin"))
+    weights = {}
+    for path in paths:
+        weights.update(torch.load(path, map_location="cpu", weights_only=True))
+    otel_coldstart.ready()
+
+
+def load_safetensors(directory: str) -> None:
+    with otel_coldstart.phase("import_libraries"):
+        import torch  # noqa: F401  (safetensors' "pt" tensors)
+        from safetensors.torch import load_file
+
+    weights = {}
+    for path in shards(directory):
+        weights.update(load_file(path))
+    otel_coldstart.ready()
+
+
 mode = sys.argv[1]
 if mode == "touch":
     touch(sys.argv[2])
@@ -75,5 +102,9 @@ elif mode == "cast":
     cast(sys.argv[2], sys.argv[3])
 elif mode == "compile":
     compile_once()
+elif mode == "pickle":
+    load_pickles(sys.argv[2])
+elif mode == "safetensors":
+    load_safetensors(sys.argv[2])
 else:
     raise SystemExit(f"unknown mode {mode!r}")

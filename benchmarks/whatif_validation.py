@@ -10,6 +10,7 @@ of the counterfactual (both the root span, ``model.startup``, from process start
 | prewarm | every checkpoint file evicted (fsync + POSIX_FADV_DONTNEED), every page touched while the file is open | every file resident | prewarm, with the storage floor of the same files (`otel-coldstart floor --json`) and resident start-ups that are not measured, one every other round (`--reference`: the loader's own rate for a resident file; the floor-only projection is recorded beside it) |
 | serving-dtype | a bf16 checkpoint cast to fp16 | the same tensors saved as fp16 | serving-dtype |
 | compile-cache | an empty Inductor cache (a new TORCHINDUCTOR_CACHE_DIR per run) | a warm one | compile-cache, learning the cost of a hit from warm start-ups that are not measured, one every other round (`--reference`) |
+| to-safetensors | the checkpoint as pickles (`.bin`, torch.save), loaded with `torch.load`, resident | the same weights as safetensors, loaded with `load_file`, each tensor cloned out of the mapping (in memory, as torch.load leaves it), resident | to-safetensors, with the storage floor of the `.bin` files (the user's own files: no safetensors start-up to learn from) |
 
 The start-ups are benchmarks/_whatif_child.py: ``touch`` (every tensor read, every page of it
 touched while its file is open), ``cast`` (each tensor read converted to fp16, as loaders do
@@ -48,13 +49,19 @@ from common import FULL_SHAPE, cache_root, load_average, shape_label, stamp  # n
 from otel_coldstart import demo, floor  # noqa: E402
 
 CHILD = os.path.join(BENCH_DIR, "_whatif_child.py")
-CASES = ("prewarm", "serving-dtype", "compile-cache")
+CASES = ("prewarm", "serving-dtype", "compile-cache", "to-safetensors")
 TOLERANCE = 0.15
 # prewarm: 1.01 GiB (the benchmarks' checkpoint, shared with them): ~0.5-1 s of cold reads here.
 PREWARM_SHAPE = FULL_SHAPE
 # serving-dtype: 649 MB, whose bf16 -> fp16 cast on 2 cores (CPU casts run at ~0.3-1 GB/s)
 # takes about half as long as the rest of the start-up on a quiet machine, and longer on a busy one.
 DTYPE_SHAPE = demo.LlamaShape(vocab=32000, hidden=1536, intermediate=4096, layers=8, shards=4)
+# to-safetensors: 2.3 GB, whose torch.load (~1.5 s resident on 2 busy cores) stands above the
+# noise of a start-up that imports torch (2.5-4.7 s here with 8 engineers' work beside it; with
+# 1.68 GB, 5 a side, that noise alone moved the p50 by more than the lever). At least
+# PICKLE_MIN_RUNS a side: the safetensors start-up is almost all import, so its p50 is that noise's.
+PICKLE_SHAPE = demo.LlamaShape(vocab=32000, hidden=2048, intermediate=5504, layers=20, shards=4)
+PICKLE_MIN_RUNS = 9
 SMOKE_SHAPE = demo.LlamaShape(vocab=512, hidden=64, intermediate=128, layers=2, shards=2)
 CHILD_TIMEOUT_S = 600
 
@@ -315,7 +322,50 @@ def _provenance_missing(directory: str) -> str | None:
     return None
 
 
-RUNNERS = {"prewarm": prewarm, "serving-dtype": serving_dtype, "compile-cache": compile_cache}
+def pickled(paths: list[str]) -> list[str]:
+    """The same tensors as ``paths`` saved with torch.save, one ``.bin`` per shard, once."""
+    import torch
+    from safetensors.torch import load_file
+
+    directory = os.path.dirname(paths[0]) + "-pickle"
+    with _locked(directory):
+        os.makedirs(directory, exist_ok=True)
+        out = []
+        for path in paths:
+            target = os.path.join(directory, os.path.basename(path).replace(".safetensors", ".bin"))
+            if not os.path.exists(target):
+                torch.save(load_file(path), target + ".part")
+                os.replace(target + ".part", target)
+            out.append(target)
+        return out
+
+
+def to_safetensors(work: str, runs: int, smoke: bool = False, root: str | None = None) -> CaseResult:
+    runs = runs if smoke else max(runs, PICKLE_MIN_RUNS)
+    result = CaseResult("to-safetensors", "to-safetensors", runs)
+    safe = checkpoint(SMOKE_SHAPE if smoke else PICKLE_SHAPE, "bfloat16", root)
+    bins = pickled(safe)
+    # The floor of the user's own files: no safetensors file in their start-ups to learn from.
+    floor_json = os.path.join(work, "floor.json")
+    measured = floor.measure(bins, repeats=1 if smoke else 3)
+    with open(floor_json, "w", encoding="utf-8") as handle:
+        json.dump(measured.to_json(), handle)
+    pickle_dir, safe_dir = os.path.join(work, "pickle"), os.path.join(work, "safetensors")
+
+    def pickle_load() -> None:
+        floor.read_files(bins)  # both resident: only the format differs
+        start_up(["pickle", os.path.dirname(bins[0])], pickle_dir)
+
+    def safetensors_load() -> None:
+        floor.read_files(safe)
+        start_up(["safetensors", os.path.dirname(safe[0])], safe_dir)
+
+    interleaved(runs, {"torch.load of .bin": pickle_load, "load_file of .safetensors": safetensors_load})
+    return _project(result, pickle_dir, safe_dir, floor_json)
+
+
+RUNNERS = {"prewarm": prewarm, "serving-dtype": serving_dtype, "compile-cache": compile_cache,
+           "to-safetensors": to_safetensors}
 
 
 def run_case(case: str, runs: int = 5, work: str | None = None, smoke: bool = False,

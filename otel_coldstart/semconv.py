@@ -366,11 +366,20 @@ COMPILE_CACHES = ("fx_graph", "aot_autograd", "dynamo")  # Inductor FX graph, AO
 
 
 def compile_cache_attribute(cache: str, outcome: str) -> str:
-    """``coldstart.compile.cache.<cache>.<outcome>``, outcome hits | misses | bypasses."""
+    """``coldstart.compile.cache.<cache>.<outcome>``, outcome hits | misses | bypasses | saved |
+    entries_at_start."""
     return f"coldstart.compile.cache.{cache}.{outcome}"
 
 
 COMPILE_CACHE_DIR = "coldstart.compile.cache.dir"  # the Inductor cache directory in use
+# Whether the cache could have hit (issue 39): per cache, the entries its directory held before the
+# start-up's first compilation (coldstart.compile.cache.<cache>.entries_at_start, fx_graph and
+# aot_autograd; counted up to COMPILE_CACHE_ENTRIES_COUNTED), and the entries torch wrote during the
+# compilation (coldstart.compile.cache.aot_autograd.saved, torch's autograd_cache_saved counter).
+COMPILE_CACHE_ENTRIES_COUNTED = 1000
+# bool: autograd was on when the compilation began (not under no_grad()/inference_mode()): torch
+# then compiles a training graph, whose AOTAutograd entry it writes only once the backward is compiled.
+COMPILE_GRAD_ENABLED = "coldstart.compile.grad_enabled"
 COMPILE_RECOMPILE = "coldstart.compile.recompile"  # true: a recompilation of a frame compiled before
 COMPILE_RECOMPILE_REASON = "coldstart.compile.recompile_reason"  # the guard that failed
 COMPILE_FAILURE = "coldstart.compile.failure"  # the exception type when the compilation failed

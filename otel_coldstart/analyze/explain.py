@@ -104,6 +104,11 @@ class CompileRecord:
     cache_dir: str | None = None
     failure: str | None = None
     trace_id: str = ""
+    # Could the cache hit at all (issue 39): per cache, the entries its directory held before the
+    # start-up's first compilation; whether autograd was on; per cache, the entries torch wrote.
+    entries_at_start: dict[str, int] = field(default_factory=dict)
+    grad_enabled: bool | None = None
+    saved: dict[str, int] = field(default_factory=dict)
 
     @property
     def missed(self) -> bool:
@@ -199,7 +204,19 @@ def compile_record(span: Span) -> CompileRecord:
         cache_dir=verdicts.str_value(attrs, semconv.COMPILE_CACHE_DIR),
         failure=verdicts.str_value(attrs, semconv.COMPILE_FAILURE),
         trace_id=span.trace_id,
+        entries_at_start=_per_cache(attrs, "entries_at_start"),
+        grad_enabled=grad if isinstance(grad := attrs.get(semconv.COMPILE_GRAD_ENABLED), bool) else None,
+        saved=_per_cache(attrs, "saved"),
     )
+
+
+def _per_cache(attrs, outcome: str) -> dict[str, int]:
+    found = {}
+    for cache in semconv.COMPILE_CACHES:
+        value = verdicts.int_value(attrs.get(semconv.compile_cache_attribute(cache, outcome)))
+        if value is not None and value >= 0:
+            found[cache] = value
+    return found
 
 
 def fastest_hits(summaries: Sequence[CompileSummary]) -> dict[str, CompileRecord]:

@@ -52,6 +52,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--require-ready", action="store_true",
                         help="exit 13 when any start-up did not reach ready() (killed, SIGTERM, crashed, exited): "
                              "a CI gate without parsing the JSON")
+    parser.add_argument("--reference", action="append", default=[], metavar="PATH",
+                        help="trace files or directories whose start-ups the findings' savings learn from "
+                             "(resident-read rates, cache-hit costs, as whatif --reference) without reporting "
+                             "them (repeatable)")
 
 
 def _budget(args: argparse.Namespace) -> dict[str, int]:
@@ -90,7 +94,10 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"unknown budget key(s): {', '.join(unknown)}; valid keys: "
                        f"{', '.join(valid_budget_keys({p.phase for b in results for p in b.phases}))}", EXIT_USAGE)
     violations = check_budgets(results, budget)
-    report = Report(results, find(results, inputs.floor), inputs.sources, inputs.skipped, inputs.floor,
+    reference = _reference(args)
+    floor = inputs.floor or (reference.floor if reference else None)
+    report = Report(results, find(results, floor, tuple(reference.startups) if reference else ()), inputs.sources,
+                    inputs.skipped + (reference.skipped if reference else []), floor,
                     Budget(budget, violations) if budget else None,
                     trace_link(args.trace_url, args.jaeger, args.tempo))
     with output(args.output) as out:
@@ -113,6 +120,13 @@ def run(args: argparse.Namespace) -> int:
             else EXIT_NOT_READY if unready
             else EXIT_STARTUP_KILLED if any(is_killed(b) for b in results) else 0)
     return inputs.exit_code(code)
+
+
+def _reference(args: argparse.Namespace):
+    """The --reference start-ups (every one: --trace-id picks the start-ups reported), or None."""
+    if not getattr(args, "reference", None):
+        return None
+    return load_files(expand_paths(args.reference), argparse.Namespace(**{**vars(args), "trace_id": None}))
 
 
 def check_waterfall_directory(directory: str) -> None:

@@ -28,10 +28,18 @@ and names the source in ``coldstart.compile.evidence.unavailable`` (unknown, nev
   compilation or at the end of the start-up;
 - the Inductor cache directory: ``TORCHINDUCTOR_CACHE_DIR`` as torch set it (torch writes the
   directory it uses there; it is read, never computed, which would create it).
+
+Whether the cache could hit at all (issue 39): before the start-up's first compilation, how
+many entries the FX graph and AOTAutograd cache directories already held (a persisted cache
+that misses is not a cache that was lost); per compilation, whether autograd was on (torch
+then compiles a training graph and writes its AOTAutograd entry only once the backward is
+compiled, which a server never does: every start-up misses again) and how many AOTAutograd
+entries torch saved (its ``autograd_cache_saved`` counter).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import threading
@@ -73,6 +81,11 @@ _METRIC_CACHE_FIELDS = {
                      ("aotautograd_local_cache_miss_count", "aotautograd_remote_cache_miss_count")),
 }
 _MAX_REASON = 500  # a recompilation reason names guards; bounded
+# Counters of entries torch wrote, per cache (read like _CACHE_COUNTERS).
+_SAVED_COUNTERS = {"aot_autograd": ("aot_autograd", "autograd_cache_saved")}
+# The subdirectories of the Inductor cache directory each cache keeps its entries in (torch's
+# FxGraphCache._get_tmp_dir and AOTAutogradCache._get_tmp_dir).
+_CACHE_SUBDIRS = {"fx_graph": "fxgraph", "aot_autograd": "aotautograd"}
 
 
 class _Compilation:
@@ -95,12 +108,13 @@ class _OpenCompilations:
     metrics (kept on its session). Per start-up, not per thread: torch runs the end callbacks
     of a compilation on whichever thread ends the last one pending."""
 
-    __slots__ = ("lock", "stack", "waiting")
+    __slots__ = ("lock", "stack", "waiting", "entries_at_start")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.stack: list[_Compilation] = []
         self.waiting: list[_Compilation] = []
+        self.entries_at_start: dict | None = None  # per cache, before the first compilation
 
 
 def _open_compilations(session) -> _OpenCompilations:
@@ -178,6 +192,13 @@ def _on_compile_start(args) -> None:
         attempt = verdicts.frame_compile_index(compile_id)
         if attempt is not None:
             attrs[semconv.COMPILE_RECOMPILE] = attempt > 0
+        if state.entries_at_start is None:  # once, before this start-up's first compilation writes any
+            state.entries_at_start = _entries_in_cache_dirs()
+        for cache, entries in state.entries_at_start.items():
+            attrs[semconv.compile_cache_attribute(cache, "entries_at_start")] = entries
+        grad = _grad_enabled()
+        if grad is not None:
+            attrs[semconv.COMPILE_GRAD_ENABLED] = grad
         compilation = _Compilation(None, _cache_counts(), compile_id)
         container = session.start_container(semconv.PHASE_COMPILE, attrs)
         compilation.container = container
@@ -307,7 +328,54 @@ def _cache_counts() -> dict | None:
     for cache, (group, *keys) in _CACHE_COUNTERS.items():
         values = counters.get(group) or {}
         counts[cache] = tuple(int(values.get(key, 0)) if key else 0 for key in keys)
+    for cache, (group, key) in _SAVED_COUNTERS.items():
+        counts[f"{cache}:saved"] = int((counters.get(group) or {}).get(key, 0))
     return counts
+
+
+def _entries_in_cache_dirs() -> dict:
+    """Per cache, the entries its directory holds now (0: none, or no directory yet), counted
+    up to COMPILE_CACHE_ENTRIES_COUNTED; a cache whose directory cannot be read is left out."""
+    directory = _inductor_cache_dir()
+    found = {}
+    for cache, subdir in _CACHE_SUBDIRS.items():
+        try:
+            with os.scandir(os.path.join(directory, subdir)) as entries:
+                found[cache] = sum(1 for _ in itertools.islice(entries, semconv.COMPILE_CACHE_ENTRIES_COUNTED))
+        except FileNotFoundError:
+            found[cache] = 0
+        except OSError:
+            continue
+    return found
+
+
+def _inductor_cache_dir() -> str:
+    """The directory torch will use, found without creating it (torch's cache_dir() makes it)."""
+    configured = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if configured:
+        return os.path.abspath(configured)
+    utils = sys.modules.get("torch._inductor.runtime.cache_dir_utils")
+    default = getattr(utils, "default_cache_dir", None)
+    if default is not None:
+        return os.path.abspath(default())
+    # Not imported yet (the first compilation imports it): torch's own default, as it computes it.
+    import getpass
+    import re
+    import tempfile
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, ModuleNotFoundError, OSError):
+        user = f"uid_{os.getuid()}" if hasattr(os, "getuid") else "unknown_user"
+    return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
+
+
+def _grad_enabled() -> bool | None:
+    torch = sys.modules.get("torch")
+    try:
+        return bool(torch.is_grad_enabled()) if torch is not None else None
+    except Exception:
+        return None
 
 
 def _cache_attributes(before: dict | None) -> dict:
@@ -315,6 +383,10 @@ def _cache_attributes(before: dict | None) -> dict:
     if before is None or after is None:
         return {}
     attrs, hits, misses = {}, 0, 0
+    for cache in _SAVED_COUNTERS:
+        key = f"{cache}:saved"
+        if key in before and key in after:
+            attrs[semconv.compile_cache_attribute(cache, "saved")] = max(0, after[key] - before[key])
     for cache in _CACHE_COUNTERS:
         hit, miss, bypass = (max(0, a - b) for a, b in zip(after[cache], before[cache]))
         if hit or miss or bypass:

@@ -82,3 +82,21 @@ def only(spans: list[Span]) -> Breakdown:
     results = breakdowns(spans)
     assert len(results) == 1, results
     return results[0]
+
+
+def write_otlp(path, spans) -> str:
+    """Records as the OTLP JSON Lines file the plugin writes."""
+    import json
+
+    lines = []
+    for s in spans:
+        raw = {"traceId": s.trace_id, "spanId": s.span_id, "name": s.name, "startTimeUnixNano": str(s.start_ns),
+               "endTimeUnixNano": str(s.end_ns),
+               "attributes": [otlp_attr(k, v) for k, v in s.attributes.items()]}
+        if s.parent_id:
+            raw["parentSpanId"] = s.parent_id
+        resource = [otlp_attr(k, v) for k, v in s.resource.items()]
+        lines.append(json.dumps({"resourceSpans": [{"resource": {"attributes": resource},
+                                                    "scopeSpans": [{"scope": {"name": "t"}, "spans": [raw]}]}]}))
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)

@@ -28,7 +28,8 @@ def test_dominant_phase_names_phase_share_and_lever():
     b = only([r, child(r, "coldstart.h2d", "h2d", 0, 600), child(r, "coldstart.cast", "cast", 600, 700)])
     [f] = dominant_phase.check(b)
     assert f.phase == "h2d" and "60%" in f.title and "pinned" in f.lever
-    assert f.saving_ns == 0 and "not estimated" in f.estimate  # no flat half: no reference for h2d
+    # no flat half: the pinned lever does not apply (no pageable copy recorded), so no saving
+    assert f.saving_ns == 0 and "no saving: the pinned lever does not apply" in f.estimate
     assert any("next: cast" in line for line in f.evidence)
 
 
@@ -71,7 +72,9 @@ def test_cold_cache_uses_real_reads_and_the_storage_floor():
     [f] = cold_cache.check(only(spans), floor)
     text = " ".join(f.evidence)
     assert "50.0 MiB read from storage" in text and "storage floor" in text and "mapped, not read" in text
-    assert f.saving_ns == 400 * MS - int(50 * MiB / (5000 * MiB) * 1e9)  # the bytes read, at the floor's warm rate
+    # The prewarm lever's projection: the same loader's resident file of the same size took 1 ms
+    # (mapped), so the pre-warmed shard would too; the floor's read(2) rate is its last resort.
+    assert f.saving_ns == 399 * MS and "prewarm lever's projection" in f.estimate
 
 
 def test_cold_cache_quiet_when_all_warm_or_rates_close():
@@ -101,7 +104,8 @@ def test_pageable_h2d_with_lever_pinned_memory():
         semconv.COPY_PAGEABLE_BYTES: 900 * MiB, semconv.COPY_PINNED_BYTES: 100 * MiB})]
     [f] = pageable_h2d.check(only(spans))
     assert "90%" in f.title and "pin" in f.lever
-    assert f.saving_ns == int(400 * MS * 0.9 * 0.5)
+    # the pinned lever's projection needs a pinned copy to learn the rate from: no flat half
+    assert f.saving_ns == 0 and f.estimate.startswith("not estimated")
 
 
 def test_pageable_h2d_quiet_when_mostly_pinned():
@@ -117,7 +121,12 @@ def test_mmap_reads_hiding_in_cast_aggregates():
              aggregate(r, "cast", 10, 600, 500, 300, 200 * MiB, **{semconv.IO_READ_BYTES: 100 * MiB})]
     [f] = hidden_mmap_reads.check(only(spans))
     assert f.phase == "cast" and "100.0 MiB" in f.title and "storage" in f.lever
-    assert f.saving_ns == 250 * MS
+    # prewarm's projection: no cold read in the start-up and no floor give no cold rate
+    assert f.saving_ns == 0 and f.estimate.startswith("not estimated")
+    from otel_coldstart.analyze.storage_floor import StorageFloor
+    [f] = hidden_mmap_reads.check(only(spans), StorageFloor("floor.json", cold_bytes_per_s=400 * MiB,
+                                                             warm_bytes_per_s=4000 * MiB))
+    assert f.saving_ns == 250 * MS  # 100 MiB at the floor's cold 400 MiB/s: the copy itself stays
     quiet = [r, aggregate(r, "cast", 10, 600, 500, 300, 200 * MiB, **{semconv.IO_READ_BYTES: 4096})]
     assert hidden_mmap_reads.check(only(quiet)) == []
 
@@ -129,7 +138,8 @@ def test_many_graph_captures_suggest_powers_of_two_or_lazy():
     [f] = graph_captures.check(only(spans))
     assert "40 CUDA graph captures" in f.title
     assert "powers of two" in f.lever and "lazily" in f.lever
-    assert f.saving_ns == 40 * 90 * MS // 2
+    # fewer-captures without the batch sizes cannot tell which captures a keep-list removes
+    assert f.saving_ns == 0 and f.estimate.startswith("not estimated")
     assert graph_captures.check(only(spans[:4])) == []
 
 
@@ -150,6 +160,7 @@ def test_runtime_init_dominating_a_small_model():
     spans = [r, child(r, "coldstart.runtime_init", "runtime_init", 0, 600), shard(r, 0, 600, 650, 50 * MiB, "warm", 0)]
     [f] = runtime_init.check(only(spans))
     assert "60%" in f.title and "CUDA_MODULE_LOADING" in f.lever
+    assert f.saving_ns == 0 and f.estimate.startswith("not estimated")  # no lever projects it: no flat half
     big = [r, child(r, "coldstart.runtime_init", "runtime_init", 0, 600),
            shard(r, 0, 600, 650, 20 << 30, "warm", 0)]
     assert runtime_init.check(only(big)) == []

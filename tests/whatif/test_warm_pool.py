@@ -12,7 +12,7 @@ from otel_coldstart.analyze.breakdown import breakdowns
 from otel_coldstart.analyze.capacity import WarmPool, capacity_summary
 from otel_coldstart.cli import main
 
-from test_whatif import write_otlp
+from analyze_records import write_otlp
 
 S = 1_000_000_000
 

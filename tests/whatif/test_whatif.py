@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from analyze_records import MS, aggregate, child, otlp_attr, root, shard
+from analyze_records import MS, aggregate, child, root, shard, write_otlp
 from otel_coldstart import semconv
 from otel_coldstart.analyze.breakdown import breakdowns
 from otel_coldstart.analyze.render_whatif import whatif_document
@@ -331,22 +331,6 @@ def test_startups_that_never_became_ready_are_left_out_with_a_note():
 
 
 # --- the command -----------------------------------------------------------------------------
-
-
-def write_otlp(path, spans) -> str:
-    """Records as the OTLP JSON Lines file the plugin writes."""
-    lines = []
-    for s in spans:
-        raw = {"traceId": s.trace_id, "spanId": s.span_id, "name": s.name, "startTimeUnixNano": str(s.start_ns),
-               "endTimeUnixNano": str(s.end_ns),
-               "attributes": [otlp_attr(k, v) for k, v in s.attributes.items()]}
-        if s.parent_id:
-            raw["parentSpanId"] = s.parent_id
-        resource = [otlp_attr(k, v) for k, v in s.resource.items()]
-        lines.append(json.dumps({"resourceSpans": [{"resource": {"attributes": resource},
-                                                    "scopeSpans": [{"scope": {"name": "t"}, "spans": [raw]}]}]}))
-    path.write_text("\n".join(lines) + "\n")
-    return str(path)
 
 
 @pytest.fixture

@@ -64,6 +64,10 @@ def test_compile_cache_projection_of_an_empty_inductor_cache_matches_a_warm_one(
     _validate("compile-cache")  # reads the cache provenance patches/compile.py records (issue 26)
 
 
+def test_to_safetensors_projection_of_a_pickle_checkpoint_matches_the_same_weights_as_safetensors():
+    _validate("to-safetensors")  # torch.load of .bin shards vs load_file of the same weights (issue 39)
+
+
 def test_the_benchmark_script_runs_end_to_end_in_smoke_mode(tmp_path):
     """benchmarks/whatif_validation.py --smoke: tiny checkpoints, one start-up a side. Checks
     that the script works and writes its figures, never the figures themselves."""

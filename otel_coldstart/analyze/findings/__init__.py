@@ -9,7 +9,12 @@ start-ups that share a trace.
 Every second of a start-up counts toward at most one lever: each finding claims the
 pieces of time its saving comes from (a shard, a phase, the unattributed time), and the
 ranking gives a piece to the finding with the largest saving first; a later finding keeps
-only what is left (a ``.bin`` shard that is both cold and a pickle is saved once).
+only what is left (a ``.bin`` shard that is both cold and a pickle is saved once). What is
+left after a larger finding's claim is not a saving of its own: such a finding states none
+and names the finding that counts its time.
+
+The rules whose saving is a ``whatif`` lever's projection (``LEVER_RULES``, findings/_levers.py)
+learn from every start-up given and the ``reference`` ones, as ``whatif`` does.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from ... import semconv
 from ..breakdown import Breakdown, by_trace
 from ..storage_floor import StorageFloor
 from ._finding import Finding
+from ._levers import gathered
 from . import (cold_cache, compile_cache, dominant_phase, graph_captures, hidden_mmap_reads, lazy_weights,
                pageable_h2d, pickle_checkpoints, runtime_init, straggler_rank, unattributed)
 
@@ -31,18 +37,23 @@ PER_STARTUP_RULES = (dominant_phase, cold_cache, pickle_checkpoints, pageable_h2
 PER_TRACE_RULES = (straggler_rank,)
 # Rules that read every start-up given at once (a reference may be in another start-up).
 ACROSS_STARTUPS_RULES = (compile_cache,)
+# Per-start-up rules whose saving is a whatif lever's projection: given what the levers learn.
+LEVER_RULES = (cold_cache, pickle_checkpoints, dominant_phase, pageable_h2d, graph_captures, hidden_mmap_reads)
 
 
-def find(results: Sequence[Breakdown], floor: StorageFloor | None = None) -> list[Finding]:
+def find(results: Sequence[Breakdown], floor: StorageFloor | None = None,
+         reference: Sequence[Breakdown] = ()) -> list[Finding]:
     found: list[Finding] = []
+    evidence = gathered(results, floor, reference)
     for result in results:
         for rule in PER_STARTUP_RULES:
-            found.extend(rule.check(result, floor))
+            found.extend(rule.check(result, floor, given=evidence) if rule in LEVER_RULES
+                         else rule.check(result, floor))
     for group in by_trace(results).values():
         for rule in PER_TRACE_RULES:
             found.extend(rule.check(group))
     for rule in ACROSS_STARTUPS_RULES:
-        found.extend(rule.check(results))
+        found.extend(rule.check(results, given=evidence))
     return rank_without_double_counting(found, _capacities(results, found))
 
 
@@ -81,6 +92,7 @@ def rank_without_double_counting(found: Sequence[Finding], capacity: dict[tuple,
     first; the others are re-estimated on what is left. Findings without claims keep
     their estimate (it is about no shared resource)."""
     remaining = dict(capacity)
+    taken_by: dict[tuple, str] = {}  # a piece of time -> the rule that counted it first
     pending = list(found)
     ranked: list[Finding] = []
 
@@ -93,17 +105,26 @@ def rank_without_double_counting(found: Sequence[Finding], capacity: dict[tuple,
         return min(total, f.saving_ns)
 
     while pending:
-        best = max(pending, key=lambda f: (left(f), f.rule, f.trace_id))
+        # On a tie the specific rule counts the time, not the dominant phase naming it.
+        best = max(pending, key=lambda f: (left(f), f.rule != "dominant_phase", f.rule, f.trace_id))
         pending.remove(best)
         saving = left(best)
+        counted_by = sorted({taken_by[k] for keys, _ in best.claims for k in keys
+                             if k in taken_by and k[2] != "startup"})
         for keys, ns in best.claims:
             take = min([ns] + [remaining.get(k, ns) for k in keys])
             for k in keys:
                 if k in remaining:
                     remaining[k] -= take
-        if saving < best.saving_ns:
-            note = f"{best.estimate}; less the time already counted by a larger finding".lstrip("; ")
-            best = dataclasses.replace(best, saving_ns=saving, estimate=note)
+                    if take:
+                        taken_by.setdefault(k, best.rule)
+        if saving < best.saving_ns and (counted_by or saving == 0):
+            # The rest after a larger finding's claim is no saving of this lever's own (the
+            # floor's time for the bytes a pickle finding already counted, say). A claim over
+            # its own pieces' time, with no other finding there, keeps the lever's figure.
+            by = ", ".join(counted_by) or "a larger finding"
+            note = f"no saving of its own: its time is already counted by {by}"
+            best = dataclasses.replace(best, saving_ns=0, estimate=note)
         ranked.append(best)
     return sorted(ranked, key=lambda f: (-f.saving_ns, f.rule, f.trace_id, f.rank or 0))
 

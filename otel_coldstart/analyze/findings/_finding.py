@@ -70,3 +70,14 @@ def claim(b: Breakdown, ns: int, *resources: tuple) -> Claim:
 
 def shard_resource(shard) -> tuple:
     return ("shard", shard.path or "", shard.start_ns)
+
+
+def split(total_ns: int, weights: list[int]) -> list[int]:
+    """``total_ns`` in pieces proportional to ``weights`` that add up to it exactly (a claim
+    that lost a nanosecond to rounding would read as counted by another finding)."""
+    weight_sum = sum(weights)
+    if total_ns <= 0 or weight_sum <= 0:
+        return [0] * len(weights)
+    pieces = [total_ns * w // weight_sum for w in weights]
+    pieces[-1] += total_ns - sum(pieces)
+    return pieces

@@ -2,11 +2,12 @@
 (``coldstart.compile.cache.misses`` > 0 on their spans; patches/compile.py reads torch's
 counters). No finding when every compilation hit, nor when the trace cannot tell.
 
-Estimate: only where the input holds a reference: for each missed compilation, its time
-minus the fastest compilation of the same graph (``coldstart.compile.frame``) that a cache
-served, in any start-up given to the command (``analyze cold.jsonl warm.jsonl``). Without
-one, "not estimated": a cache hit still costs Dynamo's tracing and the cache's loading,
-which the trace does not hold.
+Estimate: the ``compile-cache`` lever's projection (analyze/whatif/compile_cache.py, the same
+figure ``whatif --lever compile-cache`` gives): for each missed compilation, its own time
+minus that of the fastest compilation of the same graph (``coldstart.compile.frame``) that a
+cache served, in any start-up given to the command (``analyze cold.jsonl warm.jsonl``).
+Without one, "not estimated": a cache hit still costs Dynamo's tracing and the cache's
+loading, which the trace does not hold.
 
 A rule over all the start-ups given, not one: the reference may be another start-up.
 """
@@ -19,7 +20,9 @@ from ... import semconv
 from ..breakdown import Breakdown
 from ..explain import compile_summary, fastest_hits
 from ..units import format_seconds
+from ..whatif import COMPILE_CACHE
 from ._finding import Finding, claim, share_text, weight
+from ._levers import gathered, lever_saving
 
 CACHE_NAMES = {"fx_graph": "Inductor FX graph cache", "aot_autograd": "AOTAutograd cache",
                "dynamo": "precompile (Dynamo) cache"}
@@ -27,19 +30,20 @@ STAGE_NAMES = {"dynamo": "Dynamo (whole frame)", "aot_autograd": "AOTAutograd", 
                "codegen": "code generation", "kernel_compile": "kernel compilation", "autotune": "autotuning"}
 
 
-def check(results: Sequence[Breakdown]) -> list[Finding]:
+def check(results: Sequence[Breakdown], given=None) -> list[Finding]:
     summaries = {id(b): compile_summary(b) for b in results}
     references = fastest_hits([s for s in summaries.values() if s is not None])
+    given = given if given is not None else gathered(results)  # the lever learns from them all
     found = []
     for b in results:
         summary = summaries[id(b)]
         if summary is None or not summary.missed:
             continue
-        found.append(_finding(b, summary, references))
+        found.append(_finding(b, summary, references, given))
     return found
 
 
-def _finding(b: Breakdown, summary, references) -> Finding:
+def _finding(b: Breakdown, summary, references, given=None) -> Finding:
     missed = summary.missed
     total = b.duration_ns
     spent = sum(c.ns for c in missed)
@@ -63,12 +67,13 @@ def _finding(b: Breakdown, summary, references) -> Finding:
         evidence.append("in torch's stages (cumulative, nested): " + ", ".join(
             f"{STAGE_NAMES.get(stage, stage)} {format_seconds(int(stages[stage] * 1e9))}"
             for stage in semconv.COMPILE_STAGES if stage in stages))
-    saving, estimated = 0, []
+    estimated = []
     for c in missed:
         reference = references.get(c.frame) if c.frame else None
         if reference is not None:
-            saving += max(0, c.ns - reference.ns)
             estimated.append((c, reference))
+    projected = lever_saving(b, COMPILE_CACHE, None, given)
+    saving = projected.ns or 0
     for c, reference in estimated[:3]:
         evidence.append(f"{c.frame}: {format_seconds(c.ns)} missed; served by a cache in trace "
                         f"{reference.trace_id[:16]}: {format_seconds(reference.ns)}")
@@ -76,10 +81,7 @@ def _finding(b: Breakdown, summary, references) -> Finding:
     if dirs:
         evidence.append("cache directory: " + ", ".join(dirs[:2]))
     if estimated:
-        estimate = ("each missed compilation's time minus the fastest cache hit of the same graph "
-                    "among the start-ups given")
-        if len(estimated) < len(missed):
-            estimate += f" ({len(missed) - len(estimated)} missed compilation(s) without one: not counted)"
+        estimate = projected.estimate
     else:
         estimate = ("not estimated: no compilation of the same graph was served by a cache in the start-ups "
                     "given (analyze a warm start-up with it to estimate)")
@@ -89,6 +91,7 @@ def _finding(b: Breakdown, summary, references) -> Finding:
              "torch.compiler.save_cache_artifacts() after a warm start and load them with "
              "torch.compiler.load_cache_artifacts() before the first compilation; for vLLM, keep its compile "
              "cache directory (VLLM_CACHE_ROOT, default ~/.cache/vllm, torch_compile_cache) there too")
+    lever = _why_it_cannot_hit(missed, evidence, where) or lever
     level = weight(share)
     if level == "major":
         title = f"torch.compile missed its caches: {format_seconds(spent)}, {share_text(spent, total)}"
@@ -100,3 +103,46 @@ def _finding(b: Breakdown, summary, references) -> Finding:
         saving_ns=saving, share=share, estimate=estimate,
         claims=[claim(b, saving, ("phase", semconv.PHASE_COMPILE))] if saving else [],
     )
+
+
+GRAD_LEVER = ("call the compiled module under torch.inference_mode() (or torch.no_grad(), or with its parameters' "
+              "requires_grad off) when serving: torch then compiles an inference graph and writes its AOTAutograd "
+              "entry, which the next start-up hits")
+
+
+def _why_it_cannot_hit(missed, evidence: list[str], where: str) -> str | None:
+    """A miss that persisting the cache does not cure (issue 39): the cache directory already
+    held entries at the start (it is persisted), or torch wrote no entry to persist. Returns
+    the lever that works, with the reason in the evidence; None where the trace does not tell
+    (a plugin before issue 39) or the directory was simply empty."""
+    known = [c for c in missed if c.entries_at_start]
+    if not known:
+        return None
+    held = {cache: max(c.entries_at_start.get(cache, 0) for c in known) for cache in ("fx_graph", "aot_autograd")}
+    filled = any(held.values())
+    aot_missed = any(c.caches.get("aot_autograd", (0, 0))[1] for c in missed)
+    grad = [c for c in missed if c.grad_enabled]
+    aot_saved = sum(c.saved.get("aot_autograd", 0) for c in missed)
+    unsaved_training_graph = aot_missed and grad and aot_saved == 0 and \
+        all("aot_autograd" in c.saved for c in grad)
+    if filled:
+        evidence.append(f"the cache directory{where} already held entries at the start (FX graph: "
+                        f"{_count(held['fx_graph'])}, AOTAutograd: {_count(held['aot_autograd'])}): the cache is "
+                        "persisted, yet the compilation missed")
+    if unsaved_training_graph:
+        evidence.append(f"{len(grad)} compilation(s) ran with grad enabled (not under inference_mode()/no_grad()): "
+                        "torch compiled a training graph and wrote no AOTAutograd entry (it writes one only once "
+                        "the backward is compiled, which serving never does), so every start-up misses again")
+        if filled:
+            return f"{GRAD_LEVER}; the cache directory{where} is already kept, persisting it more will not help"
+        return f"{GRAD_LEVER}, and persist the compile caches (TORCHINDUCTOR_CACHE_DIR{where} on a volume that " \
+               "outlives the pod): persisted alone, this cache would miss every time"
+    if filled:
+        return (f"the cache directory{where} is already kept: find what changes the cache key between start-ups "
+                "(torch version, torch.compile options and config, the inputs' shapes and dtypes, the model's "
+                "code); TORCH_LOGS=+inductor prints the keys of two start-ups to compare")
+    return None
+
+
+def _count(entries: int) -> str:
+    return f"{entries}+" if entries >= semconv.COMPILE_CACHE_ENTRIES_COUNTED else str(entries)

@@ -1,10 +1,12 @@
 """The phase that dominates the start-up (verdicts.dominant_phase: at least 20% of it;
 "none dominates" gives no finding), with the lever that usually moves it.
 
-Estimate: only where the trace holds a reference: deserialize time beyond its bytes at the
-storage floor's warm read(2) rate (when a floor was given). Otherwise the finding names
-where the time goes and claims no saving (0, "not estimated"): no flat guess that would
-rank it above findings that measured theirs.
+Estimate: the projection of the ``whatif`` lever that is the phase's lever (deserialize:
+prewarm, cast: serving-dtype, h2d: pinned, compile: compile-cache, graph_capture:
+fewer-captures; the same figure ``whatif --lever X`` gives for this start-up). A lever that
+does not apply states no saving (a resident checkpoint cannot be pre-warmed); a phase
+without one names where the time goes and claims no saving (0, "not estimated"): no flat
+guess that would rank it above findings that measured theirs.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from ..storage_floor import StorageFloor
 from ..units import format_bytes, format_rate, format_seconds
 from . import _transformers
 from ._finding import Finding, claim
+from ._levers import lever_saving
 
 LEVERS = {
     semconv.PHASE_IMPORT: "import less at start-up: defer optional imports, trim the image's site-packages",
@@ -35,9 +38,13 @@ LEVERS = {
     semconv.PHASE_GRAPH_CAPTURE: "capture fewer batch sizes or capture lazily on first use",
     semconv.PHASE_WARMUP: "shorten warm-up to the shapes actually served",
 }
+# The whatif lever (analyze/whatif/) that projects each phase's lever above.
+PHASE_LEVERS = {semconv.PHASE_DESERIALIZE: "prewarm", semconv.PHASE_CAST: "serving-dtype",
+                semconv.PHASE_H2D: "pinned", semconv.PHASE_COMPILE: "compile-cache",
+                semconv.PHASE_GRAPH_CAPTURE: "fewer-captures"}
 
 
-def check(breakdown: Breakdown, floor: StorageFloor | None = None) -> list[Finding]:
+def check(breakdown: Breakdown, floor: StorageFloor | None = None, given=None) -> list[Finding]:
     top = breakdown.dominant
     total = breakdown.duration_ns
     if top is None:
@@ -75,12 +82,13 @@ def check(breakdown: Breakdown, floor: StorageFloor | None = None) -> list[Findi
     if runner_up is not None:
         evidence.append(f"next: {runner_up.phase} {format_seconds(runner_up.busy_ns)}")
     saving, estimate = 0, "not estimated: the trace holds no reference time for this phase"
-    if top.phase == semconv.PHASE_DESERIALIZE and top.bytes and floor and floor.warm_bytes_per_s:
-        floor_ns = int(top.bytes / floor.warm_bytes_per_s * 1e9)
-        saving = max(0, top.busy_ns - floor_ns)
-        estimate = "deserialize time beyond its bytes at the storage floor's warm read(2) rate"
-        evidence.append(f"its {format_bytes(top.bytes)} take {format_seconds(floor_ns)} at the storage floor's "
-                        f"warm rate {format_rate(floor.warm_bytes_per_s)}")
+    what_if = PHASE_LEVERS.get(top.phase)
+    if what_if is not None and lever == LEVERS.get(top.phase):  # not a library step's own lever
+        projected = lever_saving(breakdown, what_if, floor, given)
+        # the lever's projection through this phase's spans (prewarm also saves storage reads
+        # inside casts: that part is another phase's)
+        saving = projected.part(s.span_id for s in breakdown.spans if s.phase == top.phase) if projected.ns else 0
+        estimate = projected.estimate
     return [Finding.about(
         breakdown, rule="dominant_phase", phase=top.phase,
         title=f"{top.phase} dominates the start-up ({top.share_of(total) * 100:.0f}%)",

@@ -4,8 +4,9 @@ size is captured separately, and servers capture dozens by default (vLLM: one pe
 start. The evidence names the slowest sizes where their times were recorded
 (``coldstart.graph.capture_times_s``).
 
-Estimate: the capture time beyond what one capture per power of two up to the largest
-batch size would take (half the time when the batch sizes are not recorded).
+Estimate: the ``fewer-captures`` lever's projection (analyze/whatif/fewer_captures.py, the
+same figure ``whatif --lever fewer-captures`` gives): the recorded time of the captures of
+the sizes beyond one per power of two up to the largest; not estimated without sizes.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from ..breakdown import Breakdown
 from ..units import format_seconds
 from ... import verdicts
 from ..explain import capture_summary
+from ..whatif import FEWER_CAPTURES
 from ._finding import Finding, claim, share_text
+from ._levers import lever_saving
 
 MIN_CAPTURES = 8
 MIN_SHARE = 0.1  # fewer captures still make a finding when they take this share of the start-up
@@ -31,7 +34,7 @@ def _sizes(spans) -> list[int]:
     return sorted(sizes)
 
 
-def check(breakdown: Breakdown, floor=None) -> list[Finding]:
+def check(breakdown: Breakdown, floor=None, given=None) -> list[Finding]:
     spans = [s for s in breakdown.spans if s.phase == semconv.PHASE_GRAPH_CAPTURE]
     count = verdicts.capture_count(spans)  # the metric's count too
     phase = breakdown.phase(semconv.PHASE_GRAPH_CAPTURE)
@@ -51,12 +54,10 @@ def check(breakdown: Breakdown, floor=None) -> list[Finding]:
         evidence.append("slowest sizes: " + ", ".join(f"{size} ({format_seconds(ns)})"
                                                       for size, ns in summary.slowest(5)))
     if sizes:
-        needed = min(len(sizes), (max(sizes) - 1).bit_length() + 1)  # 1, 2, 4, ... >= the largest
         shown = ", ".join(map(str, sizes[:12])) + (" ..." if len(sizes) > 12 else "")
         evidence.append(f"batch sizes: {shown}")
-        saving = busy * max(0, count - needed) // count
-    else:
-        saving = busy // 2
+    projected = lever_saving(breakdown, FEWER_CAPTURES, floor, given)
+    saving = projected.ns or 0
     return [Finding.about(
         breakdown, rule="graph_captures", phase=semconv.PHASE_GRAPH_CAPTURE,
         title=f"{count} CUDA graph capture{'' if count == 1 else 's'} at start-up: {format_seconds(busy)}, "
@@ -67,6 +68,6 @@ def check(breakdown: Breakdown, floor=None) -> list[Finding]:
               "piecewise graphs instead of full ones or the reverse, whichever captures fewer "
               "(vLLM: compilation_config.cudagraph_mode), or capture lazily on first use",
         saving_ns=saving, share=busy / breakdown.duration_ns if breakdown.duration_ns else 0.0,
-        claims=[claim(breakdown, saving, ("phase", semconv.PHASE_GRAPH_CAPTURE))],
-        estimate="capture time beyond one capture per power of two" if sizes else "half the capture time",
+        claims=[claim(breakdown, saving, ("phase", semconv.PHASE_GRAPH_CAPTURE))] if saving else [],
+        estimate=projected.estimate,
     )]

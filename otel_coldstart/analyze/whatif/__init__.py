@@ -24,30 +24,31 @@ start-ups without a first token are left out with why.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 from ..breakdown import Breakdown
 from ..capacity import FIRST_TOKEN, MIN_FOR_P95, READY, no_first_token_reason
 from ..stats import percentile
 from ..units import format_seconds
-from . import compile_cache, fewer_captures, pinned, prewarm, serving_dtype
-from ._evidence import Assumptions, Concurrency, Cut, LeverOutcome, Options, gather, self_times
+from . import compile_cache, fewer_captures, pinned, prewarm, serving_dtype, to_safetensors
+from ._evidence import Assumptions, Concurrency, Cut, Evidence, LeverOutcome, Options, gather, self_times
 from .fewer_captures import default_keep
 
-__all__ = ["ALL", "LEVERS", "Options", "Projection", "Quantiles", "Summary", "WhatIf", "default_keep", "project",
-           "summarize"]
+__all__ = ["ALL", "LEVERS", "Options", "Projection", "Quantiles", "Saving", "Summary", "WhatIf", "default_keep",
+           "evidence", "project", "saving", "summarize"]
 
 PREWARM = "prewarm"
 SERVING_DTYPE = "serving-dtype"
 PINNED = "pinned"
 COMPILE_CACHE = "compile-cache"
 FEWER_CAPTURES = "fewer-captures"
+TO_SAFETENSORS = "to-safetensors"
 ALL = "all"
-LEVERS = (PREWARM, SERVING_DTYPE, PINNED, COMPILE_CACHE, FEWER_CAPTURES)
+LEVERS = (PREWARM, SERVING_DTYPE, PINNED, COMPILE_CACHE, FEWER_CAPTURES, TO_SAFETENSORS)
 UNATTRIBUTED = "unattributed"
 _MODULES = {PREWARM: prewarm, SERVING_DTYPE: serving_dtype, PINNED: pinned, COMPILE_CACHE: compile_cache,
-            FEWER_CAPTURES: fewer_captures}
+            FEWER_CAPTURES: fewer_captures, TO_SAFETENSORS: to_safetensors}
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,12 @@ def summarize(per_startup: Sequence[tuple[int, dict[str, int]]]) -> Summary:
 def _apply(b: Breakdown, cuts: Sequence[Cut]) -> tuple[int, dict[str, int]]:
     """The start-up's projected (total, phases): cuts merged per span (at most its own
     time), each shortening the start-up by its time over the threads busy beside it."""
+    total, phases, _ = _apply_parts(b, cuts)
+    return total, phases
+
+
+def _apply_parts(b: Breakdown, cuts: Sequence[Cut]) -> tuple[int, dict[str, int], dict[str, int]]:
+    """``_apply``, with the start-up time each span's cuts take off (span id -> ns)."""
     per_span: dict[str, Cut] = {}
     for cut in cuts:
         held = per_span.get(cut.span_id)
@@ -111,14 +118,14 @@ def _apply(b: Breakdown, cuts: Sequence[Cut]) -> tuple[int, dict[str, int]]:
         else:
             held.ns = min(held.cap_ns, held.ns + cut.ns)
     phases = _phase_values(b)
-    wall = 0.0
+    parts: dict[str, int] = {}
     for cut in per_span.values():
         taken = cut.ns
         if cut.phase in phases:
             taken = min(cut.ns, phases[cut.phase])
             phases[cut.phase] -= taken
-        wall += taken / cut.concurrency
-    return max(0, b.duration_ns - int(wall)), phases
+        parts[cut.span_id] = int(taken / cut.concurrency)
+    return max(0, b.duration_ns - sum(parts.values())), phases, parts
 
 
 def _threads_note(results: Sequence[Breakdown], cuts: dict[int, list[Cut]], said: Assumptions) -> None:
@@ -237,3 +244,56 @@ def _projection(lever: str, ready: Sequence[Breakdown], baseline: Summary,
 def _left_out_line(b: Breakdown) -> str:
     rank = f" rank {b.rank}" if b.rank is not None else ""
     return f"trace {b.trace_id}{rank}: {b.end_description} ({format_seconds(b.duration_ns)})"
+
+
+# --- one start-up's saving: what a finding states (findings/*) --------------------------
+
+
+@dataclass(frozen=True)
+class Saving:
+    """What one lever saves one start-up: ``whatif --lever LEVER`` on that start-up alone
+    (with the same floor and the same other start-ups as evidence) projects exactly this."""
+
+    lever: str
+    applies: bool  # the start-up has what the lever acts on
+    ns: int | None  # None: not estimated (see not_estimated)
+    assumptions: tuple[str, ...] = ()
+    not_estimated: str | None = None
+    # span id -> the start-up time the lever takes off through that span (they add up to ns):
+    # findings that share a lever state the parts about their own spans.
+    parts: dict[str, int] = field(default_factory=dict)
+
+    def part(self, span_ids) -> int:
+        return sum(self.parts.get(span_id, 0) for span_id in span_ids)
+
+    @property
+    def estimate(self) -> str:
+        """How the figure was made, for a finding's ``estimate``."""
+        if not self.applies:
+            return f"no saving: the {self.lever} lever does not apply ({_MODULES[self.lever].NOTHING})"
+        if self.ns is None:
+            return f"not estimated: {self.not_estimated}"
+        return f"the {self.lever} lever's projection (otel-coldstart whatif --lever {self.lever}): " + \
+            "; ".join(self.assumptions)
+
+
+def evidence(results: Sequence[Breakdown], options: Options = Options()) -> Evidence:
+    """What the levers learn from every start-up given (and ``options.reference``)."""
+    return gather(results, options)
+
+
+def saving(b: Breakdown, lever: str, ev: Evidence) -> Saving:
+    """The time ``lever`` takes off start-up ``b``: its measured total less its projected
+    total, as ``project`` computes it (the same cuts, the same arithmetic)."""
+    said = Assumptions()
+    outcome = _MODULES[lever].cut(b, self_times(b), Concurrency(b), ev, said)
+    if not outcome.applies:
+        return Saving(lever, False, 0)
+    if outcome.unknown and not outcome.cuts:
+        return Saving(lever, True, None, tuple(said.sentences()), outcome.unknown)
+    _threads_note([b], {0: outcome.cuts}, said)
+    total, _, parts = _apply_parts(b, outcome.cuts)
+    sentences = said.sentences()
+    if outcome.unknown:
+        sentences.append("left as measured where it could not be estimated: " + outcome.unknown)
+    return Saving(lever, True, max(0, b.duration_ns - total), tuple(sentences), parts=parts)

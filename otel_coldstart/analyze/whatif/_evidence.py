@@ -85,6 +85,8 @@ class Evidence:
     pinned_rate: float | None
     pinned_basis: str
     hit_ns_by_frame: dict[str, int]
+    # whole safetensors file reads, by cache state (True: cold or partial), all pooled (to-safetensors)
+    safetensors_rates: dict[bool, float] = field(default_factory=dict)
 
 
 def self_times(b: Breakdown) -> dict[str, int]:
@@ -98,6 +100,14 @@ def self_times(b: Breakdown) -> dict[str, int]:
         if parent is not None and same_thread(parent, span):
             children[parent.span_id] += span.busy_ns
     return {s.span_id: max(0, s.busy_ns - children.get(s.span_id, 0)) for s in b.spans}
+
+
+def children_by_parent(b: Breakdown) -> dict[str, list[Span]]:
+    """Each span's children (any thread), by the parent's span id."""
+    children: dict[str, list[Span]] = defaultdict(list)
+    for span in b.spans:
+        children[span.parent_id or ""].append(span)
+    return children
 
 
 def same_thread(a: Span, b: Span) -> bool:
@@ -259,8 +269,10 @@ def _compile_hits(results: Iterable[Breakdown]) -> dict[str, int]:
 def gather(results: Sequence[Breakdown], options: Options) -> Evidence:
     everything = list(results) + list(options.reference)
     pinned_rate, pinned_basis = _pinned_rate(everything)
+    from .to_safetensors import safetensors_rates  # the lever's own reading of its evidence
+
     return Evidence(options.floor, options.keep_capture_sizes, warm_rates_by_format(everything), storage_read_rate(everything),
-                     pinned_rate, pinned_basis, _compile_hits(everything))
+                     pinned_rate, pinned_basis, _compile_hits(everything), safetensors_rates(everything))
 
 
 # --- the levers: one start-up in, cuts out ------------------------------------------------

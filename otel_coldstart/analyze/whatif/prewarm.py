@@ -12,12 +12,10 @@ the start-up's own file reads ran at, else the floor's; the copy or cast itself 
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 from ... import semconv, verdicts
 from ..breakdown import Breakdown
 from ..model import Span
-from ._evidence import (Assumptions, Concurrency, Cut, Evidence, LeverOutcome, file_reads,
+from ._evidence import (Assumptions, Concurrency, Cut, Evidence, LeverOutcome, children_by_parent, file_reads,
                         hidden_read_rate, hidden_reads, in_span_storage_bytes, same_thread, warm_rates_by_format)
 
 NOTHING = "every checkpoint file was already resident and no copy read from storage: nothing to pre-warm"
@@ -31,9 +29,7 @@ def cut(b: Breakdown, own: dict, ctx: Concurrency, ev: Evidence, said: Assumptio
         return out
     out.applies = True
     own_warm = warm_rates_by_format([b])
-    children: dict[str, list[Span]] = defaultdict(list)
-    for span in b.spans:
-        children[span.parent_id or ""].append(span)
+    children = children_by_parent(b)
     inside_files: set[str] = set()
     missing: set[str] = set()
     for span, shard in cold:
