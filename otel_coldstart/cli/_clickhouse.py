@@ -169,7 +169,7 @@ def _analyse_spans(conn, chosen, trace_ids: list[str] | None, args: argparse.Nam
     if trace_ids is None:
         sql, params = spans_sql(chosen, [])
         sql = sql.replace("has({ids:Array(String)}, TraceId)", "TraceId IN (SELECT TraceId FROM "
-                          f"{_table_sql(chosen)} WHERE {chosen.root_filter(params, 'r_')})")
+                          f"{_table_sql(chosen)} WHERE {chosen.root_filter(params, 'r_', True)})")
         params.pop("ids")
     else:
         sql, params = spans_sql(chosen, trace_ids)

@@ -126,6 +126,9 @@ class ChdbConnection(Connection):
             pass
 
 
+_AUTH_STATUSES = (401, 403, 516)  # 516: ClickHouse's AUTHENTICATION_FAILED, sent as the status
+
+
 class HttpConnection(Connection):
     def __init__(self, url: str) -> None:
         parts = urllib.parse.urlsplit(url)
@@ -160,11 +163,14 @@ class HttpConnection(Connection):
         url = self._url({**params}) + "&" + urllib.parse.urlencode(
             {"query": sql + _settings(timeout, max_rows) + " FORMAT JSONCompactEachRow"})
         try:
-            body = bounded_http.get(url, {"User-Agent": "otel-coldstart"}, deadline=time.monotonic() + timeout + 5,
+            body = bounded_http.get(url, {"User-Agent": "otel-coldstart"}, deadline=time.monotonic() + timeout,
                                     budget=ByteBudget(MAX_ANSWER_BYTES), credentials=(origin(url), self._auth))
         except FetchError as exc:
             if exc.kind == "timeout":
                 raise ClickHouseError(f"{self.shown}: no answer within {timeout:g} s", "timeout") from None
+            if exc.status in _AUTH_STATUSES:
+                raise ClickHouseError(f"{self.shown}: authentication failed for user {self.user!r} (the password "
+                                      f"is read from {PASSWORD_ENV})") from None
             raise ClickHouseError(f"{self.shown}: {exc}") from None
         except OSError as exc:
             raise ClickHouseError(f"{self.shown}: {exc.strerror or exc}") from None
@@ -178,6 +184,9 @@ class HttpConnection(Connection):
                          {"Authorization": self._auth, "User-Agent": "otel-coldstart"})
             answer = conn.getresponse()
             text = answer.read(1 << 20).decode("utf-8", "replace")
+            if answer.status in _AUTH_STATUSES:
+                raise ClickHouseError(f"{self.shown}: authentication failed for user {self.user!r} (the password "
+                                      f"is read from {PASSWORD_ENV})")
             if answer.status != 200:
                 raise _server_error(text or f"HTTP {answer.status}")
         except TimeoutError:

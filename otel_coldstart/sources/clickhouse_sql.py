@@ -101,11 +101,13 @@ class Selection:
     service: str | None = None
     conditions: list[Condition] = field(default_factory=list)
 
-    def root_filter(self, params: dict, prefix: str = "") -> str:
-        """The WHERE of the roots, its values put in ``params``."""
+    def root_filter(self, params: dict, prefix: str = "", killed_too: bool = False) -> str:
+        """The WHERE of the roots, its values put in ``params``. ``killed_too``: also the
+        progress records of start-ups killed before their root was written."""
         params[f"{prefix}t_from"] = str(self.from_ns)
         params[f"{prefix}t_to"] = str(self.to_ns)
-        parts = [f"SpanName = '{semconv.SPAN_ROOT}'",
+        names = (semconv.SPAN_ROOT, semconv.SPAN_PROGRESS) if killed_too else (semconv.SPAN_ROOT,)
+        parts = [f"SpanName IN ({', '.join(_q(name) for name in names)})",
                  f"Timestamp >= fromUnixTimestamp64Nano({{{prefix}t_from:Int64}})",
                  f"Timestamp < fromUnixTimestamp64Nano({{{prefix}t_to:Int64}})"]
         if self.service is not None:
@@ -128,7 +130,7 @@ class Selection:
         params[f"{prefix}s_from"] = str(max(0, self.from_ns - SPAN_SLACK_NS))
         params[f"{prefix}s_to"] = str(self.to_ns + SPAN_SLACK_NS)
         table = check_table(self.table)
-        return (f"TraceId IN (SELECT TraceId FROM {table} WHERE {self.root_filter(params, prefix)}) "
+        return (f"TraceId IN (SELECT TraceId FROM {table} WHERE {self.root_filter(params, prefix, True)}) "
                 f"AND Timestamp >= fromUnixTimestamp64Nano({{{prefix}s_from:Int64}}) "
                 f"AND Timestamp < fromUnixTimestamp64Nano({{{prefix}s_to:Int64}})")
 
@@ -208,7 +210,7 @@ def reduce_sql(selection: Selection) -> tuple[str, dict]:
               f"p_found AND p.phase != '' AND NOT p.is_root AND p.t0 >= r.r0 AND p.t1 <= r.r1 AS p_win, "
               f"p.thread IS NULL OR s.thread IS NULL OR p.thread = s.thread AS p_same, "
               f"r.rthread IS NULL OR s.thread IS NULL OR r.rthread = s.thread AS r_same "
-              f"FROM ({spans}) AS s INNER JOIN ({roots}) AS r ON s.tid = r.tid "
+              f"FROM ({spans}) AS s LEFT JOIN ({roots}) AS r ON s.tid = r.tid "
               f"ANY LEFT JOIN ({parents}) AS p ON s.th = p.th AND s.pid = p.sid")
     per_node = (f"SELECT tid, node, max(ph) AS phase, greatest(0, sum(v)) AS own, sum(n) AS n, "
                 f"sum(ua) AS ua, max(flag) AS flag, sum(roots) AS roots, max(cold) AS cold, max(warm) AS warm "
@@ -229,10 +231,12 @@ def reduce_sql(selection: Selection) -> tuple[str, dict]:
                  f"groupArrayIf(spans, phase != '') AS ph_counts, sum(ua) AS t_ua, sum(busy) AS total_busy, "
                  f"max(flag) OR sum(roots) != 1 AS flagged, max(cold) AS cold, max(warm) AS warm "
                  f"FROM ({per_phase}) GROUP BY tid")
-    sql = (f"SELECT r.tid, r.rid, r.r0, r.r1, r.rstatus, r.rattrs, r.rres, NOT t.flagged AS exact, "
+    # A trace without a selected root (a killed start-up's progress record) comes out too,
+    # flagged: the file path rebuilds it.
+    sql = (f"SELECT t.tid, r.rid, r.r0, r.r1, r.rstatus, r.rattrs, r.rres, NOT t.flagged AND r.rid != '' AS exact, "
            f"greatest(0, (r.r1 - r.r0) - t.t_ua) AS unattributed, t.total_busy, t.ph_names, t.ph_busy, t.ph_counts, "
            f"multiIf(t.cold, 'cold', t.warm, 'warm', '') AS cache "
-           f"FROM ({roots}) AS r INNER JOIN ({per_trace}) AS t ON r.tid = t.tid ORDER BY r.r0, r.tid, r.rid")
+           f"FROM ({per_trace}) AS t LEFT JOIN ({roots}) AS r ON r.tid = t.tid ORDER BY r.r0, t.tid, r.rid")
     return sql, params
 
 
