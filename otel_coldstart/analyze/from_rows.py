@@ -8,6 +8,7 @@ each phase's busy time and span count, unattributed time and the cache verdict."
 
 from __future__ import annotations
 
+import sys
 from typing import Callable, Mapping, Sequence
 
 from .. import semconv
@@ -33,4 +34,4 @@ def startup_from_row(row: Sequence, typed: Callable[[str], object]) -> Breakdown
 
 
 def _typed(values: Mapping[str, str], typed: Callable[[str], object]) -> dict:
-    return {key: typed(value) for key, value in values.items()}
+    return {sys.intern(key): typed(value) for key, value in values.items()}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import re
 import sys
 
@@ -121,25 +122,31 @@ def load_clickhouse(args: argparse.Namespace, extra: list[str] = (), *, label: s
                     spans_too: bool = False) -> Inputs:
     """The selected start-ups as Inputs. ``spans_too`` (whatif): every start-up from its spans."""
     from ..sources.clickhouse import ClickHouseError
-    from ..sources.clickhouse_sql import count_sql, reduce_sql
+    from ..sources.clickhouse_sql import count_sql, killed_sql, reduce_sql
 
     chosen = selection(args, list(extra))
     conn = connect(args.clickhouse)
     shown = label or conn.shown
     try:
         sql, params = count_sql(chosen)
-        (spans, traces), = conn.query(sql, params, args.timeout)
+        (spans, traces), = list(conn.query(sql, params, args.timeout))
         if spans > args.max_rows:
             raise CliError(f"{shown}: the query would read {spans:,} spans of {traces:,} start-up trace(s), over "
                            f"--max-rows {args.max_rows:,}: narrow --since/--where, or raise --max-rows",
                            EXIT_INPUT_TOO_LARGE)
         if spans_too:
-            rows, left = [], None
+            startups = []
         else:
             sql, params = reduce_sql(chosen)
-            rows = conn.query(sql, params, args.timeout, max_rows=args.max_rows)
-        startups = [startup_from_row(row, _typed) for row in rows if row[7]]
-        left = sorted({row[0] for row in rows if not row[7]}) if not spans_too else None
+            startups, left_over = [], set()
+            for row in conn.query(sql, params, args.timeout, max_rows=args.max_rows):
+                if row[7]:
+                    startups.append(startup_from_row(row, _typed))
+                else:
+                    left_over.add(row[0])
+            sql, params = killed_sql(chosen)
+            left_over |= {row[0] for row in conn.query(sql, params, args.timeout)}
+        left = sorted(left_over) if not spans_too else None
         fetched = _analyse_spans(conn, chosen, left, args, slim=not spans_too) if left is None or left else []
     except ClickHouseError as exc:
         raise _fail(exc) from None
@@ -156,7 +163,10 @@ def load_clickhouse(args: argparse.Namespace, extra: list[str] = (), *, label: s
     return Inputs([note], startups, spans=spans)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _typed(text: str):
+    """typed_value, the same object for the same text: a fleet's 100,000 roots repeat a few
+    hundred values (instance types, services, versions), held once each."""
     from ..sources.clickhouse import typed_value
 
     return typed_value(text)

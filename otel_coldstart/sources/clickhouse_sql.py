@@ -46,13 +46,6 @@ _WHERE = re.compile(r"^(resource|span|service)(\.([A-Za-z0-9_.\-/:]{1,200}))?\s*
 VLLM_SERVER_SPANS = ("API server setup", "Overall Loading", "EngineCoreProc init", "Executor init", "Worker init",
                      "Init device", "Load model", "Load weights", "Loading (GPU)", "Prepare model", "Capture model",
                      "Warmup (GPU)", "Download weights - HF")  # analyze/outline.VLLM_STARTUP_SPANS
-# integrity.NON_NEGATIVE and RATIOS: a negative or out-of-range value is dropped by the
-# file path's checks, so a trace with one is left to it.
-_NON_NEGATIVE = (semconv.FILE_SIZE, semconv.BYTES, semconv.IO_READ_BYTES, semconv.CACHE_STORAGE_READ_BYTES,
-                 semconv.CACHE_STORAGE_READ_AFTER_SPAN_BYTES, semconv.COPY_PINNED_BYTES, semconv.COPY_PAGEABLE_BYTES,
-                 semconv.CALLS, semconv.BUSY_S, semconv.THROUGHPUT, semconv.PROGRESS_BYTES_LOADED,
-                 semconv.PROGRESS_BYTES_EXPECTED)
-_RATIOS = (semconv.CACHE_RESIDENT_RATIO, semconv.CACHE_SETTLED_RESIDENT_RATIO)
 
 
 class FilterError(ValueError):
@@ -157,7 +150,12 @@ def reduce_sql(selection: Selection) -> tuple[str, dict]:
     """One row per selected root: see the module's docstring. Columns, in order: TraceId,
     root SpanId, root start ns, root end ns, root StatusCode, root SpanAttributes, root
     ResourceAttributes, exact (0: analyse its spans in Python), unattributed ns, total busy
-    ns, phase names, phase busy ns, phase span counts, cache verdict ('' for none)."""
+    ns, phase names, phase busy ns, phase span counts, cache verdict ('' for none).
+
+    Ids are grouped by their 64-bit hashes (trace, span): integer keys group several times
+    faster than the hex strings; two spans of a trace would have to share both hashes to be
+    mistaken for one (about 2^-128), and the rows are joined back to their roots by the id
+    itself."""
     params: dict = {}
     table = check_table(selection.table)
     a = "SpanAttributes"
@@ -167,77 +165,93 @@ def reduce_sql(selection: Selection) -> tuple[str, dict]:
     # than its duration; otherwise, or without a usable busy_s, the duration.
     busy = (f"if({is_agg} AND {busy_s} IS NOT NULL AND {busy_s} >= 0, "
             f"if({busy_s} * 1e9 >= toFloat64(dur), dur, toInt64(round({busy_s} * 1e9))), dur)")
-    stored = f"toInt64OrNull({a}[{_q(semconv.CACHE_STORAGE_READ_BYTES)}])"
+    # A negative count is dropped by the integrity checks (integrity.NON_NEGATIVE): absent here too.
+    stored = f"nullIf(greatest(toInt64OrNull({a}[{_q(semconv.CACHE_STORAGE_READ_BYTES)}]), -1), -1)"
+    counter = f"nullIf(greatest(toInt64OrNull({a}[{_q(semconv.IO_READ_BYTES)}]), -1), -1)"
     # breakdown._storage_read_bytes: the per-file figure, else (an older trace) the span's own counter
     read_bytes = (f"if({stored} IS NOT NULL OR mapContains({a}, {_q(semconv.CACHE_STORAGE_READ_UNKNOWN)}), {stored}, "
-                  f"toInt64OrNull({a}[{_q(semconv.IO_READ_BYTES)}]))")
+                  f"{counter})")
     size = f"toInt64OrNull({a}[{_q(semconv.FILE_SIZE)}])"
     recorded = f"{a}[{_q(semconv.CACHE_STATE)}]"
     # verdicts.shard_cache_state, then cold/partial -> 1, warm -> 2, none -> 0
     state = (f"multiIf({recorded} IN ('cold', 'partial'), 1, {recorded} = 'warm', 2, "
              f"{read_bytes} IS NOT NULL AND {size} IS NOT NULL AND {size} > 0, "
              f"multiIf({read_bytes} / {size} >= 0.5, 1, {read_bytes} / {size} < 0.05, 2, 1), 0)")
+    # What the file path's checks would change (integrity.check): a span left out for its
+    # times or ids, progress and settlement records, a server's own spans. Values they would
+    # drop need no check here: a negative busy_s or size reads as absent in the SQL too, a
+    # negative read counter is made absent above, and the page-cache ratios are not read.
     suspect = (f"Duration > {LONGEST_NS} OR toInt64(Duration) < 0 OR toUnixTimestamp64Nano(Timestamp) + toInt64(Duration) > {LATEST_NS} "
                f"OR SpanName IN ({_q(semconv.SPAN_PROGRESS)}, {_q(semconv.SPAN_SETTLEMENT)}) "
-               f"OR (SpanName IN {_list(VLLM_SERVER_SPANS)} AND {a}[{_q(semconv.PHASE)}] = '') "
-               f"OR startsWith({a}['code.namespace'], 'vllm') "
-               f"OR match(TraceId, '^0*$') OR match(SpanId, '^0*$') "
-               f"OR arrayExists(k -> startsWith({a}[k], '-'), {_list(_NON_NEGATIVE)}) "
-               f"OR arrayExists(k -> toFloat64OrZero({a}[k]) > 1 OR startsWith({a}[k], '-'), {_list(_RATIOS)})")
-    spans = (f"SELECT cityHash64(TraceId) AS th, TraceId AS tid, SpanId AS sid, ParentSpanId AS pid, "
+               f"OR (phase = '' AND (SpanName IN {_tuple(VLLM_SERVER_SPANS)} OR startsWith({a}['code.namespace'], 'vllm'))) "
+               f"OR SpanId IN ('', '0000000000000000') OR TraceId IN ('', '00000000000000000000000000000000')")
+    roots = (f"SELECT cityHash64(TraceId) AS th, TraceId AS tid, SpanId AS rid, toUnixTimestamp64Nano(Timestamp) AS r0, "
+             f"r0 + toInt64(Duration) AS r1, StatusCode AS rstatus, {a} AS rattrs, ResourceAttributes AS rres "
+             f"FROM {table} WHERE {selection.root_filter(params, 'r_')}")
+    windows = (f"SELECT cityHash64(TraceId) AS th, toUnixTimestamp64Nano(Timestamp) AS r0, r0 + toInt64(Duration) AS r1, "
+               f"toInt64OrNull({a}[{_q(semconv.THREAD_ID)}]) AS rthread "
+               f"FROM {table} WHERE {selection.root_filter(params, 'w_')}")
+    # Each span with its start-up's window (the roots: a small right side), then out twice:
+    # as a node under its own id, and as a child under its parent's id. Grouped by (trace,
+    # id), a span meets its children without a join of the spans with themselves.
+    spans = (f"SELECT cityHash64(TraceId) AS th, cityHash64(SpanId) AS sh, "
+             f"if(ParentSpanId = '', 0, cityHash64(ParentSpanId)) AS ph, "
              f"SpanName = '{semconv.SPAN_ROOT}' AS is_root, {a}[{_q(semconv.PHASE)}] AS phase, "
-             f"toUnixTimestamp64Nano(Timestamp) AS t0, toInt64(Duration) AS dur, t0 + dur AS t1, {busy} AS busy, "
+             f"toUnixTimestamp64Nano(Timestamp) AS t0, toInt64(Duration) AS dur, toInt64(ifNull({busy}, dur)) AS busy, "
              f"toInt64OrNull({a}[{_q(semconv.THREAD_ID)}]) AS thread, "
-             f"StatusCode IN ('Error', 'STATUS_CODE_ERROR') AS failed, "
-             f"if(phase = {_q(semconv.PHASE_DESERIALIZE)} AND NOT failed, {state}, 0) AS cstate, "
-             f"({suspect}) AS suspect "
+             f"if(phase = {_q(semconv.PHASE_DESERIALIZE)} AND StatusCode NOT IN ('Error', 'STATUS_CODE_ERROR'), "
+             f"{state}, 0) AS cstate, ({suspect}) AS suspect "
              f"FROM {table} WHERE {selection.span_filter(params)}")
-    parents = (f"SELECT cityHash64(TraceId) AS th, SpanId AS sid, {a}[{_q(semconv.PHASE)}] AS phase, "
-               f"SpanName = '{semconv.SPAN_ROOT}' AS is_root, toUnixTimestamp64Nano(Timestamp) AS t0, "
-               f"t0 + toInt64(Duration) AS t1, toInt64OrNull({a}[{_q(semconv.THREAD_ID)}]) AS thread "
-               f"FROM {table} WHERE {selection.span_filter(params, 'p_')}")
-    roots = (f"SELECT TraceId AS tid, SpanId AS rid, toUnixTimestamp64Nano(Timestamp) AS r0, r0 + toInt64(Duration) AS r1, "
-             f"toInt64OrNull({a}[{_q(semconv.THREAD_ID)}]) AS rthread, StatusCode AS rstatus, {a} AS rattrs, "
-             f"ResourceAttributes AS rres FROM {table} WHERE {selection.root_filter(params, 'r_')}")
-    # Each span with its parent and its start-up's root; one row (or two) out per span:
-    # (node, phase, +busy) for itself, (parent, '', -busy) for a window child on the
-    # parent's thread; the sums per node are self times.
-    joined = (f"SELECT s.tid AS tid, s.sid AS sid, s.pid AS pid, s.is_root AS is_root, s.phase AS phase, s.busy AS busy, "
-              f"s.thread AS thread, s.cstate AS cstate, s.suspect AS suspect, r.r0 AS r0, r.r1 AS r1, r.rthread AS rthread, "
-              f"s.phase != '' AND NOT s.is_root AND s.t0 >= r.r0 AND s.t1 <= r.r1 AS win, "
-              f"p.sid != '' AND s.pid != '' AND s.pid != s.sid AS p_found, "
-              f"p_found AND (p.is_root OR p.phase != '') AS p_stop, "
-              f"p_found AND p.phase != '' AND NOT p.is_root AND p.t0 >= r.r0 AND p.t1 <= r.r1 AS p_win, "
-              f"p.thread IS NULL OR s.thread IS NULL OR p.thread = s.thread AS p_same, "
-              f"r.rthread IS NULL OR s.thread IS NULL OR r.rthread = s.thread AS r_same "
-              f"FROM ({spans}) AS s LEFT JOIN ({roots}) AS r ON s.tid = r.tid "
-              f"ANY LEFT JOIN ({parents}) AS p ON s.th = p.th AND s.pid = p.sid")
-    per_node = (f"SELECT tid, node, max(ph) AS phase, greatest(0, sum(v)) AS own, sum(n) AS n, "
-                f"sum(ua) AS ua, max(flag) AS flag, sum(roots) AS roots, max(cold) AS cold, max(warm) AS warm "
-                f"FROM (SELECT tid, tupleElement(c, 1) AS node, tupleElement(c, 2) AS ph, tupleElement(c, 3) AS v, "
-                f"tupleElement(c, 4) AS n, tupleElement(c, 5) AS ua, tupleElement(c, 6) AS flag, "
-                f"tupleElement(c, 7) AS roots, tupleElement(c, 8) AS cold, tupleElement(c, 9) AS warm "
-                f"FROM ({joined}) ARRAY JOIN arrayFilter(x -> tupleElement(x, 10), ["
-                f"tuple(sid, if(win, phase, ''), if(win, busy, 0), toInt64(1), "
-                f"if(win AND NOT p_win AND r_same, busy, 0), "
-                f"suspect OR (win AND p_found AND NOT p_stop), toInt64(is_root), "
-                f"win AND cstate = 1, win AND cstate = 2, true), "
-                f"tuple(pid, '', -busy, toInt64(0), toInt64(0), false, toInt64(0), false, false, win AND p_win AND p_same)"
-                f"]) AS c) GROUP BY tid, node")
-    per_phase = (f"SELECT tid, phase, sum(own) AS busy, countIf(phase != '') AS spans, sum(ua) AS ua, "
-                 f"max(flag OR n > 1) AS flag, sum(roots) AS roots, max(cold) AS cold, max(warm) AS warm "
-                 f"FROM ({per_node}) GROUP BY tid, phase")
-    per_trace = (f"SELECT tid, groupArrayIf(phase, phase != '') AS ph_names, groupArrayIf(busy, phase != '') AS ph_busy, "
+    placed = (f"SELECT s.th AS th, sh, ph, is_root, phase, busy, thread, cstate, suspect, w.rthread AS rthread, "
+              f"phase != '' AND NOT is_root AND w.r1 > 0 AND t0 >= w.r0 AND t0 + dur <= w.r1 AS win "
+              f"FROM ({spans}) AS s LEFT JOIN ({windows}) AS w ON s.th = w.th")
+    per_node = (f"SELECT th, key, countIf(role = 0) AS nodes, anyIf(phase, role = 0) AS n_phase, "
+                f"anyIf(is_root, role = 0) AS n_root, anyIf(win, role = 0) AS n_win, anyIf(busy, role = 0) AS n_busy, "
+                f"anyIf(thread, role = 0) AS n_thread, any(rthread) AS r_thread, max(suspect) AS n_suspect, "
+                f"sumIf(is_root, role = 0) AS n_roots, maxIf(cstate = 1 AND win, role = 0) AS n_cold, "
+                f"maxIf(cstate = 2 AND win, role = 0) AS n_warm, "
+                f"groupArrayIf(tuple(busy, thread, sh), role = 1 AND win) AS kids "
+                f"FROM ({placed}) ARRAY JOIN [0, 1] AS role "
+                f"GROUP BY th, if(role = 0, sh, ph) AS key")
+    # A window child of a window node is the node's (own time); any other window child is
+    # top level (its parent is the root, missing, itself, or a phase outside the window),
+    # unless its parent is a span without a phase: then the nearest phased ancestor needs a
+    # walk, and the trace goes to the file path.
+    owner = "(nodes > 0 AND key != 0)"
+    per_node2 = (f"SELECT th, n_phase AS phase, n_win AS counted, "
+                 f"if(n_win, greatest(0, n_busy - arraySum(arrayMap(k -> if(k.3 != key AND (k.2 IS NULL OR n_thread IS NULL "
+                 f"OR k.2 = n_thread), k.1, 0), kids))), 0) AS own, "
+                 f"if({owner} AND n_win, 0, arraySum(arrayMap(k -> if(k.3 = key OR NOT {owner} OR n_root OR n_phase != '', "
+                 f"if(r_thread IS NULL OR k.2 IS NULL OR k.2 = r_thread, k.1, 0), 0), kids))) AS ua, "
+                 f"n_suspect OR nodes > 1 OR ({owner} AND NOT n_root AND n_phase = '' "
+                 f"AND arrayExists(k -> k.3 != key, kids)) AS flag, n_roots AS roots, n_cold AS cold, n_warm AS warm "
+                 f"FROM ({per_node})")
+    per_phase = (f"SELECT th, if(counted, phase, '') AS phase, sum(own) AS busy, countIf(counted) AS spans, "
+                 f"sum(ua) AS ua, max(flag) AS flag, sum(roots) AS roots, max(cold) AS cold, max(warm) AS warm "
+                 f"FROM ({per_node2}) GROUP BY th, phase")
+    per_trace = (f"SELECT th, groupArrayIf(phase, phase != '') AS ph_names, groupArrayIf(busy, phase != '') AS ph_busy, "
                  f"groupArrayIf(spans, phase != '') AS ph_counts, sum(ua) AS t_ua, sum(busy) AS total_busy, "
                  f"max(flag) OR sum(roots) != 1 AS flagged, max(cold) AS cold, max(warm) AS warm "
-                 f"FROM ({per_phase}) GROUP BY tid")
-    # A trace without a selected root (a killed start-up's progress record) comes out too,
-    # flagged: the file path rebuilds it.
-    sql = (f"SELECT t.tid, r.rid, r.r0, r.r1, r.rstatus, r.rattrs, r.rres, NOT t.flagged AND r.rid != '' AS exact, "
+                 f"FROM ({per_phase}) GROUP BY th")
+    sql = (f"SELECT r.tid, r.rid, r.r0, r.r1, r.rstatus, r.rattrs, r.rres, NOT t.flagged AS exact, "
            f"greatest(0, (r.r1 - r.r0) - t.t_ua) AS unattributed, t.total_busy, t.ph_names, t.ph_busy, t.ph_counts, "
            f"multiIf(t.cold, 'cold', t.warm, 'warm', '') AS cache "
-           f"FROM ({per_trace}) AS t LEFT JOIN ({roots}) AS r ON r.tid = t.tid ORDER BY r.r0, t.tid, r.rid")
+           f"FROM ({roots}) AS r INNER JOIN ({per_trace}) AS t ON r.th = t.th")
     return sql, params
+
+
+def killed_sql(selection: Selection) -> tuple[str, dict]:
+    """Traces with a progress record in range: a start-up killed before its root was written
+    (rebuilt by the file path from the record), or one whose record outlived it."""
+    params: dict = {}
+    table = check_table(selection.table)
+    where = selection.root_filter(params).replace(f"SpanName IN ({_q(semconv.SPAN_ROOT)})",
+                                                  f"SpanName = {_q(semconv.SPAN_PROGRESS)}")
+    return f"SELECT DISTINCT TraceId FROM {table} WHERE {where}", params
+
+
+def _tuple(values) -> str:
+    return "(" + ", ".join(_q(v) for v in values) + ")"
 
 
 def spans_sql(selection: Selection, trace_ids: list[str]) -> tuple[str, dict]:
