@@ -21,6 +21,7 @@ from ..analyze.units import format_seconds, parse_duration_ns
 from ._inputs import (add_file_arguments, add_jobs_argument, check_number, expand_paths, load_files, output,
                       require_startups)
 from ._clickhouse import add_clickhouse_arguments, files_or_clickhouse, load_clickhouse
+from ._prometheus import add_prometheus_arguments, run_prometheus
 from .errors import EXIT_NO_STARTUP, EXIT_USAGE, CliError
 
 HELP = ("p50/p95 start-up per phase and per instance type over many traces, the autoscaler lead time and, "
@@ -45,6 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="report format (default %(default)s)")
     parser.add_argument("--output", "-o", metavar="FILE", help="write the report here (never overwrites)")
     add_clickhouse_arguments(parser)
+    add_prometheus_arguments(parser)
 
 
 def _lead(s, provisioning: int) -> str:
@@ -94,6 +96,11 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(str(exc), EXIT_USAGE) from None
     if args.ramp is not None:
         check_number(args.ramp, "--ramp", MAX_RAMP_PER_MIN)
+    if args.prometheus:
+        if args.files or args.clickhouse:
+            raise CliError("--prometheus reads the histograms alone: no trace files or --clickhouse with it",
+                           EXIT_USAGE)
+        return run_prometheus(args, provisioning)
     if files_or_clickhouse(args, args.files):
         inputs = load_clickhouse(args)
     else:
