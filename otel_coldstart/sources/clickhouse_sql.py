@@ -229,8 +229,11 @@ def reduce_sql(selection: Selection) -> tuple[str, dict]:
     per_phase = (f"SELECT th, if(counted, phase, '') AS phase, sum(own) AS busy, countIf(counted) AS spans, "
                  f"sum(ua) AS ua, max(flag) AS flag, sum(roots) AS roots, max(cold) AS cold, max(warm) AS warm "
                  f"FROM ({per_node2}) GROUP BY th, phase")
-    per_trace = (f"SELECT th, groupArrayIf(phase, phase != '') AS ph_names, groupArrayIf(busy, phase != '') AS ph_busy, "
-                 f"groupArrayIf(spans, phase != '') AS ph_counts, sum(ua) AS t_ua, sum(busy) AS total_busy, "
+    # Phases largest first, then by name: Breakdown.phases' order, so no sort is left to Python.
+    per_trace = (f"SELECT th, arraySort((x, b) -> (-b, x), groupArrayIf(phase, phase != '') AS names, "
+                 f"groupArrayIf(busy, phase != '') AS times) AS ph_names, arraySort((b, x) -> (-b, x), times, names) AS ph_busy, "
+                 f"arraySort((n, b, x) -> (-b, x), groupArrayIf(spans, phase != ''), times, names) AS ph_counts, "
+                 f"sum(ua) AS t_ua, sum(busy) AS total_busy, "
                  f"max(flag) OR sum(roots) != 1 AS flagged, max(cold) AS cold, max(warm) AS warm "
                  f"FROM ({per_phase}) GROUP BY th")
     sql = (f"SELECT r.tid, r.rid, r.r0, r.r1, r.rstatus, r.rattrs, r.rres, NOT t.flagged AS exact, "
