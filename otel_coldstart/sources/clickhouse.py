@@ -28,6 +28,7 @@ from typing import Iterable, Iterator
 
 from . import bounded_http
 from .bounded_http import ByteBudget, FetchError, origin
+from .live import redact as live_redact
 
 PASSWORD_ENV = "CLICKHOUSE_PASSWORD"
 MAX_ANSWER_BYTES = 1 << 30  # one reduction answer: ~300 bytes a start-up, so millions fit
@@ -236,17 +237,9 @@ def _batches(rows: Iterable[dict]) -> Iterator[list[dict]]:
 
 
 def redact(url: str) -> str:
-    """The URL as it may be printed: no userinfo, no query string."""
-    if url.startswith("chdb:"):
-        return url
-    try:
-        parts = urllib.parse.urlsplit(url)
-        host = parts.hostname or ""
-        if parts.port:
-            host = f"{host}:{parts.port}"
-        return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
-    except ValueError:
-        return "<invalid URL>"
+    """The URL as it may be printed: no userinfo, no query string (live.redact); a chDB
+    path as it is."""
+    return url if url.startswith("chdb:") else live_redact(url)
 
 
 def connect(url: str) -> Connection:
