@@ -56,6 +56,11 @@ def _server_error(text: str) -> ClickHouseError:
         return ClickHouseError(f"the query ran out of time ({first[:300]})", "timeout")
     if code in _ROWS_CODES:
         return ClickHouseError(first[:400], "too_many_rows")
+    if code in (60, 81):  # UNKNOWN_TABLE, UNKNOWN_DATABASE
+        what = re.search(r"identifier '([^']+)'|Table (\S+) does not exist|Database (\S+) does not exist", first)
+        name = next((g for g in what.groups() if g), "") if what else ""
+        return ClickHouseError(f"no such table or database {name} (the Collector's ClickHouse exporter makes "
+                               "otel_traces, as export --clickhouse does; --table names another)".replace("  ", " "))
     return ClickHouseError(first[:400])
 
 
@@ -108,7 +113,8 @@ class ChdbConnection(Connection):
         try:
             result = self._session.query(sql, fmt, params=params or None)
         except Exception as exc:  # noqa: BLE001
-            raise _server_error(str(exc)) from None
+            error = _server_error(str(exc))
+            raise ClickHouseError(f"{self.shown}: {error}", error.kind) from None
         return result.bytes() if hasattr(result, "bytes") else str(result).encode()
 
     def query(self, sql: str, params: dict, timeout: float, max_rows: int | None = None) -> list[list]:

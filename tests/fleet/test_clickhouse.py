@@ -125,6 +125,7 @@ def test_whatif_is_the_same(fleet, capsys):
     (["--table", "otel_traces`"], 2, "--table"),
     (["--max-rows", "100"], 7, "spans of"),
     (["--since", "30x"], 2, "--since"),
+    (["--table", "not_there"], 9, "no such table or database not_there"),
 ])
 def test_hostile_or_bad_values_are_refused_or_match_nothing(fleet, capsys, argv, code, says):
     assert main(["capacity", "--clickhouse", f"chdb:{fleet['db']}", *RANGE[:0], *argv]
