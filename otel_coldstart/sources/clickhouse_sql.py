@@ -202,15 +202,23 @@ def reduce_sql(selection: Selection) -> tuple[str, dict]:
              f"if(phase = {_q(semconv.PHASE_DESERIALIZE)} AND StatusCode NOT IN ('Error', 'STATUS_CODE_ERROR'), "
              f"{state}, 0) AS cstate, ({suspect}) AS suspect "
              f"FROM {table} WHERE {selection.span_filter(params)}")
-    placed = (f"SELECT s.th AS th, sh, ph, is_root, phase, busy, thread, cstate, suspect, w.rthread AS rthread, "
-              f"phase != '' AND NOT is_root AND w.r1 > 0 AND t0 >= w.r0 AND t0 + dur <= w.r1 AS win "
+    placed = (f"SELECT s.th AS th, sh, ph, is_root, phase, busy, thread, cstate, suspect, "
+              f"phase != '' AND NOT is_root AND w.r1 > 0 AND t0 >= w.r0 AND t0 + dur <= w.r1 AS win, "
+              f"if(win AND (w.rthread IS NULL OR thread IS NULL OR w.rthread = thread), busy, 0) AS on_root_thread "
               f"FROM ({spans}) AS s LEFT JOIN ({windows}) AS w ON s.th = w.th")
+    # Per (trace, id): the span itself (role 0) and its window children (role 1). The
+    # children's busy time is summed per thread (a map of a thread or two: the node's own
+    # thread is known only once grouped); what a child would add to unattributed, if it is
+    # top level, is summed already on the root's thread.
     per_node = (f"SELECT th, key, countIf(role = 0) AS nodes, anyIf(phase, role = 0) AS n_phase, "
                 f"anyIf(is_root, role = 0) AS n_root, anyIf(win, role = 0) AS n_win, anyIf(busy, role = 0) AS n_busy, "
-                f"anyIf(thread, role = 0) AS n_thread, any(rthread) AS r_thread, max(suspect) AS n_suspect, "
+                f"anyIf(thread, role = 0) AS n_thread, max(suspect) AS n_suspect, "
                 f"sumIf(is_root, role = 0) AS n_roots, maxIf(cstate = 1 AND win, role = 0) AS n_cold, "
                 f"maxIf(cstate = 2 AND win, role = 0) AS n_warm, "
-                f"groupArrayIf(tuple(busy, thread, sh), role = 1 AND win) AS kids "
+                f"sumMapIf([ifNull(thread, -1)], [busy], role = 1 AND win AND sh != key) AS kids, "
+                f"countIf(role = 1 AND win AND sh != key) AS n_kids, "
+                f"sumIf(on_root_thread, role = 1 AND win AND sh != key) AS kids_ua, "
+                f"sumIf(on_root_thread, role = 1 AND win AND sh = key) AS self_ua "
                 f"FROM ({placed}) ARRAY JOIN [0, 1] AS role "
                 f"GROUP BY th, if(role = 0, sh, ph) AS key")
     # A window child of a window node is the node's (own time); any other window child is
@@ -219,12 +227,11 @@ def reduce_sql(selection: Selection) -> tuple[str, dict]:
     # walk, and the trace goes to the file path.
     owner = "(nodes > 0 AND key != 0)"
     per_node2 = (f"SELECT th, n_phase AS phase, n_win AS counted, "
-                 f"if(n_win, greatest(0, n_busy - arraySum(arrayMap(k -> if(k.3 != key AND (k.2 IS NULL OR n_thread IS NULL "
-                 f"OR k.2 = n_thread), k.1, 0), kids))), 0) AS own, "
-                 f"if({owner} AND n_win, 0, arraySum(arrayMap(k -> if(k.3 = key OR NOT {owner} OR n_root OR n_phase != '', "
-                 f"if(r_thread IS NULL OR k.2 IS NULL OR k.2 = r_thread, k.1, 0), 0), kids))) AS ua, "
-                 f"n_suspect OR nodes > 1 OR ({owner} AND NOT n_root AND n_phase = '' "
-                 f"AND arrayExists(k -> k.3 != key, kids)) AS flag, n_roots AS roots, n_cold AS cold, n_warm AS warm "
+                 f"if(n_win, greatest(0, n_busy - arraySum(arrayMap((t, b) -> if(t = -1 OR n_thread IS NULL "
+                 f"OR t = n_thread, b, 0), kids.1, kids.2))), 0) AS own, "
+                 f"self_ua + if({owner} AND n_win, 0, kids_ua) AS ua, "
+                 f"n_suspect OR nodes > 1 OR ({owner} AND NOT n_root AND n_phase = '' AND n_kids > 0) AS flag, "
+                 f"n_roots AS roots, n_cold AS cold, n_warm AS warm "
                  f"FROM ({per_node})")
     per_phase = (f"SELECT th, if(counted, phase, '') AS phase, sum(own) AS busy, countIf(counted) AS spans, "
                  f"sum(ua) AS ua, max(flag) AS flag, sum(roots) AS roots, max(cold) AS cold, max(warm) AS warm "

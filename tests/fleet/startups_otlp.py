@@ -50,6 +50,7 @@ def startup(number: int, rng: random.Random, shape: str = "plain", version: str 
     def phase(name, ms, parent=1, thread=MAIN, gap=True, error=False, **attrs):
         nonlocal cursor
         sid = next(ids)
+        parent = sid if parent == "self" else parent
         begin = cursor
         end = begin + int(ms * MS)
         spans.append(span(trace, sid, parent, f"coldstart.{name}", begin, end,
@@ -81,6 +82,8 @@ def startup(number: int, rng: random.Random, shape: str = "plain", version: str 
           **{"coldstart.aggregate": True, "coldstart.busy_s": busy, "coldstart.calls": 80})
     if number % 6 == 2:  # an orphan: its parent was never exported
         phase("compile", rng.uniform(100, 500), parent=0xdead)
+    if number % 9 == 4:  # a span that is its own parent: top level, as an orphan
+        phase("compile", rng.uniform(50, 150), parent="self")
     if shape == "user_span":  # a user's span around phases: the nearest phased ancestor needs a walk
         user = next(ids)
         u0 = cursor
