@@ -176,13 +176,7 @@ def _analyse_spans(conn, chosen, trace_ids: list[str] | None, args: argparse.Nam
     """The start-ups of these traces (None: every selected one) by the file path's analysis."""
     from ..sources.clickhouse_sql import spans_sql
 
-    if trace_ids is None:
-        sql, params = spans_sql(chosen, [])
-        sql = sql.replace("has({ids:Array(String)}, TraceId)", "TraceId IN (SELECT TraceId FROM "
-                          f"{_table_sql(chosen)} WHERE {chosen.root_filter(params, 'r_', True)})")
-        params.pop("ids")
-    else:
-        sql, params = spans_sql(chosen, trace_ids)
+    sql, params = spans_sql(chosen, trace_ids)
     rows = conn.query(sql, params, args.timeout, max_rows=args.max_rows)
     by_trace: dict[str, list[Span]] = {}
     for row in rows:
@@ -192,12 +186,6 @@ def _analyse_spans(conn, chosen, trace_ids: list[str] | None, args: argparse.Nam
     for spans in by_trace.values():
         startups.extend(analyse_trace(spans, slim=slim).startups)
     return startups
-
-
-def _table_sql(chosen) -> str:
-    from ..sources.clickhouse_sql import check_table
-
-    return check_table(chosen.table)
 
 
 def _span(row) -> Span:

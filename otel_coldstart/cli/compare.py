@@ -47,7 +47,7 @@ def _side(name: str, path: str, inputs: Inputs, args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    if files_or_clickhouse(args, []) if args.clickhouse else files_or_clickhouse(args, [args.a]):
+    if files_or_clickhouse(args, [] if args.clickhouse else [args.a]):
         # A and B are conditions on the same selection: one release against another, say
         sides = iter([load_clickhouse(args, [args.a], label=f"A: {args.a}"),
                       load_clickhouse(args, [args.b], label=f"B: {args.b}")])

@@ -22,7 +22,6 @@ import os
 import re
 import time
 import urllib.parse
-from dataclasses import dataclass
 from decimal import Decimal
 from typing import Iterable, Iterator
 
@@ -340,8 +339,3 @@ def span_row(span, scope_name: str = "otel_coldstart") -> dict:
         "Links.Attributes": [],
     }
 
-
-@dataclass(frozen=True)
-class Target:
-    connection: Connection
-    table: str

@@ -264,15 +264,21 @@ def _tuple(values) -> str:
     return "(" + ", ".join(_q(v) for v in values) + ")"
 
 
-def spans_sql(selection: Selection, trace_ids: list[str]) -> tuple[str, dict]:
-    """Every span of these traces, for the file path's own analysis (the ones the SQL left)."""
-    params: dict = {"ids": trace_ids}
+def spans_sql(selection: Selection, trace_ids: list[str] | None) -> tuple[str, dict]:
+    """Every span of these traces, for the file path's own analysis (the ones the SQL left);
+    ``None``: of every selected start-up (whatif)."""
+    params: dict = {}
     table = check_table(selection.table)
+    if trace_ids is None:
+        traces = f"TraceId IN (SELECT TraceId FROM {table} WHERE {selection.root_filter(params, 'r_', True)})"
+    else:
+        params["ids"] = trace_ids
+        traces = "has({ids:Array(String)}, TraceId)"
     params["s_from"] = str(max(0, selection.from_ns - SPAN_SLACK_NS))
     params["s_to"] = str(selection.to_ns + SPAN_SLACK_NS)
     return (f"SELECT TraceId, SpanId, ParentSpanId, SpanName, toUnixTimestamp64Nano(Timestamp), toInt64(Duration), "
             f"StatusCode, SpanAttributes, ResourceAttributes, Events.Name, "
             f"arrayMap(t -> toUnixTimestamp64Nano(t), Events.Timestamp), Events.Attributes FROM {table} "
-            f"WHERE has({{ids:Array(String)}}, TraceId) "
+            f"WHERE {traces} "
             f"AND Timestamp >= fromUnixTimestamp64Nano({{s_from:Int64}}) "
             f"AND Timestamp < fromUnixTimestamp64Nano({{s_to:Int64}})", params)
