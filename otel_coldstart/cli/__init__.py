@@ -17,6 +17,7 @@ from . import analyze as analyze_cmd
 from . import capacity as capacity_cmd
 from . import compare as compare_cmd
 from . import demo as demo_cmd
+from . import export as export_cmd
 from . import floor as floor_cmd
 from . import run as run_cmd
 from . import whatif as whatif_cmd
@@ -25,7 +26,8 @@ from .errors import EXIT_OUTPUT_FAILED, CliError
 _OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EBADF, errno.EFBIG, errno.EROFS})
 
 COMMANDS = {"demo": demo_cmd, "analyze": analyze_cmd, "floor": floor_cmd,
-            "compare": compare_cmd, "capacity": capacity_cmd, "run": run_cmd, "whatif": whatif_cmd}
+            "compare": compare_cmd, "capacity": capacity_cmd, "run": run_cmd, "whatif": whatif_cmd,
+            "export": export_cmd}
 
 
 def build_parser() -> argparse.ArgumentParser:

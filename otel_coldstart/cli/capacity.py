@@ -22,6 +22,8 @@ from ..analyze.report import CapacityReport, Renderer
 from ..analyze.units import format_seconds, parse_duration_ns
 from ._inputs import (add_file_arguments, add_jobs_argument, check_number, expand_paths, load_files, output,
                       require_startups)
+from ._clickhouse import add_clickhouse_arguments, files_or_clickhouse, load_clickhouse
+from ._prometheus import add_prometheus_arguments, run_prometheus
 from .errors import EXIT_NO_STARTUP, EXIT_USAGE, CliError
 
 HELP = ("p50/p95 start-up per phase and per instance type over many traces, the autoscaler lead time and, "
@@ -30,7 +32,7 @@ MAX_RAMP_PER_MIN = 1e6
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("files", nargs="+", metavar="FILE", help="trace files or directories")
+    parser.add_argument("files", nargs="*", metavar="FILE", help="trace files or directories (or --clickhouse URL)")
     add_file_arguments(parser)
     add_jobs_argument(parser)
     parser.add_argument("--by", action="append", default=None, metavar="ATTRIBUTE",
@@ -49,6 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("text", "markdown", "json", "html"), default="text",
                         help="report format (default %(default)s)")
     parser.add_argument("--output", "-o", metavar="FILE", help="write the report here (never overwrites)")
+    add_clickhouse_arguments(parser)
+    add_prometheus_arguments(parser)
 
 
 def _lead(s, provisioning: int) -> str:
@@ -107,7 +111,15 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(str(exc), EXIT_USAGE) from None
     if args.ramp is not None:
         check_number(args.ramp, "--ramp", MAX_RAMP_PER_MIN)
-    inputs = load_files(expand_paths(args.files), args, slim=True)
+    if args.prometheus:
+        if args.files or args.clickhouse:
+            raise CliError("--prometheus reads the histograms alone: no trace files or --clickhouse with it",
+                           EXIT_USAGE)
+        return run_prometheus(args, provisioning)
+    if files_or_clickhouse(args, args.files):
+        inputs = load_clickhouse(args)
+    else:
+        inputs = load_files(expand_paths(args.files), args, slim=True)
     results = require_startups(inputs, args.trace_id)
     if args.by:
         known = known_keys(results)

@@ -15,6 +15,7 @@ from ..analyze.renderers import COMPARE
 from ..analyze.report import CompareReport, Side, split_unready
 from ._inputs import (Inputs, add_file_arguments, add_jobs_argument, expand_paths, load_sides, output,
                       require_startups)
+from ._clickhouse import add_clickhouse_arguments, files_or_clickhouse, load_clickhouse
 from .errors import EXIT_NO_STARTUP, CliError
 
 HELP = ("Per-phase medians, spread and a verdict (slower / faster / within noise) between two traces "
@@ -22,8 +23,10 @@ HELP = ("Per-phase medians, spread and a verdict (slower / faster / within noise
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("a", metavar="A", help="baseline: a trace file or a directory of them")
-    parser.add_argument("b", metavar="B", help="candidate: a trace file or a directory of them")
+    parser.add_argument("a", metavar="A", help="baseline: a trace file or a directory of them (with --clickhouse: "
+                        "a condition, e.g. resource.service.version=1.2)")
+    parser.add_argument("b", metavar="B", help="candidate: a trace file or a directory of them (with --clickhouse: "
+                        "a condition)")
     add_file_arguments(parser)
     add_jobs_argument(parser)
     parser.add_argument("--include-unready", action="store_true",
@@ -32,6 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=tuple(COMPARE), default="text",
                         help="report format (default %(default)s; html: one self-contained page)")
     parser.add_argument("--output", "-o", metavar="FILE", help="write the report here (never overwrites)")
+    add_clickhouse_arguments(parser)
 
 
 def _side(name: str, path: str, inputs: Inputs, args: argparse.Namespace):
@@ -44,15 +48,28 @@ def _side(name: str, path: str, inputs: Inputs, args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    if files_or_clickhouse(args, [] if args.clickhouse else [args.a]):
+        # A and B are conditions on the same selection: one release against another, say
+        sides = iter([load_clickhouse(args, [args.a], label=f"A: {args.a}"),
+                      load_clickhouse(args, [args.b], label=f"B: {args.b}")])
+        return _compare(args, sides, lambda: None)
     a_paths = expand_paths([args.a])
     try:
         b_paths, b_missing = expand_paths([args.b]), None
     except CliError as exc:  # said after A is read and looked at, as when the sides were read in turn
         b_paths, b_missing = [], exc
     sides = load_sides([a_paths, b_paths] if b_paths else [a_paths], args, slim=True)
+
+    def b_is_there() -> None:
+        if b_missing is not None:
+            raise b_missing
+
+    return _compare(args, sides, b_is_there)
+
+
+def _compare(args: argparse.Namespace, sides, b_is_there) -> int:
     a_inputs, a, a_side = _side("A", args.a, next(sides), args)
-    if b_missing is not None:
-        raise b_missing
+    b_is_there()
     b_inputs, b, b_side = _side("B", args.b, next(sides), args)
     report = CompareReport(compare(a, b), a_side, b_side, args.include_unready)
     with output(args.output) as out:

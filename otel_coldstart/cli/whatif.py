@@ -11,6 +11,7 @@ from ..analyze.programs import mixed_programs
 from ..analyze.storage_floor import combine
 from ..analyze.whatif import ALL, LEVERS, Options, project
 from ._inputs import add_file_arguments, expand_paths, load_files, output, require_startups
+from ._clickhouse import add_clickhouse_arguments, files_or_clickhouse, load_clickhouse
 from .errors import EXIT_USAGE, EXIT_NO_STARTUP, CliError
 
 HELP = ("Projected p50/p95 start-up per lever (prewarm, serving-dtype, pinned, compile-cache, fewer-captures, "
@@ -21,7 +22,7 @@ MAX_KEEP_SIZES = 4096
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("files", nargs="+", metavar="PATH",
+    parser.add_argument("files", nargs="*", metavar="PATH",
                         help="trace files or directories; a storage floor document (otel-coldstart floor --json) "
                              "among them is the warm/cold read reference")
     add_file_arguments(parser)
@@ -40,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("text", "markdown", "json", "html"), default="text",
                         help="report format (default %(default)s; json: schema otel-coldstart.whatif/1)")
     parser.add_argument("--output", "-o", metavar="FILE", help="write the report here (never overwrites)")
+    add_clickhouse_arguments(parser)
 
 
 def parse_sizes(text: str | None) -> frozenset[int] | None:
@@ -59,7 +61,10 @@ def parse_sizes(text: str | None) -> frozenset[int] | None:
 
 def run(args: argparse.Namespace) -> int:
     keep = parse_sizes(args.keep_capture_sizes)  # usage errors before anything is read
-    inputs = load_files(expand_paths(args.files), args)
+    if files_or_clickhouse(args, args.files):
+        inputs = load_clickhouse(args, spans_too=True)  # the levers read each start-up's spans
+    else:
+        inputs = load_files(expand_paths(args.files), args)
     results = require_startups(inputs, args.trace_id)
     # --trace-id picks the start-ups to project, not the ones to learn from
     reference = (load_files(expand_paths(args.reference), argparse.Namespace(**{**vars(args), "trace_id": None}))

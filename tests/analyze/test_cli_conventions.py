@@ -46,7 +46,7 @@ def test_every_option_of_every_sub_command_has_help():
                if not action.help or action.help == argparse.SUPPRESS]
     assert not missing, missing
     commands = {path[1] for path, _ in seen if len(path) > 1}
-    assert commands == {"demo", "analyze", "floor", "compare", "capacity", "run", "whatif"}
+    assert commands == {"demo", "analyze", "floor", "compare", "capacity", "run", "whatif", "export"}
     assert len(seen) > 40  # the walk found the sub-commands' options, not only the top level
 
 
