@@ -3,6 +3,7 @@
     python benchmarks/_whatif_child.py touch DIR                 # read the shards, touch every page
     python benchmarks/_whatif_child.py cast DIR DTYPE            # read the shards, cast every tensor
     python benchmarks/_whatif_child.py compile                   # torch.compile a function, call it once
+    python benchmarks/_whatif_child.py import MODULE... [--cached FILE]  # import the modules, then ready()
 
 ``touch`` reads every tensor with ``safe_open``/``get_tensor`` (as transformers and vLLM do)
 and, while the file is open, touches every page of it (one element per 4 KiB): whatever the
@@ -11,7 +12,10 @@ would, but without that copy's CPU work, which a busy 2-core machine stretches b
 and which the lever does not change: the storage is what prewarm removes. ``cast`` converts each tensor read to the serving dtype (``tensor.to(DTYPE)``, as
 transformers and vLLM do per parameter; a no-op when the checkpoint is already in it).
 ``compile`` is a
-first request's compilation (the Inductor cache is TORCHINDUCTOR_CACHE_DIR).
+first request's compilation (the Inductor cache is TORCHINDUCTOR_CACHE_DIR). ``import`` is a
+server's imports alone (issue 38: the bytecode and prewarm-imports levers); ``--cached FILE``
+writes there, one a line, the bytecode files of the modules imported before the import
+(those of ``instrument()``), to build a bytecode cache that lacks only what it imports.
 
 ``otel_coldstart.instrument()`` is the first statement, so the root span starts at the
 process start; the trace goes where OTEL_COLDSTART_OUTPUT_DIR says.
@@ -68,6 +72,20 @@ def compile_once() -> None:
     otel_coldstart.ready()
 
 
+def import_modules(args: list) -> None:
+    if "--cached" in args:
+        at = args.index("--cached")
+        with open(args[at + 1], "w", encoding="utf-8") as handle:
+            for module in list(sys.modules.values()):
+                cached = getattr(module, "__cached__", None)
+                if isinstance(cached, str):
+                    handle.write(cached + "\n")
+        args = args[:at] + args[at + 2:]
+    for name in args:
+        __import__(name)
+    otel_coldstart.ready()
+
+
 mode = sys.argv[1]
 if mode == "touch":
     touch(sys.argv[2])
@@ -75,5 +93,7 @@ elif mode == "cast":
     cast(sys.argv[2], sys.argv[3])
 elif mode == "compile":
     compile_once()
+elif mode == "import":
+    import_modules(sys.argv[2:])
 else:
     raise SystemExit(f"unknown mode {mode!r}")

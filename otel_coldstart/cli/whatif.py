@@ -13,7 +13,7 @@ from ._inputs import add_file_arguments, expand_paths, load_files, output, requi
 from .errors import EXIT_USAGE, EXIT_NO_STARTUP, CliError
 
 HELP = ("Projected p50/p95 start-up per lever (prewarm, serving-dtype, pinned, compile-cache, fewer-captures, "
-        "all), from the traces' own evidence, with the assumptions in words.")
+        "bytecode, prewarm-imports, all), from the traces' own evidence, with the assumptions in words.")
 
 MAX_KEEP_SIZES = 4096
 

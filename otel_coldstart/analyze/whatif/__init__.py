@@ -2,7 +2,8 @@
 lever, computed from the trace's own evidence and said in words (docs/analysis.md, "What if").
 
 Pure functions over :class:`~..breakdown.Breakdown` records. One module per lever
-(``prewarm``, ``serving_dtype``, ``pinned``, ``compile_cache``, ``fewer_captures``; each
+(``prewarm``, ``serving_dtype``, ``pinned``, ``compile_cache``, ``fewer_captures``, ``bytecode``,
+``prewarm_imports``; each
 docstring states its model): ``cut(breakdown, ...)`` returns the time the lever takes out of
 which spans, never more than a span's own time (its busy time less that of its phased
 children on the same thread), and the assumptions it made; ``NOTHING`` is what it says when
@@ -26,7 +27,7 @@ from ..breakdown import Breakdown
 from ..capacity import MIN_FOR_P95
 from ..stats import percentile
 from ..units import format_seconds
-from . import compile_cache, fewer_captures, pinned, prewarm, serving_dtype
+from . import bytecode, compile_cache, fewer_captures, pinned, prewarm, prewarm_imports, serving_dtype
 from ._evidence import Assumptions, Concurrency, Cut, LeverOutcome, Options, gather, self_times
 from .fewer_captures import default_keep
 
@@ -38,11 +39,13 @@ SERVING_DTYPE = "serving-dtype"
 PINNED = "pinned"
 COMPILE_CACHE = "compile-cache"
 FEWER_CAPTURES = "fewer-captures"
+BYTECODE = "bytecode"
+PREWARM_IMPORTS = "prewarm-imports"
 ALL = "all"
-LEVERS = (PREWARM, SERVING_DTYPE, PINNED, COMPILE_CACHE, FEWER_CAPTURES)
+LEVERS = (PREWARM, SERVING_DTYPE, PINNED, COMPILE_CACHE, FEWER_CAPTURES, BYTECODE, PREWARM_IMPORTS)
 UNATTRIBUTED = "unattributed"
 _MODULES = {PREWARM: prewarm, SERVING_DTYPE: serving_dtype, PINNED: pinned, COMPILE_CACHE: compile_cache,
-            FEWER_CAPTURES: fewer_captures}
+            FEWER_CAPTURES: fewer_captures, BYTECODE: bytecode, PREWARM_IMPORTS: prewarm_imports}
 
 
 @dataclass(frozen=True)
