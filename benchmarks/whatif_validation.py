@@ -324,17 +324,8 @@ def bytecode(work: str, runs: int, smoke: bool = False, root: str | None = None)
     plugin's own import read their bytecode alike on both sides, torch compiles on one."""
     result = CaseResult("bytecode", "bytecode", runs)
     modules = SMOKE_IMPORTS if smoke else IMPORTS
-    full, minimal = os.path.join(work, "pycache-full"), os.path.join(work, "pycache-instrument-only")
-    listed = os.path.join(work, "cached.txt")
+    full, minimal = bytecode_caches(work, modules)
     no_bytecode_dir, cached_dir = os.path.join(work, "no-bytecode"), os.path.join(work, "cached")
-    writing = {"PYTHONPYCACHEPREFIX": full, "PYTHONDONTWRITEBYTECODE": ""}
-    start_up(["import", *modules], os.path.join(work, "priming"), writing)  # writes every module's bytecode
-    start_up(["import", "--cached", listed], os.path.join(work, "priming"), {"PYTHONPYCACHEPREFIX": full})
-    with open(listed, encoding="utf-8") as handle:
-        for path in handle.read().split():
-            if path.startswith(full + os.sep) and os.path.exists(path):
-                os.makedirs(os.path.dirname(minimal + path[len(full):]), exist_ok=True)
-                shutil.copy2(path, minimal + path[len(full):])
 
     def no_bytecode() -> None:  # PYTHONDONTWRITEBYTECODE=1: the cache stays without torch's
         start_up(["import", *modules], no_bytecode_dir, {"PYTHONPYCACHEPREFIX": minimal, "PYTHONDONTWRITEBYTECODE": "1"})
@@ -344,6 +335,22 @@ def bytecode(work: str, runs: int, smoke: bool = False, root: str | None = None)
 
     interleaved(runs, {"no bytecode": no_bytecode, "bytecode cached": cached})
     return _project(result, no_bytecode_dir, cached_dir)
+
+
+def bytecode_caches(work: str, modules) -> tuple[str, str]:
+    """Two bytecode caches for PYTHONPYCACHEPREFIX: every module's that importing ``modules``
+    after instrument() needs, and only those of the modules imported before (instrument()'s)."""
+    full, minimal = os.path.join(work, "pycache-full"), os.path.join(work, "pycache-instrument-only")
+    listed = os.path.join(work, "cached.txt")
+    writing = {"PYTHONPYCACHEPREFIX": full, "PYTHONDONTWRITEBYTECODE": ""}
+    start_up(["import", *modules], os.path.join(work, "priming"), writing)  # writes every module's bytecode
+    start_up(["import", "--cached", listed], os.path.join(work, "priming"), {"PYTHONPYCACHEPREFIX": full})
+    with open(listed, encoding="utf-8") as handle:
+        for path in handle.read().split():
+            if path.startswith(full + os.sep) and os.path.exists(path):
+                os.makedirs(os.path.dirname(minimal + path[len(full):]), exist_ok=True)
+                shutil.copy2(path, minimal + path[len(full):])
+    return full, minimal
 
 
 def package_files(module: str) -> list[str]:

@@ -132,3 +132,39 @@ def test_a_start_up_stopped_by_sigterm_during_an_import_says_it_was_importing(tm
     (root,) = [s for s in spans if s.is_root]
     assert root.attributes[semconv.END_REASON] == semconv.END_SIGTERM
     assert root.attributes[semconv.END_PHASE] == "import"
+
+
+def test_a_start_up_killed_during_an_import_names_the_import_running(tmp_path):
+    """SIGKILL runs no handler: the progress records say what was running, and the import is
+    named by its module (issue 38), not "unattributed"."""
+    marker = tmp_path / "inside"
+    (tmp_path / "sleeps_while_importing.py").write_text(
+        f"import time\nopen({str(marker)!r}, 'w').close()\ntime.sleep(60)\n")
+    script = tmp_path / "main.py"
+    script.write_text(SIGTERM_DURING_IMPORT)
+    env = {**_env(), "OTEL_COLDSTART_PROGRESS_INTERVAL_S": "0.25"}
+    child = subprocess.Popen([sys.executable, str(script), str(tmp_path)], cwd=tmp_path, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists():
+            assert child.poll() is None and time.monotonic() < deadline, child.stderr.read() if child.poll() else ""
+            time.sleep(0.05)
+        time.sleep(1.5)  # a few progress records written during the import
+        child.send_signal(signal.SIGKILL)
+        assert child.wait(timeout=60) == -signal.SIGKILL
+    finally:
+        if child.poll() is None:
+            child.kill()
+    (trace_file,) = glob.glob(str(tmp_path / "otel-coldstart-traces" / "*.otlp.jsonl"))
+    completed = subprocess.run([sys.executable, "-m", "otel_coldstart", "analyze", "--format", "json", trace_file],
+                               capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 11, completed.stderr  # docs/cli.md: a start-up was killed
+    (startup,) = json.loads(completed.stdout)["startups"]
+    killed = startup["killed"]
+    assert killed["phase"] == "import"
+    assert killed["running"]["module"] == "sleeps_while_importing"
+    assert killed["running"]["elapsed_s"] >= 1.0
+    completed = subprocess.run([sys.executable, "-m", "otel_coldstart", "analyze", trace_file],
+                               capture_output=True, text=True, timeout=300)
+    assert ": in import sleeps_while_importing for" in completed.stdout, completed.stdout
