@@ -142,8 +142,11 @@ class _OpenImport:
 
 def _open_imports(session) -> list:
     """The imports in progress, from the session's open-work registry (one lock, a short list)."""
-    return [_OpenImport(w) for w in session.open_work()
-            if w.phase == semconv.PHASE_IMPORT and w.span_id is None and isinstance(w.label, str)]
+    open_work = getattr(session, "open_work", None)  # a board may watch a stand-in with no registry
+    if open_work is None:
+        return []
+    return [_OpenImport(w) for w in open_work()
+            if w.phase == semconv.PHASE_IMPORT and w.span_id is None and isinstance(getattr(w, "label", None), str)]
 
 
 class Snapshot(namedtuple("Snapshot", (

@@ -64,6 +64,14 @@ def test_compile_cache_projection_of_an_empty_inductor_cache_matches_a_warm_one(
     _validate("compile-cache")  # reads the cache provenance patches/compile.py records (issue 26)
 
 
+def test_bytecode_projection_of_torch_compiled_from_source_matches_torch_with_its_bytecode_cached():
+    _validate("bytecode")  # issue 38
+
+
+def test_prewarm_imports_projection_of_torch_evicted_matches_torch_resident():
+    _validate("prewarm-imports")  # issue 38
+
+
 def test_the_benchmark_script_runs_end_to_end_in_smoke_mode(tmp_path):
     """benchmarks/whatif_validation.py --smoke: tiny checkpoints, one start-up a side. Checks
     that the script works and writes its figures, never the figures themselves."""
