@@ -130,15 +130,22 @@ def patch() -> None:
         return
     _min_ns = _threshold_ns()
     live = [True]  # cleared by unpatch(): a wrapper left in someone else's chain goes inert
-    namespace = {"_original": original, "_enter": _enter, "_leave": _leave, "_live": live, "__name__": __name__}
-    exec(compile(_WRAPPER_SOURCE, _WRAPPER_FILENAME, "exec"), namespace)
-    wrapper = namespace["_find_and_load"]
-    wrapper.__coldstart_imports__ = True
-    wrapper.__wrapped__ = original
-    wrapper.__doc__ = original.__doc__
+    wrapper = _make_wrapper(_WRAPPER_SOURCE, _WRAPPER_FILENAME, "_find_and_load", original, live,
+                            _enter=_enter, _leave=_leave)
     bootstrap._find_and_load = wrapper
     _installed = (bootstrap, original, wrapper, live)
     _patch_compile()
+
+
+def _make_wrapper(source: str, filename: str, name: str, original, live: list, **calls):
+    """The wrapper ``name`` defined by ``source``, compiled under importlib's ``filename``."""
+    namespace = {"_original": original, "_live": live, "__name__": __name__, **calls}
+    exec(compile(source, filename, "exec"), namespace)
+    wrapper = namespace[name]
+    wrapper.__coldstart_imports__ = True
+    wrapper.__wrapped__ = original
+    wrapper.__doc__ = original.__doc__
+    return wrapper
 
 
 def _patch_compile() -> None:
@@ -148,13 +155,8 @@ def _patch_compile() -> None:
     if not callable(original) or getattr(original, "__coldstart_imports__", False):
         return
     live = [True]
-    namespace = {"_original": original, "_compiled": _compiled, "_clock": time.perf_counter_ns, "_live": live,
-                 "__name__": __name__}
-    exec(compile(_COMPILE_WRAPPER_SOURCE, _COMPILE_WRAPPER_FILENAME, "exec"), namespace)
-    wrapper = namespace["source_to_code"]
-    wrapper.__coldstart_imports__ = True
-    wrapper.__wrapped__ = original
-    wrapper.__doc__ = original.__doc__
+    wrapper = _make_wrapper(_COMPILE_WRAPPER_SOURCE, _COMPILE_WRAPPER_FILENAME, "source_to_code", original, live,
+                            _compiled=_compiled, _clock=time.perf_counter_ns)
     loader.source_to_code = wrapper
     _installed_compile = (loader, original, wrapper, live)
 

@@ -102,25 +102,30 @@ SIGTERM_DURING_IMPORT = textwrap.dedent("""
 """)
 
 
-def test_a_start_up_stopped_by_sigterm_during_an_import_says_it_was_importing(tmp_path):
+def _signal_during_an_import(tmp_path, how: int, after_s: float, env: dict) -> int:
+    """Run SIGTERM_DURING_IMPORT and send ``how`` ``after_s`` into its import; its exit status."""
     marker = tmp_path / "inside"
     (tmp_path / "sleeps_while_importing.py").write_text(
         f"import time\nopen({str(marker)!r}, 'w').close()\ntime.sleep(60)\n")
     script = tmp_path / "main.py"
     script.write_text(SIGTERM_DURING_IMPORT)
-    child = subprocess.Popen([sys.executable, str(script), str(tmp_path)], cwd=tmp_path, env=_env(),
+    child = subprocess.Popen([sys.executable, str(script), str(tmp_path)], cwd=tmp_path, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
         while not marker.exists():
             assert child.poll() is None and time.monotonic() < deadline, child.stderr.read() if child.poll() else ""
             time.sleep(0.05)
-        time.sleep(0.1)
-        child.send_signal(signal.SIGTERM)
-        child.wait(timeout=60)
+        time.sleep(after_s)
+        child.send_signal(how)
+        return child.wait(timeout=60)
     finally:
         if child.poll() is None:
             child.kill()
+
+
+def test_a_start_up_stopped_by_sigterm_during_an_import_says_it_was_importing(tmp_path):
+    _signal_during_an_import(tmp_path, signal.SIGTERM, 0.1, _env())
     (trace_file,) = glob.glob(str(tmp_path / "otel-coldstart-traces" / "*.otlp.jsonl"))
     spans = read_trace_file(trace_file)
     (span,) = [s for s in spans if s.attributes.get(semconv.IMPORT_MODULE) == "sleeps_while_importing"]
@@ -137,25 +142,9 @@ def test_a_start_up_stopped_by_sigterm_during_an_import_says_it_was_importing(tm
 def test_a_start_up_killed_during_an_import_names_the_import_running(tmp_path):
     """SIGKILL runs no handler: the progress records say what was running, and the import is
     named by its module (issue 38), not "unattributed"."""
-    marker = tmp_path / "inside"
-    (tmp_path / "sleeps_while_importing.py").write_text(
-        f"import time\nopen({str(marker)!r}, 'w').close()\ntime.sleep(60)\n")
-    script = tmp_path / "main.py"
-    script.write_text(SIGTERM_DURING_IMPORT)
     env = {**_env(), "OTEL_COLDSTART_PROGRESS_INTERVAL_S": "0.25"}
-    child = subprocess.Popen([sys.executable, str(script), str(tmp_path)], cwd=tmp_path, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not marker.exists():
-            assert child.poll() is None and time.monotonic() < deadline, child.stderr.read() if child.poll() else ""
-            time.sleep(0.05)
-        time.sleep(1.5)  # a few progress records written during the import
-        child.send_signal(signal.SIGKILL)
-        assert child.wait(timeout=60) == -signal.SIGKILL
-    finally:
-        if child.poll() is None:
-            child.kill()
+    # 1.5 s: a few progress records written during the import.
+    assert _signal_during_an_import(tmp_path, signal.SIGKILL, 1.5, env) == -signal.SIGKILL
     (trace_file,) = glob.glob(str(tmp_path / "otel-coldstart-traces" / "*.otlp.jsonl"))
     completed = subprocess.run([sys.executable, "-m", "otel_coldstart", "analyze", "--format", "json", trace_file],
                                capture_output=True, text=True, timeout=300)
