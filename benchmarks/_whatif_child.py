@@ -3,7 +3,7 @@
     python benchmarks/_whatif_child.py touch DIR                 # read the shards, touch every page
     python benchmarks/_whatif_child.py cast DIR DTYPE            # read the shards, cast every tensor
     python benchmarks/_whatif_child.py compile                   # torch.compile a function, call it once
-    python benchmarks/_whatif_child.py import MODULE... [--cached FILE]  # import the modules, then ready()
+    python benchmarks/_whatif_child.py import MODULE... [--cached FILE] [--packages FILE]  # import, ready()
 
 ``touch`` reads every tensor with ``safe_open``/``get_tensor`` (as transformers and vLLM do)
 and, while the file is open, touches every page of it (one element per 4 KiB): whatever the
@@ -15,7 +15,9 @@ transformers and vLLM do per parameter; a no-op when the checkpoint is already i
 first request's compilation (the Inductor cache is TORCHINDUCTOR_CACHE_DIR). ``import`` is a
 server's imports alone (issue 38: the bytecode and prewarm-imports levers); ``--cached FILE``
 writes there, one a line, the bytecode files of the modules imported before the import
-(those of ``instrument()``), to build a bytecode cache that lacks only what it imports.
+(those of ``instrument()``), to build a bytecode cache that lacks only what it imports;
+``--packages FILE`` writes the directories of the installed packages the import loaded (with
+their vendored ``<name>.libs``), to evict exactly what it reads.
 
 ``otel_coldstart.instrument()`` is the first statement, so the root span starts at the
 process start; the trace goes where OTEL_COLDSTART_OUTPUT_DIR says.
@@ -72,7 +74,16 @@ def compile_once() -> None:
     otel_coldstart.ready()
 
 
+def _option(args: list, name: str) -> tuple[list, str | None]:
+    if name not in args:
+        return args, None
+    at = args.index(name)
+    return args[:at] + args[at + 2:], args[at + 1]
+
+
 def import_modules(args: list) -> None:
+    args, packages = _option(args, "--packages")
+    before = set(sys.modules)
     if "--cached" in args:
         at = args.index("--cached")
         with open(args[at + 1], "w", encoding="utf-8") as handle:
@@ -83,6 +94,17 @@ def import_modules(args: list) -> None:
         args = args[:at] + args[at + 2:]
     for name in args:
         __import__(name)
+    if packages:
+        found = set()
+        for name in set(sys.modules) - before:
+            top = sys.modules.get(name.partition(".")[0])
+            paths = list(getattr(top, "__path__", None) or ())
+            if paths and "-packages" in paths[0]:  # an installed package, not the standard library
+                found.add(paths[0])
+                if os.path.isdir(paths[0] + ".libs"):
+                    found.add(paths[0] + ".libs")
+        with open(packages, "w", encoding="utf-8") as handle:
+            handle.writelines(path + "\n" for path in sorted(found))
     otel_coldstart.ready()
 
 

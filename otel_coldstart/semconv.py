@@ -326,6 +326,7 @@ IMPORT_COMPILED_MODULES = "coldstart.import.compiled_modules"  # modules compile
 IMPORT_COMPILE_S = "coldstart.import.compile_s"  # the time compiling them (source_to_code)
 IMPORT_STORAGE_READ_BYTES = "coldstart.import.storage_read_bytes"  # bytes the process read from storage meanwhile
 IMPORT_CPU_S = "coldstart.import.cpu_s"  # the importing thread's CPU time during the import
+IMPORT_RUNQUEUE_S = "coldstart.import.runqueue_s"  # its time ready to run but waiting for a core
 # On coldstart.compile spans (patches/compile.py), from torch's own counters and compile metrics.
 # Besides COMPILE_CACHE_HITS / _MISSES and COMPILE_FRAME (the block shared with issue 27 above), per
 # cache: coldstart.compile.cache.<cache>.hits / .misses / .bypasses, <cache> one of COMPILE_CACHES.

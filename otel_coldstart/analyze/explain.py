@@ -56,8 +56,11 @@ class ImportCauses:
     storage_read_bytes: int | None = None  # the process's reads from storage during the imports
     storage_ns: int = 0  # wall time of the imports that read from storage
     cpu_ns: int | None = None  # the importing thread's CPU time
-    off_cpu_ns: int = 0  # wall time not on the CPU, in imports that recorded their CPU time
+    # Wall time off the CPU and not waiting for a core (what the run-queue wait leaves, where
+    # recorded): waiting on storage, a lock, another thread. In imports that recorded their CPU.
+    off_cpu_ns: int = 0
     storage_off_cpu_ns: int = 0  # the same, in the imports that read from storage
+    queued_ns: int | None = None  # waiting for a core (a busy machine), where recorded
 
     def plus(self, other: "ImportCauses") -> "ImportCauses":
         def add(a, b):
@@ -65,7 +68,8 @@ class ImportCauses:
         return ImportCauses(self.ns + other.ns, self.compiled_modules + other.compiled_modules,
                             self.compile_ns + other.compile_ns, add(self.storage_read_bytes, other.storage_read_bytes),
                             self.storage_ns + other.storage_ns, add(self.cpu_ns, other.cpu_ns),
-                            self.off_cpu_ns + other.off_cpu_ns, self.storage_off_cpu_ns + other.storage_off_cpu_ns)
+                            self.off_cpu_ns + other.off_cpu_ns, self.storage_off_cpu_ns + other.storage_off_cpu_ns,
+                            add(self.queued_ns, other.queued_ns))
 
 
 def import_causes(span: Span) -> ImportCauses | None:
@@ -78,11 +82,13 @@ def import_causes(span: Span) -> ImportCauses | None:
     compile_s = verdicts.number_value(attrs, semconv.IMPORT_COMPILE_S)
     read = verdicts.int_value(attrs.get(semconv.IMPORT_STORAGE_READ_BYTES))
     cpu = _ns(verdicts.number_value(attrs, semconv.IMPORT_CPU_S))
+    queued = _ns(verdicts.number_value(attrs, semconv.IMPORT_RUNQUEUE_S))
     wall = span.busy_ns  # a batch of fast imports: their summed time, not its gaps
-    off_cpu = max(0, wall - cpu) if cpu is not None else 0
+    off_cpu = max(0, wall - cpu - (queued or 0)) if cpu is not None else 0
     read = read if read is not None and read >= 0 else None
     return ImportCauses(wall, compiled, min(wall, _ns(compile_s) or 0), read, wall if read else 0,
-                        min(wall, cpu) if cpu is not None else None, off_cpu, off_cpu if read else 0)
+                        min(wall, cpu) if cpu is not None else None, off_cpu, off_cpu if read else 0,
+                        min(wall, queued) if queued is not None else None)
 
 
 @dataclass(frozen=True)

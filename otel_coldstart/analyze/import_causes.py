@@ -8,9 +8,10 @@ causes patches/imports.py recorded on them (explain.import_causes).
   missing or stale (``coldstart.import.compile_s``). With the bytecode cached, that time goes;
   reading a ``.pyc`` instead of a ``.py`` costs about the same.
 - Reading from storage: an import that read from storage waited for it off the CPU. Its wait
-  is its time off the CPU, less what imports off the CPU wait without reading (the same
-  start-up's imports that read nothing: a busy machine's run queue, a lock), less reading the
-  same bytes from the page cache (the storage floor's warm read(2) rate, where a floor was given).
+  is its time neither on the CPU nor waiting for a core (the run-queue wait the plugin
+  records: a busy machine's), less the share of their time the same start-up's imports that
+  read nothing spent so too (a lock, another thread), less reading the same bytes from the
+  page cache (the storage floor's warm read(2) rate, where a floor was given).
 """
 
 from __future__ import annotations

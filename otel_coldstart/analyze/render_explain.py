@@ -61,11 +61,12 @@ def _causes_doc(why) -> dict:
     """Why imports were slow (issue 38): None for each figure a trace from before does not hold."""
     if why is None:
         return {"compiled_modules": None, "compile_seconds": None, "storage_read_bytes": None,
-                "cpu_seconds": None, "off_cpu_seconds": None}
+                "cpu_seconds": None, "off_cpu_seconds": None, "runqueue_seconds": None}
     return {"compiled_modules": why.compiled_modules, "compile_seconds": _s(why.compile_ns),
             "storage_read_bytes": why.storage_read_bytes,
             "cpu_seconds": _s(why.cpu_ns) if why.cpu_ns is not None else None,
-            "off_cpu_seconds": _s(why.off_cpu_ns) if why.cpu_ns is not None else None}
+            "off_cpu_seconds": _s(why.off_cpu_ns) if why.cpu_ns is not None else None,
+            "runqueue_seconds": _s(why.queued_ns) if why.queued_ns is not None else None}
 
 
 def _compile_doc(b: Breakdown) -> dict | None:

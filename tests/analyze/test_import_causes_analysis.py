@@ -77,6 +77,15 @@ def test_storage_reads_give_imports_from_storage_less_what_resident_imports_wait
     assert "vmtouch" in f.lever and "local storage" in f.lever
 
 
+def test_waiting_for_a_core_is_not_taken_for_storage():
+    # 1000 ms off the CPU, 700 ms of it waiting for a core on a busy machine: 300 ms for storage.
+    b = _startup(lambda r: _import(r, "torch", 10, 2010, read=208 << 20, cpu_ms=1000,
+                                   **{semconv.IMPORT_RUNQUEUE_S: 0.7}))
+    f = imports_from_storage.check(b)[0]
+    assert f.saving_ns == pytest.approx(300 * MS, abs=MS)
+    assert explain_document(b)["imports"]["runqueue_seconds"] == pytest.approx(0.7)
+
+
 def test_imports_from_storage_takes_the_floor_warm_rate_off_when_given():
     b = _startup(lambda r: _import(r, "torch", 10, 2010, read=200 << 20, cpu_ms=1000))
     floor = StorageFloor(source="floor.json", cold_bytes_per_s=100e6, warm_bytes_per_s=2 * (200 << 20))

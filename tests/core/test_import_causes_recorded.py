@@ -47,6 +47,8 @@ def test_an_import_compiled_from_source_counts_its_modules_and_compile_time(trac
     assert 0 < attrs[semconv.IMPORT_COMPILE_S] <= attrs[semconv.IMPORT_CUMULATIVE_S]
     assert 0 < attrs[semconv.IMPORT_CPU_S]
     assert attrs[semconv.IMPORT_STORAGE_READ_BYTES] >= 0
+    if sys.platform.startswith("linux"):
+        assert 0 <= attrs[semconv.IMPORT_RUNQUEUE_S] <= attrs[semconv.IMPORT_CUMULATIVE_S]
 
 
 def test_a_module_already_compiled_counts_nothing(traced, modules_dir, monkeypatch):

@@ -28,13 +28,14 @@ LEVER = ("keep the Python environment on local storage (not a network volume or 
 def check(breakdown: Breakdown, floor: StorageFloor | None = None) -> list[Finding]:
     warm_rate = floor.warm_bytes_per_s if floor else None
     share_off = resident_off_cpu_share(breakdown)
-    read = waited = off_cpu = 0
+    read = waited = off_cpu = queued = 0
     reading = []
     for span, causes in import_spans(breakdown):
         if not causes.storage_read_bytes:
             continue
         read += causes.storage_read_bytes
         off_cpu += causes.off_cpu_ns
+        queued += causes.queued_ns or 0
         wait = storage_wait_ns(causes, share_off, warm_rate)
         waited += wait
         reading.append((wait, causes.storage_read_bytes, span))
@@ -42,8 +43,9 @@ def check(breakdown: Breakdown, floor: StorageFloor | None = None) -> list[Findi
         return []
     total = breakdown.duration_ns
     reading.sort(key=lambda item: -item[0])
-    evidence = [f"imports read {format_bytes(read)} from storage and spent {format_seconds(off_cpu)} off the CPU "
-                f"({share_text(off_cpu, total)})",
+    evidence = [f"imports read {format_bytes(read)} from storage and waited {format_seconds(off_cpu)} off the CPU "
+                f"({share_text(off_cpu, total)})" + (f"; another {format_seconds(queued)} waiting for a core (a busy "
+                                                     "machine) is not counted" if queued else ""),
                 "read by: " + "; ".join(f"{_label(span)}: {format_bytes(nbytes)}, {format_seconds(wait)} waiting"
                                         for wait, nbytes, span in reading[:3])]
     if share_off:
