@@ -327,8 +327,6 @@ IMPORT_COMPILE_S = "coldstart.import.compile_s"  # the time compiling them (sour
 IMPORT_STORAGE_READ_BYTES = "coldstart.import.storage_read_bytes"  # bytes the process read from storage meanwhile
 IMPORT_CPU_S = "coldstart.import.cpu_s"  # the importing thread's CPU time during the import
 IMPORT_RUNQUEUE_S = "coldstart.import.runqueue_s"  # its time ready to run but waiting for a core
-IMPORT_BLOCKED = "coldstart.import.blocked"  # times the thread blocked (voluntary context switches)
-IMPORT_PREEMPTED = "coldstart.import.preempted"  # times it was preempted (involuntary context switches)
 # On coldstart.compile spans (patches/compile.py), from torch's own counters and compile metrics.
 # Besides COMPILE_CACHE_HITS / _MISSES and COMPILE_FRAME (the block shared with issue 27 above), per
 # cache: coldstart.compile.cache.<cache>.hits / .misses / .bypasses, <cache> one of COMPILE_CACHES.

@@ -61,14 +61,6 @@ class ImportCauses:
     off_cpu_ns: int = 0
     storage_off_cpu_ns: int = 0  # the same, in the imports that read from storage
     queued_ns: int | None = None  # waiting for a core (a busy machine), where recorded
-    # Of that, the waits that followed its blocking (a thread woken from a read waits for a core
-    # again), by the share of its switches that were blocking rather than preemption.
-    wake_queued_ns: int = 0
-
-    @property
-    def waiting_ns(self) -> int:
-        """What its blocking cost: the time off the CPU and the run-queue waits that followed."""
-        return self.off_cpu_ns + self.wake_queued_ns
 
     def plus(self, other: "ImportCauses") -> "ImportCauses":
         def add(a, b):
@@ -77,7 +69,7 @@ class ImportCauses:
                             self.compile_ns + other.compile_ns, add(self.storage_read_bytes, other.storage_read_bytes),
                             self.storage_ns + other.storage_ns, add(self.cpu_ns, other.cpu_ns),
                             self.off_cpu_ns + other.off_cpu_ns, self.storage_off_cpu_ns + other.storage_off_cpu_ns,
-                            add(self.queued_ns, other.queued_ns), self.wake_queued_ns + other.wake_queued_ns)
+                            add(self.queued_ns, other.queued_ns))
 
 
 def import_causes(span: Span) -> ImportCauses | None:
@@ -92,15 +84,11 @@ def import_causes(span: Span) -> ImportCauses | None:
     cpu = _ns(verdicts.number_value(attrs, semconv.IMPORT_CPU_S))
     queued = _ns(verdicts.number_value(attrs, semconv.IMPORT_RUNQUEUE_S))
     wall = span.busy_ns  # a batch of fast imports: their summed time, not its gaps
-    queued = min(wall, queued) if queued is not None else None
     off_cpu = max(0, wall - cpu - (queued or 0)) if cpu is not None else 0
     read = read if read is not None and read >= 0 else None
-    blocked = verdicts.positive_int(attrs, semconv.IMPORT_BLOCKED)
-    switches = blocked + verdicts.positive_int(attrs, semconv.IMPORT_PREEMPTED)
-    wake = int(queued * blocked / switches) if queued and switches else 0
     return ImportCauses(wall, compiled, min(wall, _ns(compile_s) or 0), read, wall if read else 0,
-                        min(wall, cpu) if cpu is not None else None, off_cpu, off_cpu + wake if read else 0,
-                        queued, wake)
+                        min(wall, cpu) if cpu is not None else None, off_cpu, off_cpu if read else 0,
+                        min(wall, queued) if queued is not None else None)
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,11 @@ causes patches/imports.py recorded on them (explain.import_causes).
 - Compiling from source: the time importlib spent compiling modules whose cached bytecode was
   missing or stale (``coldstart.import.compile_s``). With the bytecode cached, that time goes;
   reading a ``.pyc`` instead of a ``.py`` costs about the same.
-- Reading from storage: an import that read from storage waited for it off the CPU, and on a
-  busy machine waited for a core again each time a read woke it. Its wait is its time neither
-  on the CPU nor waiting for a core, plus the share of its run-queue wait that followed its
-  blocking (by the share of its context switches that were blocking, not preemption), less
-  the share of their time the same start-up's imports that read nothing spent so too (a lock,
-  another thread), less reading the same bytes from the page cache (the storage floor's warm
-  read(2) rate, where a floor was given).
+- Reading from storage: an import that read from storage waited for it off the CPU. Its wait
+  is its time neither on the CPU nor waiting for a core (the run-queue wait the plugin
+  records: a busy machine's), less the share of their time the same start-up's imports that
+  read nothing spent so too (a lock, another thread), less reading the same bytes from the
+  page cache (the storage floor's warm read(2) rate, where a floor was given).
 """
 
 from __future__ import annotations
@@ -44,7 +42,7 @@ def resident_off_cpu_share(b: Breakdown) -> float:
     for _, causes in import_spans(b):
         if causes.storage_read_bytes == 0 and causes.cpu_ns is not None:
             wall += causes.ns
-            off += causes.waiting_ns
+            off += causes.off_cpu_ns
     return off / wall if wall >= MIN_REFERENCE_NS else 0.0
 
 
@@ -53,7 +51,7 @@ def storage_wait_ns(causes: ImportCauses, resident_share: float, warm_bytes_per_
     the page cache: 0 for an import that read nothing or did not record its CPU time."""
     if not causes.storage_read_bytes or causes.cpu_ns is None:
         return 0
-    wait = causes.waiting_ns - resident_share * causes.ns
+    wait = causes.off_cpu_ns - resident_share * causes.ns
     if warm_bytes_per_s:
         wait -= causes.storage_read_bytes / warm_bytes_per_s * 1e9
     return max(0, int(wait))

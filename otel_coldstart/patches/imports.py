@@ -41,8 +41,8 @@ usable ``.pyc``, so a start-up with its bytecode cached never reaches it), the b
 process read from storage meanwhile (``getrusage(RUSAGE_SELF).ru_inblock``, the sum over the
 process's threads of the counter ``/proc/self/io`` calls ``read_bytes``: page faults of a
 ``.so`` included), the importing thread's CPU time and its time waiting for a core (the
-scheduler's run-queue wait, ``/proc/thread-self/schedstat``) with the times it blocked and was
-preempted (``getrusage(RUSAGE_THREAD)``): a busy machine's wait is told from storage's. A few system calls at
+scheduler's run-queue wait, ``/proc/thread-self/schedstat``): what is neither waited on
+storage or a lock, so a busy machine's wait is not taken for storage's. A few system calls at
 each end of a top-level import.
 
 ``HOT_PATH``: removed at ``ready()`` (the original function is put back), so serving pays
@@ -210,7 +210,7 @@ class _Import:
     by the collector."""
 
     __slots__ = ("name", "session", "wall_start", "module_names", "module_ns", "plugin_ns", "importer",
-                 "compiled", "compile_ns", "read_blocks", "cpu_ns", "sched")
+                 "compiled", "compile_ns", "read_blocks", "cpu_ns", "queued_ns")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -224,7 +224,7 @@ class _Import:
         self.compile_ns = 0
         self.read_blocks = -1  # the process's storage reads (512-byte blocks) when it began; -1: unknown
         self.cpu_ns = 0  # the thread's CPU time when it began
-        self.sched = None  # the thread's scheduler counters when it began (_scheduling)
+        self.queued_ns = -1  # the thread's run-queue wait when it began; -1: unknown
 
     @property
     def modules(self) -> list | None:
@@ -336,7 +336,7 @@ def _enter(name):
             frame.module_names = []
             frame.read_blocks = _process_read_blocks()
             frame.cpu_ns = time.thread_time_ns()
-            frame.sched = _scheduling()
+            frame.queued_ns = _runqueue_wait_ns()
             session.track_open(frame, semconv.phase_span_name(semconv.PHASE_IMPORT), semconv.PHASE_IMPORT,
                                frame.wall_start, lambda end_ns, f=frame: _interrupt(f, end_ns), label=name)
         except Exception:
@@ -400,13 +400,13 @@ def _leave(token, failed: bool) -> None:
         top.module_ns.append(own)
         cpu_ns = time.thread_time_ns() - top.cpu_ns
         read_blocks = _read_since(top.read_blocks)
-        sched = _scheduling_since(top.sched)
+        queued_ns = _queued_since(top.queued_ns)
     except Exception:
         report_internal_error("import end")
         return
     _local.busy = True  # emitting the span may import (the SDK's lazy modules): not recorded
     try:
-        _finish(top, cumulative, own, failed, read_blocks, cpu_ns, sched)
+        _finish(top, cumulative, own, failed, read_blocks, cpu_ns, queued_ns)
     except Exception:
         report_internal_error("import end")
     finally:
@@ -414,7 +414,7 @@ def _leave(token, failed: bool) -> None:
 
 
 def _finish(frame: _Import, cumulative_ns: int, own_ns: int, failed: bool, read_blocks: int, cpu_ns: int,
-            sched: tuple | None) -> None:
+            queued_ns: int) -> None:
     session = frame.session
     # The session's open-work registry decides, under its lock, who writes the span: this
     # thread, or the end of the start-up that cut the import short (_interrupt).
@@ -427,11 +427,11 @@ def _finish(frame: _Import, cumulative_ns: int, own_ns: int, failed: bool, read_
     parent = session.parent_span_context()
     batches = session.state(__name__, _Batches)
     if cumulative_ns < _min_ns:
-        batches.add(session, frame, parent, cumulative_ns, read_blocks, cpu_ns, sched)
+        batches.add(session, frame, parent, cumulative_ns, read_blocks, cpu_ns, queued_ns)
         return
     batches.flush(session, threading.get_ident())  # what came before it, first
     attrs = _attributes(list(frame.modules or ()))
-    _why_slow(attrs, frame.compiled, frame.compile_ns, read_blocks, cpu_ns, sched)
+    _why_slow(attrs, frame.compiled, frame.compile_ns, read_blocks, cpu_ns, queued_ns)
     attrs[semconv.IMPORT_MODULE] = frame.name
     attrs[semconv.IMPORT_CUMULATIVE_S] = cumulative_ns / 1e9
     attrs[semconv.IMPORT_SELF_S] = own_ns / 1e9
@@ -451,7 +451,7 @@ class _Batch:
     """Consecutive fast top-level imports of one thread under one parent."""
 
     __slots__ = ("parent", "start", "end", "busy_ns", "calls", "modules", "thread_name", "plugin_ns",
-                 "compiled", "compile_ns", "read_blocks", "cpu_ns", "sched")
+                 "compiled", "compile_ns", "read_blocks", "cpu_ns", "queued_ns")
 
     def __init__(self, parent, start: int, thread_name: str) -> None:
         self.parent = parent
@@ -466,7 +466,7 @@ class _Batch:
         self.compile_ns = 0
         self.read_blocks = 0  # -1 once one of its imports could not count them
         self.cpu_ns = 0
-        self.sched: tuple | None = (0, 0, 0)  # None once one of its imports could not count it
+        self.queued_ns = 0  # -1 once one of its imports could not count it
 
 
 class _Batches:
@@ -477,7 +477,7 @@ class _Batches:
         self.by_thread: dict[int, _Batch] = {}
 
     def add(self, session, frame: _Import, parent, cumulative_ns: int, read_blocks: int, cpu_ns: int,
-            sched: tuple | None) -> None:
+            queued_ns: int) -> None:
         thread = threading.get_ident()
         start, end = frame.wall_start, frame.wall_start + cumulative_ns
         with self.lock:
@@ -497,8 +497,7 @@ class _Batches:
             known = batch.read_blocks >= 0 and read_blocks >= 0
             batch.read_blocks = batch.read_blocks + read_blocks if known else -1
             batch.cpu_ns += cpu_ns
-            known = batch.sched is not None and sched is not None
-            batch.sched = tuple(a + b for a, b in zip(batch.sched, sched)) if known else None
+            batch.queued_ns = batch.queued_ns + queued_ns if batch.queued_ns >= 0 and queued_ns >= 0 else -1
             batch.modules.extend(frame.modules or ())
 
     def flush(self, session, thread: int | None = None) -> None:
@@ -521,7 +520,7 @@ def _emit_batch(session, thread: int, batch: _Batch) -> None:
     if batch.busy_ns < _BATCH_MIN_NS:
         return
     attrs = _attributes(batch.modules)
-    _why_slow(attrs, batch.compiled, batch.compile_ns, batch.read_blocks, batch.cpu_ns, batch.sched)
+    _why_slow(attrs, batch.compiled, batch.compile_ns, batch.read_blocks, batch.cpu_ns, batch.queued_ns)
     attrs.update({semconv.AGGREGATE: True, semconv.CALLS: batch.calls, semconv.BUSY_S: batch.busy_ns / 1e9,
                   semconv.THREAD_ID: thread, semconv.THREAD_NAME: batch.thread_name})
     if batch.plugin_ns:
@@ -567,7 +566,7 @@ def _interrupt(frame: _Import, end_ns: int) -> None:
     attrs[semconv.IMPORT_CUMULATIVE_S] = max(0, end_ns - frame.wall_start) / 1e9
     attrs[semconv.INTERRUPTED] = True
     # Its CPU time is the importing thread's, which this thread cannot read; the rest is at hand.
-    _why_slow(attrs, frame.compiled, frame.compile_ns, _read_since(frame.read_blocks), None, None)
+    _why_slow(attrs, frame.compiled, frame.compile_ns, _read_since(frame.read_blocks), None, -1)
     if frame.importer is not None:
         attrs[semconv.IMPORT_IMPORTER] = frame.importer
     if frame.plugin_ns:
@@ -621,46 +620,38 @@ def _read_since(start: int) -> int:
 
 
 _SCHEDSTAT = "/proc/thread-self/schedstat"  # on the CPU, waiting on a run queue (ns), timeslices
-_scheduler_readable = [os.path.exists(_SCHEDSTAT) and hasattr(_resource, "RUSAGE_THREAD")]  # off at a failure
+_schedstat_readable = [os.path.exists(_SCHEDSTAT)]  # cleared at the first failure: no second try
 
 
-def _scheduling() -> tuple | None:
-    """This thread's scheduler counters so far: (time ready to run but waiting for a core, ns;
-    times it blocked (voluntary switches: a read from storage, a lock); times it was preempted),
-    or None where unknown. A thread that blocks waits for a core again when it wakes up: on a
-    busy machine, part of its run-queue wait is what its blocking cost."""
-    if not _scheduler_readable[0]:
-        return None
+def _runqueue_wait_ns() -> int:
+    """This thread's time so far ready to run but waiting for a core; -1 where unknown."""
+    if not _schedstat_readable[0]:
+        return -1
     try:
         fd = os.open(_SCHEDSTAT, os.O_RDONLY)
         try:
-            queued = int(os.read(fd, 128).split()[1])
+            return int(os.read(fd, 128).split()[1])
         finally:
             os.close(fd)
-        usage = _resource.getrusage(_resource.RUSAGE_THREAD)
-        return queued, usage.ru_nvcsw, usage.ru_nivcsw
     except (OSError, ValueError, IndexError):
-        _scheduler_readable[0] = False
-        return None
+        _schedstat_readable[0] = False
+        return -1
 
 
-def _scheduling_since(start: tuple | None) -> tuple | None:
-    end = _scheduling() if start is not None else None
-    if end is None:
-        return None
-    delta = tuple(b - a for a, b in zip(start, end))
-    return delta if min(delta) >= 0 else None
+def _queued_since(start: int) -> int:
+    if start < 0:
+        return -1
+    end = _runqueue_wait_ns()
+    return end - start if end >= start else -1
 
 
 def _why_slow(attrs: dict, compiled: int, compile_ns: int, read_blocks: int, cpu_ns: int | None,
-              sched: tuple | None) -> None:
+              queued_ns: int) -> None:
     attrs[semconv.IMPORT_COMPILED_MODULES] = compiled
     attrs[semconv.IMPORT_COMPILE_S] = compile_ns / 1e9
     if read_blocks >= 0:
         attrs[semconv.IMPORT_STORAGE_READ_BYTES] = read_blocks * _BLOCK
     if cpu_ns is not None and cpu_ns >= 0:
         attrs[semconv.IMPORT_CPU_S] = cpu_ns / 1e9
-    if sched is not None:
-        attrs[semconv.IMPORT_RUNQUEUE_S] = sched[0] / 1e9
-        attrs[semconv.IMPORT_BLOCKED] = sched[1]
-        attrs[semconv.IMPORT_PREEMPTED] = sched[2]
+    if queued_ns >= 0:
+        attrs[semconv.IMPORT_RUNQUEUE_S] = queued_ns / 1e9

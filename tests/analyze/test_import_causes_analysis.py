@@ -86,15 +86,6 @@ def test_waiting_for_a_core_is_not_taken_for_storage():
     assert explain_document(b)["imports"]["runqueue_seconds"] == pytest.approx(0.7)
 
 
-def test_the_run_queue_wait_after_each_read_is_the_reads_cost():
-    # 300 ms blocked, 700 ms waiting for a core: 3 of its 4 switches were blocking (a read woke
-    # it and it waited for a core again), so 525 ms of that wait is the reads' too.
-    b = _startup(lambda r: _import(r, "torch", 10, 2010, read=208 << 20, cpu_ms=1000, **{
-        semconv.IMPORT_RUNQUEUE_S: 0.7, semconv.IMPORT_BLOCKED: 3000, semconv.IMPORT_PREEMPTED: 1000}))
-    f = imports_from_storage.check(b)[0]
-    assert f.saving_ns == pytest.approx(825 * MS, abs=MS)
-
-
 def test_imports_from_storage_takes_the_floor_warm_rate_off_when_given():
     b = _startup(lambda r: _import(r, "torch", 10, 2010, read=200 << 20, cpu_ms=1000))
     floor = StorageFloor(source="floor.json", cold_bytes_per_s=100e6, warm_bytes_per_s=2 * (200 << 20))

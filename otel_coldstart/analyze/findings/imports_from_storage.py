@@ -34,8 +34,8 @@ def check(breakdown: Breakdown, floor: StorageFloor | None = None) -> list[Findi
         if not causes.storage_read_bytes:
             continue
         read += causes.storage_read_bytes
-        off_cpu += causes.waiting_ns
-        queued += (causes.queued_ns or 0) - causes.wake_queued_ns
+        off_cpu += causes.off_cpu_ns
+        queued += causes.queued_ns or 0
         wait = storage_wait_ns(causes, share_off, warm_rate)
         waited += wait
         reading.append((wait, causes.storage_read_bytes, span))
@@ -43,10 +43,9 @@ def check(breakdown: Breakdown, floor: StorageFloor | None = None) -> list[Findi
         return []
     total = breakdown.duration_ns
     reading.sort(key=lambda item: -item[0])
-    evidence = [f"imports read {format_bytes(read)} from storage and waited {format_seconds(off_cpu)} for it (off "
-                f"the CPU, and for a core each time a read woke them; {share_text(off_cpu, total)})"
-                + (f"; another {format_seconds(queued)} waiting for a core when preempted (a busy machine) is not "
-                   "counted" if queued else ""),
+    evidence = [f"imports read {format_bytes(read)} from storage and waited {format_seconds(off_cpu)} off the CPU "
+                f"({share_text(off_cpu, total)})" + (f"; another {format_seconds(queued)} waiting for a core (a busy "
+                                                     "machine) is not counted" if queued else ""),
                 "read by: " + "; ".join(f"{_label(span)}: {format_bytes(nbytes)}, {format_seconds(wait)} waiting"
                                         for wait, nbytes, span in reading[:3])]
     if share_off:
