@@ -24,6 +24,13 @@ from .explain import ImportCauses, import_causes
 from .model import Span
 
 MIN_REFERENCE_NS = 50_000_000  # resident imports shorter than this in all are no reference for waiting
+# An import that read less than this from storage (a few .pyc files evicted since) is not
+# waiting for storage: its time off the CPU is another wait's (a lock, a page of the heap).
+MIN_STORAGE_BYTES = 1 << 20
+
+
+def reads_storage(causes: ImportCauses) -> bool:
+    return (causes.storage_read_bytes or 0) >= MIN_STORAGE_BYTES
 
 
 def import_spans(b: Breakdown) -> Iterator[tuple[Span, ImportCauses]]:
@@ -40,7 +47,7 @@ def resident_off_cpu_share(b: Breakdown) -> float:
     the CPU anyway (0 when they are too short to tell)."""
     wall = off = 0
     for _, causes in import_spans(b):
-        if causes.storage_read_bytes == 0 and causes.cpu_ns is not None:
+        if causes.storage_read_bytes is not None and not reads_storage(causes) and causes.cpu_ns is not None:
             wall += causes.ns
             off += causes.off_cpu_ns
     return off / wall if wall >= MIN_REFERENCE_NS else 0.0
@@ -49,7 +56,7 @@ def resident_off_cpu_share(b: Breakdown) -> float:
 def storage_wait_ns(causes: ImportCauses, resident_share: float, warm_bytes_per_s: float | None) -> int:
     """The time an import waited for its storage reads, beyond what the same reads cost from
     the page cache: 0 for an import that read nothing or did not record its CPU time."""
-    if not causes.storage_read_bytes or causes.cpu_ns is None:
+    if not reads_storage(causes) or causes.cpu_ns is None:
         return 0
     wait = causes.off_cpu_ns - resident_share * causes.ns
     if warm_bytes_per_s:

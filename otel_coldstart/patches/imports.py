@@ -399,8 +399,8 @@ def _leave(token, failed: bool) -> None:
         top.module_names.append(name)
         top.module_ns.append(own)
         cpu_ns = time.thread_time_ns() - top.cpu_ns
-        read_blocks = _read_since(top.read_blocks)
-        queued_ns = _queued_since(top.queued_ns)
+        read_blocks = _since(top.read_blocks, _process_read_blocks)
+        queued_ns = _since(top.queued_ns, _runqueue_wait_ns)
     except Exception:
         report_internal_error("import end")
         return
@@ -566,7 +566,7 @@ def _interrupt(frame: _Import, end_ns: int) -> None:
     attrs[semconv.IMPORT_CUMULATIVE_S] = max(0, end_ns - frame.wall_start) / 1e9
     attrs[semconv.INTERRUPTED] = True
     # Its CPU time is the importing thread's, which this thread cannot read; the rest is at hand.
-    _why_slow(attrs, frame.compiled, frame.compile_ns, _read_since(frame.read_blocks), None, -1)
+    _why_slow(attrs, frame.compiled, frame.compile_ns, _since(frame.read_blocks, _process_read_blocks), None, -1)
     if frame.importer is not None:
         attrs[semconv.IMPORT_IMPORTER] = frame.importer
     if frame.plugin_ns:
@@ -612,10 +612,11 @@ def _process_read_blocks() -> int:
         return -1
 
 
-def _read_since(start: int) -> int:
+def _since(start: int, counter) -> int:
+    """How far ``counter()`` moved since it read ``start``; -1 where either reading is unknown."""
     if start < 0:
         return -1
-    end = _process_read_blocks()
+    end = counter()
     return end - start if end >= start else -1
 
 
@@ -636,13 +637,6 @@ def _runqueue_wait_ns() -> int:
     except (OSError, ValueError, IndexError):
         _schedstat_readable[0] = False
         return -1
-
-
-def _queued_since(start: int) -> int:
-    if start < 0:
-        return -1
-    end = _runqueue_wait_ns()
-    return end - start if end >= start else -1
 
 
 def _why_slow(attrs: dict, compiled: int, compile_ns: int, read_blocks: int, cpu_ns: int | None,

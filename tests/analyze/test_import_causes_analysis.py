@@ -93,6 +93,16 @@ def test_imports_from_storage_takes_the_floor_warm_rate_off_when_given():
     assert f.saving_ns == pytest.approx(500 * MS, abs=MS)  # 1000 ms less 500 ms at the warm rate
 
 
+def test_an_import_that_read_a_few_pages_is_not_waiting_for_storage():
+    b = _startup(lambda r: _import(r, "transformers", 10, 2010, read=200 << 20, cpu_ms=1000),
+                 lambda r: _import(r, "torch", 2010, 4010, read=84 << 10, cpu_ms=1900), duration_ms=5000)
+    f = imports_from_storage.check(b)[0]
+    assert "import transformers" in f.evidence[1] and "import torch" not in f.evidence[1]
+    # torch (84 KiB read) is a resident import: 5% of its time off the CPU, so 100 ms of
+    # transformers' 1000 ms off it is not storage's.
+    assert f.saving_ns == pytest.approx(900 * MS, abs=MS)
+
+
 def test_resident_imports_give_no_imports_from_storage():
     b = _startup(lambda r: _import(r, "torch", 10, 2010, read=64 << 10, cpu_ms=1500))
     assert imports_from_storage.check(b) == []

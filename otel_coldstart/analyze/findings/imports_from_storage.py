@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ... import semconv
 from ..breakdown import Breakdown
-from ..import_causes import import_spans, resident_off_cpu_share, storage_wait_ns
+from ..import_causes import import_spans, reads_storage, resident_off_cpu_share, storage_wait_ns
 from ..storage_floor import StorageFloor
 from ..units import format_bytes, format_rate, format_seconds
 from ._finding import Finding, claim, share_text
@@ -31,7 +31,7 @@ def check(breakdown: Breakdown, floor: StorageFloor | None = None) -> list[Findi
     read = waited = off_cpu = queued = 0
     reading = []
     for span, causes in import_spans(breakdown):
-        if not causes.storage_read_bytes:
+        if not reads_storage(causes):
             continue
         read += causes.storage_read_bytes
         off_cpu += causes.off_cpu_ns

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ... import semconv
 from ..breakdown import Breakdown
-from ..import_causes import import_spans, resident_off_cpu_share, storage_wait_ns
+from ..import_causes import import_spans, reads_storage, resident_off_cpu_share, storage_wait_ns
 from ._evidence import Assumptions, Concurrency, Cut, Evidence, LeverOutcome
 
 NOTHING = "no import read from storage (the environment was resident), or the trace does not say"
@@ -18,7 +18,7 @@ NOTHING = "no import read from storage (the environment was resident), or the tr
 
 def cut(b: Breakdown, own: dict, ctx: Concurrency, ev: Evidence, said: Assumptions) -> LeverOutcome:
     out = LeverOutcome()
-    reading = [(span, causes) for span, causes in import_spans(b) if causes.storage_read_bytes]
+    reading = [(span, causes) for span, causes in import_spans(b) if reads_storage(causes)]
     if not reading:
         return out
     out.applies = True
