@@ -5,6 +5,7 @@
     python benchmarks/_whatif_child.py compile                   # torch.compile a function, call it once
     python benchmarks/_whatif_child.py pickle DIR                # torch.load every .bin shard
     python benchmarks/_whatif_child.py safetensors DIR           # safetensors' load_file every shard
+    python benchmarks/_whatif_child.py import MODULE... [--cached FILE] [--packages FILE]  # import, ready()
 
 ``touch`` reads every tensor with ``safe_open``/``get_tensor`` (as transformers and vLLM do)
 and, while the file is open, touches every page of it (one element per 4 KiB): whatever the
@@ -16,7 +17,12 @@ transformers and vLLM do per parameter; a no-op when the checkpoint is already i
 first request's compilation (the Inductor cache is TORCHINDUCTOR_CACHE_DIR). ``pickle`` and
 ``safetensors`` load the same weights the two ways (``torch.load(weights_only=True)`` of the
 ``.bin`` shards, ``safetensors.torch.load_file`` of the ``.safetensors`` ones): every tensor
-in memory, as a loader that builds its state dict first has it.
+in memory, as a loader that builds its state dict first has it. ``import`` is a
+server's imports alone (issue 38: the bytecode and prewarm-imports levers); ``--cached FILE``
+writes there, one a line, the bytecode files of the modules imported before the import
+(those of ``instrument()``), to build a bytecode cache that lacks only what it imports;
+``--packages FILE`` writes the directories of the installed packages the import loaded (with
+their vendored ``<name>.libs``), to evict exactly what it reads.
 
 ``otel_coldstart.instrument()`` is the first statement, so the root span starts at the
 process start; the trace goes where OTEL_COLDSTART_OUTPUT_DIR says.
@@ -95,6 +101,40 @@ def load_safetensors(directory: str) -> None:
     otel_coldstart.ready()
 
 
+def _option(args: list, name: str) -> tuple[list, str | None]:
+    if name not in args:
+        return args, None
+    at = args.index(name)
+    return args[:at] + args[at + 2:], args[at + 1]
+
+
+def import_modules(args: list) -> None:
+    args, packages = _option(args, "--packages")
+    before = set(sys.modules)
+    if "--cached" in args:
+        at = args.index("--cached")
+        with open(args[at + 1], "w", encoding="utf-8") as handle:
+            for module in list(sys.modules.values()):
+                cached = getattr(module, "__cached__", None)
+                if isinstance(cached, str):
+                    handle.write(cached + "\n")
+        args = args[:at] + args[at + 2:]
+    for name in args:
+        __import__(name)
+    if packages:
+        found = set()
+        for name in set(sys.modules) - before:
+            top = sys.modules.get(name.partition(".")[0])
+            paths = list(getattr(top, "__path__", None) or ())
+            if paths and "-packages" in paths[0]:  # an installed package, not the standard library
+                found.add(paths[0])
+                if os.path.isdir(paths[0] + ".libs"):
+                    found.add(paths[0] + ".libs")
+        with open(packages, "w", encoding="utf-8") as handle:
+            handle.writelines(path + "\n" for path in sorted(found))
+    otel_coldstart.ready()
+
+
 mode = sys.argv[1]
 if mode == "touch":
     touch(sys.argv[2])
@@ -106,5 +146,7 @@ elif mode == "pickle":
     load_pickles(sys.argv[2])
 elif mode == "safetensors":
     load_safetensors(sys.argv[2])
+elif mode == "import":
+    import_modules(sys.argv[2:])
 else:
     raise SystemExit(f"unknown mode {mode!r}")

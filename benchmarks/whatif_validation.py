@@ -11,6 +11,8 @@ of the counterfactual (both the root span, ``model.startup``, from process start
 | serving-dtype | a bf16 checkpoint cast to fp16 | the same tensors saved as fp16 | serving-dtype |
 | compile-cache | an empty Inductor cache (a new TORCHINDUCTOR_CACHE_DIR per run) | a warm one | compile-cache, learning the cost of a hit from warm start-ups that are not measured, one every other round (`--reference`) |
 | to-safetensors | the checkpoint as pickles (`.bin`, torch.save), loaded with `torch.load`, resident | the same weights as safetensors, loaded with `load_file`, each tensor cloned out of the mapping (in memory, as torch.load leaves it), resident | to-safetensors, with the storage floor of the `.bin` files (the user's own files: no safetensors start-up to learn from) |
+| bytecode | `import torch` with PYTHONPYCACHEPREFIX on a bytecode cache holding only what `instrument()` imported (PYTHONDONTWRITEBYTECODE=1: torch compiles from source every time) | the same with every module's bytecode cached | bytecode |
+| prewarm-imports | `import torch, transformers.models.bert.modeling_bert` with the installed packages it loads evicted from the page cache (POSIX_FADV_DONTNEED on every file of their directories) | every file resident | prewarm-imports |
 
 The start-ups are benchmarks/_whatif_child.py: ``touch`` (every tensor read, every page of it
 touched while its file is open), ``cast`` (each tensor read converted to fp16, as loaders do
@@ -49,7 +51,7 @@ from common import FULL_SHAPE, cache_root, load_average, shape_label, stamp  # n
 from otel_coldstart import demo, floor  # noqa: E402
 
 CHILD = os.path.join(BENCH_DIR, "_whatif_child.py")
-CASES = ("prewarm", "serving-dtype", "compile-cache", "to-safetensors")
+CASES = ("prewarm", "serving-dtype", "compile-cache", "to-safetensors", "bytecode", "prewarm-imports")
 TOLERANCE = 0.15
 # prewarm: 1.01 GiB (the benchmarks' checkpoint, shared with them): ~0.5-1 s of cold reads here.
 PREWARM_SHAPE = FULL_SHAPE
@@ -364,8 +366,96 @@ def to_safetensors(work: str, runs: int, smoke: bool = False, root: str | None =
     return _project(result, pickle_dir, safe_dir, floor_json)
 
 
+def bytecode(work: str, runs: int, smoke: bool = False, root: str | None = None) -> CaseResult:
+    """Issue 38: `import torch` without cached bytecode against with it. PYTHONPYCACHEPREFIX
+    points both sides at a bytecode cache: every module's (filled by a first start-up), or only
+    the modules imported before the import (instrument()'s): the interpreter start-up and the
+    plugin's own import read their bytecode alike on both sides, torch compiles on one."""
+    result = CaseResult("bytecode", "bytecode", runs)
+    modules = SMOKE_IMPORTS if smoke else IMPORTS
+    full, minimal = bytecode_caches(work, modules)
+    no_bytecode_dir, cached_dir = os.path.join(work, "no-bytecode"), os.path.join(work, "cached")
+
+    def no_bytecode() -> None:  # PYTHONDONTWRITEBYTECODE=1: the cache stays without torch's
+        start_up(["import", *modules], no_bytecode_dir, {"PYTHONPYCACHEPREFIX": minimal, "PYTHONDONTWRITEBYTECODE": "1"})
+
+    def cached() -> None:
+        start_up(["import", *modules], cached_dir, {"PYTHONPYCACHEPREFIX": full, "PYTHONDONTWRITEBYTECODE": "1"})
+
+    interleaved(runs, {"no bytecode": no_bytecode, "bytecode cached": cached})
+    return _project(result, no_bytecode_dir, cached_dir)
+
+
+def bytecode_caches(work: str, modules) -> tuple[str, str]:
+    """Two bytecode caches for PYTHONPYCACHEPREFIX: every module's that importing ``modules``
+    after instrument() needs, and only those of the modules imported before (instrument()'s)."""
+    full, minimal = os.path.join(work, "pycache-full"), os.path.join(work, "pycache-instrument-only")
+    listed = os.path.join(work, "cached.txt")
+    writing = {"PYTHONPYCACHEPREFIX": full, "PYTHONDONTWRITEBYTECODE": ""}
+    start_up(["import", *modules], os.path.join(work, "priming"), writing)  # writes every module's bytecode
+    start_up(["import", "--cached", listed], os.path.join(work, "priming"), {"PYTHONPYCACHEPREFIX": full})
+    with open(listed, encoding="utf-8") as handle:
+        for path in handle.read().split():
+            if path.startswith(full + os.sep) and os.path.exists(path):
+                os.makedirs(os.path.dirname(minimal + path[len(full):]), exist_ok=True)
+                shutil.copy2(path, minimal + path[len(full):])
+    return full, minimal
+
+
+def package_files(module: str) -> list[str]:
+    """Every file of an installed package's directory, found without importing it (a process that
+    imported torch maps its libraries, and mapped pages cannot be evicted)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(f"{module} is not an installed package")
+    return files_under([list(spec.submodule_search_locations)[0]])
+
+
+def files_under(directories) -> list[str]:
+    found = []
+    for top in directories:
+        for directory, _, names in os.walk(top):
+            found += [os.path.join(directory, n) for n in names if os.path.isfile(os.path.join(directory, n))]
+    return sorted(found)
+
+
+def prewarm_imports(work: str, runs: int, smoke: bool = False, root: str | None = None) -> CaseResult:
+    """Issue 38: a server's imports (torch and a transformers model) with the installed packages
+    they load evicted from the page cache against resident. Only those packages: what the
+    interpreter and instrument() read before stays resident on both sides."""
+    result = CaseResult("prewarm-imports", "prewarm-imports", runs)
+    modules = SMOKE_IMPORTS if smoke else STORAGE_IMPORTS
+    evicted_dir, resident_dir = os.path.join(work, "evicted"), os.path.join(work, "resident")
+    ordinary = {"PYTHONDONTWRITEBYTECODE": ""}  # the bytecode in __pycache__, as installed
+    listed = os.path.join(work, "packages.txt")
+    start_up(["import", *modules, "--packages", listed], os.path.join(work, "priming"), ordinary)
+    with open(listed, encoding="utf-8") as handle:
+        files = files_under(handle.read().split())
+
+    def evicted() -> None:
+        accepted, resident = floor.evict(files)
+        if not accepted or (resident is not None and resident > 0.05):
+            raise RuntimeError(f"the OS kept {modules} in the page cache ({resident}): no cold start-up here")
+        start_up(["import", *modules], evicted_dir, ordinary)
+
+    def resident() -> None:
+        floor.read_files(files)
+        start_up(["import", *modules], resident_dir, ordinary)
+
+    interleaved(runs, {"evicted": evicted, "resident": resident})
+    return _project(result, evicted_dir, resident_dir)
+
+
+IMPORTS = ("torch",)
+# Reading torch's libraries alone is a few tenths of a second on this VM's disk, within the
+# noise of a busy machine; a model's transformers code adds hundreds of small files.
+STORAGE_IMPORTS = ("torch", "transformers.models.bert.modeling_bert")
+SMOKE_IMPORTS = ("safetensors",)  # small: the script's path, not its figures
+
 RUNNERS = {"prewarm": prewarm, "serving-dtype": serving_dtype, "compile-cache": compile_cache,
-           "to-safetensors": to_safetensors}
+           "to-safetensors": to_safetensors, "bytecode": bytecode, "prewarm-imports": prewarm_imports}
 
 
 def run_case(case: str, runs: int = 5, work: str | None = None, smoke: bool = False,

@@ -119,6 +119,36 @@ class _Open:
         self.file_read = None  # a patches._files.FileRead whose .bytes grow as it reads
 
 
+class _OpenImport:
+    """A top-level import in progress (patches/imports.py), as the board sees an open span: it
+    has no span until it ends, so its id here is made from its thread and start (stable across
+    records, never the id its span gets). Named by its module: "import torch", not
+    "unattributed"."""
+
+    __slots__ = ("container", "span_id", "parent_id", "name", "phase", "start_ns", "thread_id", "attributes",
+                 "file_read")
+
+    def __init__(self, work) -> None:
+        self.container = None
+        self.span_id = (hash((work.thread_id, work.start_ns)) & 0x7FFFFFFFFFFFFFFF) | 1
+        self.parent_id = None
+        self.name = work.name
+        self.phase = work.phase
+        self.start_ns = work.start_ns
+        self.thread_id = work.thread_id
+        self.attributes = {semconv.IMPORT_MODULE: work.label}
+        self.file_read = None
+
+
+def _open_imports(session) -> list:
+    """The imports in progress, from the session's open-work registry (one lock, a short list)."""
+    open_work = getattr(session, "open_work", None)  # a board may watch a stand-in with no registry
+    if open_work is None:
+        return []
+    return [_OpenImport(w) for w in open_work()
+            if w.phase == semconv.PHASE_IMPORT and w.span_id is None and isinstance(getattr(w, "label", None), str)]
+
+
 class Snapshot(namedtuple("Snapshot", (
     "now_ns",
     "elapsed_s",
@@ -222,8 +252,9 @@ class ProgressBoard:
 
     def snapshot(self, now_ns: int | None = None) -> Snapshot:
         now = time.time_ns() if now_ns is None else now_ns
+        importing = _open_imports(self.session)  # the session's lock, not nested in ours
         with self._lock:
-            entries = sorted(self._open.values(), key=lambda e: e.start_ns)
+            entries = sorted(list(self._open.values()) + importing, key=lambda e: e.start_ns)
             opened, done, last_end, last_done = self._opened, self._done, self._last_end_ns, self._last_done
             loaded = dict(self._loaded)
             sizes = dict(self._sizes)
@@ -383,7 +414,8 @@ class ProgressBoard:
         }
         if isinstance(thread_id, int):
             attrs[semconv.STALL_THREAD_ID] = thread_id
-        target = running.container.span if running is not None else self.session.root
+        target = running.container.span if running is not None and running.container is not None \
+            else self.session.root
         if running is not None:
             attrs[semconv.STALL_SPAN_ID] = format(running.span_id, "016x")
         if target.is_recording():

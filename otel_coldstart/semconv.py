@@ -359,6 +359,12 @@ IMPORT_PACKAGES = "coldstart.import.packages"  # top-level packages it loaded, l
 IMPORT_PACKAGES_S = "coldstart.import.packages_s"  # each package's summed self time, same order
 IMPORT_FAILED = "coldstart.import.failed"  # true when the import raised (the host may catch it)
 IMPORT_IMPORTER = "coldstart.import.importer"  # "module:line" whose code ran the import (torch._compile:47)
+# Why an import was slow (issue 38): measured around the top-level import, never per module.
+IMPORT_COMPILED_MODULES = "coldstart.import.compiled_modules"  # modules compiled from source (no valid cached bytecode)
+IMPORT_COMPILE_S = "coldstart.import.compile_s"  # the time compiling them (source_to_code)
+IMPORT_STORAGE_READ_BYTES = "coldstart.import.storage_read_bytes"  # bytes the process read from storage meanwhile
+IMPORT_CPU_S = "coldstart.import.cpu_s"  # the importing thread's CPU time during the import
+IMPORT_RUNQUEUE_S = "coldstart.import.runqueue_s"  # its time ready to run but waiting for a core
 # On coldstart.compile spans (patches/compile.py), from torch's own counters and compile metrics.
 # Besides COMPILE_CACHE_HITS / _MISSES and COMPILE_FRAME (the block shared with issue 27 above), per
 # cache: coldstart.compile.cache.<cache>.hits / .misses / .bypasses, <cache> one of COMPILE_CACHES.

@@ -188,7 +188,8 @@ class OpenWork(namedtuple("OpenWork", (
     "start_ns",  # time.time_ns() when it started
     "thread_id",
     "span_id",  # None for work that gets its span only when it ends (a capture)
-))):
+    "label",  # what it is, where its name does not say: the module of an import in progress
+), defaults=(None,))):
     """One piece of work started and not ended: a live span or a graph capture.
 
     Read-only view for whoever watches a start-up in flight (:meth:`StartupSession.open_work`).
@@ -388,10 +389,10 @@ class StartupSession:
     # --- open work and per-patch state ---------------------------------------------------------
 
     def track_open(self, key: Hashable, name: str, phase: str, start_ns: int,
-                   interrupt: Callable[[int], None], span_id: int | None = None) -> None:
+                   interrupt: Callable[[int], None], span_id: int | None = None, label: str | None = None) -> None:
         """Record work that has started: listed by :meth:`open_work`, and ended by
         ``interrupt(end_ns)`` if the start-up is cut short (exit, SIGTERM) before it ends."""
-        view = OpenWork(name, phase, start_ns, threading.get_ident(), span_id)
+        view = OpenWork(name, phase, start_ns, threading.get_ident(), span_id, label)
         with self._lock:
             self._open[key] = _Tracked(view, interrupt)
 

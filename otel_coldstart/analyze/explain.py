@@ -33,6 +33,7 @@ class ImportRecord:
     interrupted: bool
     parent_id: str | None = None  # the span it ran under (a phase of the user's or a library step)
     importer: str | None = None  # "module:line" whose code ran the import (coldstart.import.importer)
+    why: "ImportCauses | None" = None  # why it was slow (issue 38); None in traces from before
 
     @property
     def imported_by_itself(self) -> bool:
@@ -45,10 +46,57 @@ class ImportRecord:
 
 
 @dataclass(frozen=True)
+class ImportCauses:
+    """Why imports were slow (patches/imports.py, issue 38), over one span or summed over many.
+    A figure no span recorded is None (an older plugin; storage bytes off Linux)."""
+
+    ns: int = 0  # wall time of the spans that recorded causes
+    compiled_modules: int = 0  # modules compiled from source (no valid cached bytecode)
+    compile_ns: int = 0
+    storage_read_bytes: int | None = None  # the process's reads from storage during the imports
+    storage_ns: int = 0  # wall time of the imports that read from storage
+    cpu_ns: int | None = None  # the importing thread's CPU time
+    # Wall time off the CPU and not waiting for a core (what the run-queue wait leaves, where
+    # recorded): waiting on storage, a lock, another thread. In imports that recorded their CPU.
+    off_cpu_ns: int = 0
+    storage_off_cpu_ns: int = 0  # the same, in the imports that read from storage
+    queued_ns: int | None = None  # waiting for a core (a busy machine), where recorded
+
+    def plus(self, other: "ImportCauses") -> "ImportCauses":
+        def add(a, b):
+            return b if a is None else a if b is None else a + b
+        return ImportCauses(self.ns + other.ns, self.compiled_modules + other.compiled_modules,
+                            self.compile_ns + other.compile_ns, add(self.storage_read_bytes, other.storage_read_bytes),
+                            self.storage_ns + other.storage_ns, add(self.cpu_ns, other.cpu_ns),
+                            self.off_cpu_ns + other.off_cpu_ns, self.storage_off_cpu_ns + other.storage_off_cpu_ns,
+                            add(self.queued_ns, other.queued_ns))
+
+
+def import_causes(span: Span) -> ImportCauses | None:
+    """What one coldstart.import span recorded of why it was slow; None for a span from before
+    issue 38."""
+    attrs = span.attributes
+    compiled = verdicts.int_value(attrs.get(semconv.IMPORT_COMPILED_MODULES))
+    if compiled is None or compiled < 0:
+        return None
+    compile_s = verdicts.number_value(attrs, semconv.IMPORT_COMPILE_S)
+    read = verdicts.int_value(attrs.get(semconv.IMPORT_STORAGE_READ_BYTES))
+    cpu = _ns(verdicts.number_value(attrs, semconv.IMPORT_CPU_S))
+    queued = _ns(verdicts.number_value(attrs, semconv.IMPORT_RUNQUEUE_S))
+    wall = span.busy_ns  # a batch of fast imports: their summed time, not its gaps
+    off_cpu = max(0, wall - cpu - (queued or 0)) if cpu is not None else 0
+    read = read if read is not None and read >= 0 else None
+    return ImportCauses(wall, compiled, min(wall, _ns(compile_s) or 0), read, wall if read else 0,
+                        min(wall, cpu) if cpu is not None else None, off_cpu, off_cpu if read else 0,
+                        min(wall, queued) if queued is not None else None)
+
+
+@dataclass(frozen=True)
 class ImportSummary:
     imports: tuple[ImportRecord, ...]  # slow top-level imports, longest first
     batched_ns: int  # fast imports, coalesced into aggregate spans (their summed time)
     batched_calls: int
+    why: ImportCauses | None = None  # summed over every import span that recorded it
 
     @property
     def ns(self) -> int:
@@ -58,10 +106,14 @@ class ImportSummary:
 def import_summary(b: Breakdown) -> ImportSummary | None:
     """The imports recorded after ``instrument()``; None when the trace has none."""
     records, batched_ns, batched_calls = [], 0, 0
+    why: ImportCauses | None = None
     for span in b.spans:
         if span.phase != semconv.PHASE_IMPORT:
             continue
         attrs = span.attributes
+        causes = import_causes(span)
+        if causes is not None:
+            why = causes if why is None else why.plus(causes)
         module = verdicts.str_value(attrs, semconv.IMPORT_MODULE)
         if module is not None:
             self_s = verdicts.number_value(attrs, semconv.IMPORT_SELF_S)
@@ -75,6 +127,7 @@ def import_summary(b: Breakdown) -> ImportSummary | None:
                 interrupted=attrs.get(semconv.INTERRUPTED) is True,
                 parent_id=span.parent_id,
                 importer=verdicts.str_value(attrs, semconv.IMPORT_IMPORTER),
+                why=causes,
             ))
         elif span.is_aggregate and semconv.IMPORT_MODULES in attrs:
             batched_ns += span.busy_ns
@@ -82,7 +135,21 @@ def import_summary(b: Breakdown) -> ImportSummary | None:
     if not records and not batched_calls:
         return None
     records.sort(key=lambda r: (-r.ns, r.module))
-    return ImportSummary(tuple(records), batched_ns, batched_calls)
+    return ImportSummary(tuple(records), batched_ns, batched_calls, why)
+
+
+def import_label(span: Span) -> str | None:
+    """What an import span is, for a row that draws it: ``import transformers.models.bert``, a
+    batch of fast imports, or the imports before ``instrument()``; None for another phase."""
+    if span.phase != semconv.PHASE_IMPORT:
+        return None
+    module = verdicts.str_value(span.attributes, semconv.IMPORT_MODULE)
+    if module is not None:
+        return f"import {module}" + (" (interrupted)" if span.attributes.get(semconv.INTERRUPTED) is True else "")
+    if span.is_aggregate:
+        calls = verdicts.positive_int(span.attributes, semconv.CALLS)
+        return f"import: {calls} fast imports" if calls else "import: fast imports"
+    return "import (before instrument())"
 
 
 # --- compilations ---------------------------------------------------------------------------

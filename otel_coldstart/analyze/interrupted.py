@@ -47,6 +47,9 @@ def complete_killed(spans: Iterable[Span]) -> list[Span]:
     others = [s for s in spans if s.name != semconv.SPAN_PROGRESS]
     ended = {(s.trace_id, s.span_id) for s in others if s.is_root}
     present = {(s.trace_id, s.span_id) for s in others}
+    # An import in progress is listed under an id of the record's own (its span gets another
+    # when it ends): one that ended after the record was written is known by its start.
+    present |= {(s.trace_id, s.name, s.start_ns) for s in others if s.phase == semconv.PHASE_IMPORT}
     latest: dict[tuple[str, str], Span] = {}
     stall_events: dict[tuple[str, str], list[SpanEvent]] = {}  # per start-up: linear in the records
     for record in records:
@@ -115,7 +118,7 @@ def _rebuild(record: Span, root_id: str, present: set, stall_events: list[SpanEv
         name = item.get("name")
         if span_id is None or item_start is None or not isinstance(name, str) or not start <= item_start <= last_seen:
             continue
-        if (record.trace_id, span_id) in present:
+        if (record.trace_id, span_id) in present or (record.trace_id, name, item_start) in present:
             continue  # it ended after the record was written: its own span says more
         attrs = _primitive_attributes(item.get("attributes"))
         if isinstance(item.get("phase"), str):
@@ -162,6 +165,8 @@ class OpenAtDeath:
     elapsed_ns: int  # from its start to the last sign of life
     shard_index: int | None
     file: str | None
+    module: str | None = None  # an import's: "import torch" was running
+
 
 
 @dataclass(frozen=True)
@@ -222,8 +227,10 @@ def killed(breakdown: Breakdown) -> Killed | None:
 
 def _open_item(span: Span) -> OpenAtDeath:
     path = span.attributes.get(semconv.FILE_PATH)
+    module = span.attributes.get(semconv.IMPORT_MODULE) if span.phase == semconv.PHASE_IMPORT else None
     return OpenAtDeath(span.name, span.phase, span.duration_ns, _int(span.attributes.get(semconv.SHARD_INDEX)),
-                       os.path.basename(path) if isinstance(path, str) else None)
+                       os.path.basename(path) if isinstance(path, str) else None,
+                       module if isinstance(module, str) else None)
 
 
 def is_killed(breakdown: Breakdown) -> bool:
@@ -349,4 +356,4 @@ def interruption_document(breakdown: Breakdown) -> dict:
 
 def _open_document(item: OpenAtDeath) -> dict:
     return {"name": item.name, "phase": item.phase, "elapsed_s": item.elapsed_ns / 1e9,
-            "shard_index": item.shard_index, "file": item.file}
+            "shard_index": item.shard_index, "file": item.file, "module": item.module}

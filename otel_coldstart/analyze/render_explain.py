@@ -11,7 +11,7 @@ from .escape import markdown_text
 from .escape import terminal_text as _t
 from .explain import capture_summary, compile_summary, import_summary
 from .labels import shorten
-from .units import format_seconds
+from .units import format_bytes, format_seconds
 
 
 def _s(ns: int) -> float:
@@ -46,14 +46,27 @@ def _imports_doc(b: Breakdown) -> dict | None:
         "seconds": _s(summary.ns),
         "batched_s": _s(summary.batched_ns),
         "batched_imports": summary.batched_calls,
+        **_causes_doc(summary.why),
         "slow": [{"module": i.module, "seconds": _s(i.ns),
                   "self_s": _s(i.self_ns) if i.self_ns is not None else None,
                   "modules": i.modules, "failed": i.failed, "interrupted": i.interrupted,
-                  "importer": i.importer,
+                  "importer": i.importer, **_causes_doc(i.why),
                   "heaviest": [{"module": m, "self_s": _s(ns)} for m, ns in i.heaviest],
                   "packages": [{"package": p, "self_s": _s(ns)} for p, ns in i.packages]}
                  for i in summary.imports],
     }
+
+
+def _causes_doc(why) -> dict:
+    """Why imports were slow (issue 38): None for each figure a trace from before does not hold."""
+    if why is None:
+        return {"compiled_modules": None, "compile_seconds": None, "storage_read_bytes": None,
+                "cpu_seconds": None, "off_cpu_seconds": None, "runqueue_seconds": None}
+    return {"compiled_modules": why.compiled_modules, "compile_seconds": _s(why.compile_ns),
+            "storage_read_bytes": why.storage_read_bytes,
+            "cpu_seconds": _s(why.cpu_ns) if why.cpu_ns is not None else None,
+            "off_cpu_seconds": _s(why.off_cpu_ns) if why.cpu_ns is not None else None,
+            "runqueue_seconds": _s(why.queued_ns) if why.queued_ns is not None else None}
 
 
 def _compile_doc(b: Breakdown) -> dict | None:
@@ -89,6 +102,18 @@ def _captures_doc(b: Breakdown) -> dict | None:
 # --- text and Markdown --------------------------------------------------------------------------
 
 
+def _causes_text(why) -> str:
+    """Why the imports took their time (issue 38): CPU, compiling from source, storage reads."""
+    if why is None or why.cpu_ns is None:
+        return ""
+    parts = [f"{format_seconds(why.cpu_ns)} on the CPU of {format_seconds(why.ns)}"]
+    if why.compiled_modules:
+        parts.append(f"{why.compiled_modules} modules compiled from source in {format_seconds(why.compile_ns)}")
+    if why.storage_read_bytes:
+        parts.append(f"{format_bytes(why.storage_read_bytes)} read from storage")
+    return " (" + ", ".join(parts) + ")"
+
+
 def explain_lines(b: Breakdown) -> list[str]:
     """One line each for the imports, compilations and captures that explain the phases."""
     lines = []
@@ -100,7 +125,7 @@ def explain_lines(b: Breakdown) -> list[str]:
             parts.append(f"{record.module} {format_seconds(record.ns)}" + (f" ({inside})" if inside else ""))
         more = f"; {imports.batched_calls} fast import(s) {format_seconds(imports.batched_ns)}" \
             if imports.batched_calls else ""
-        lines.append("imports: " + "; ".join(parts) + more)
+        lines.append("imports: " + "; ".join(parts) + more + _causes_text(imports.why))
     compiled = compile_summary(b)
     if compiled is not None:
         if compiled.cache_misses is None:

@@ -64,6 +64,8 @@ def _killed(item, out: TextIO) -> None:
 
 
 def _describe(item) -> str:
+    if getattr(item, "module", None):
+        return _t(f"import {item.module}")
     text = _t(item.name)
     if item.shard_index is not None or item.file:
         shard = f"#{item.shard_index} " if item.shard_index is not None else ""

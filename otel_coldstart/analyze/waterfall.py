@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from .. import semconv
 from .breakdown import Breakdown
+from .explain import import_label
 from .labels import distinct_labels, shorten
 from .units import format_seconds
 
@@ -73,9 +74,11 @@ def rows(b: Breakdown) -> tuple[list[Row], int]:
                              f"{tip}, +{format_seconds(start)} for {format_seconds(end - start)}"))
             continue
         name = span.name[len(semconv.SPAN_PREFIX):] if span.name.startswith(semconv.SPAN_PREFIX) else span.name
-        label = shorten(name if name == span.phase else f"{name} [{span.phase}]", LABEL_CHARS)
+        imported = import_label(span)  # "import transformers.models.bert", not a column of "import"
+        label = shorten(imported or (name if name == span.phase else f"{name} [{span.phase}]"), LABEL_CHARS)
+        what = f"{imported} ({span.name})" if imported else f"{span.name} ({span.phase})"
         items.append(Row(label, "phase", span.phase, None, start, end, phase_colour(span.phase),
-                         f"{span.name} ({span.phase}) +{format_seconds(start)} for {format_seconds(end - start)}"))
+                         f"{what} +{format_seconds(start)} for {format_seconds(end - start)}"))
     for c in b.context:
         start, end = max(0, c.start_ns - origin), c.end_ns - origin
         items.append(Row(shorten(c.name, LABEL_CHARS), "foreign", None, None, start, end, FOREIGN,

@@ -15,8 +15,7 @@ from ._clickhouse import add_clickhouse_arguments, files_or_clickhouse, load_cli
 from .errors import EXIT_USAGE, EXIT_NO_STARTUP, CliError
 
 HELP = ("Projected p50/p95 start-up per lever (prewarm, serving-dtype, pinned, compile-cache, fewer-captures, "
-        "to-safetensors, "
-        "all), from the traces' own evidence, with the assumptions in words.")
+        "to-safetensors, bytecode, prewarm-imports, all), from the traces' own evidence, with the assumptions in words.")
 
 MAX_KEEP_SIZES = 4096
 

@@ -34,6 +34,17 @@ is over (the next import starts later or elsewhere, a slow one starts, or the st
 So a block of import statements is one span, never one per statement, and nothing of it is
 left "unattributed"; a batch under ``BATCH_MIN_MS`` in all is not written.
 
+Why it was slow (issue 38), measured around each top-level import and never per module: the
+modules compiled from source because no valid cached bytecode existed, and the time compiling
+them (``SourceLoader.source_to_code`` is wrapped too: importlib calls it only when it found no
+usable ``.pyc``, so a start-up with its bytecode cached never reaches it), the bytes the
+process read from storage meanwhile (``getrusage(RUSAGE_SELF).ru_inblock``, the sum over the
+process's threads of the counter ``/proc/self/io`` calls ``read_bytes``: page faults of a
+``.so`` included), the importing thread's CPU time and its time waiting for a core (the
+scheduler's run-queue wait, ``/proc/thread-self/schedstat``): what is neither waited on
+storage or a lock, so a busy machine's wait is not taken for storage's. A few system calls at
+each end of a top-level import.
+
 ``HOT_PATH``: removed at ``ready()`` (the original function is put back), so serving pays
 nothing. Only CPython: elsewhere ``_frozen_importlib`` does not exist and nothing is patched.
 """
@@ -75,7 +86,23 @@ def _find_and_load(name, import_):
 """
 _WRAPPER_FILENAME = "<frozen importlib._bootstrap>"
 
+# Compiling a module's source: importlib's SourceLoader.get_code calls source_to_code only when
+# no valid cached bytecode was found. Under importlib's external module's file name, so that a
+# SyntaxError's traceback is trimmed as without us.
+_COMPILE_WRAPPER_SOURCE = """
+def source_to_code(self, *args, **kwargs):
+    if not _live[0]:
+        return _original(self, *args, **kwargs)
+    start = _clock()
+    try:
+        return _original(self, *args, **kwargs)
+    finally:
+        _compiled(start)
+"""
+_COMPILE_WRAPPER_FILENAME = "<frozen importlib._bootstrap_external>"
+
 _installed = None  # (bootstrap module, original function, our wrapper, its live flag) while patched
+_installed_compile = None  # (SourceLoader class, original source_to_code, our wrapper, its live flag)
 _min_ns = int(DEFAULT_MIN_MS * 1e6)
 _local = threading.local()  # .stack: imports in progress on this thread; .busy: our own bookkeeping
 OWN_THREAD_PREFIX = "otel-coldstart-"  # every thread the plugin starts is named so
@@ -105,18 +132,51 @@ def patch() -> None:
         return
     _min_ns = _threshold_ns()
     live = [True]  # cleared by unpatch(): a wrapper left in someone else's chain goes inert
-    namespace = {"_original": original, "_enter": _enter, "_leave": _leave, "_live": live, "__name__": __name__}
-    exec(compile(_WRAPPER_SOURCE, _WRAPPER_FILENAME, "exec"), namespace)
-    wrapper = namespace["_find_and_load"]
+    wrapper = _make_wrapper(_WRAPPER_SOURCE, _WRAPPER_FILENAME, "_find_and_load", original, live,
+                            _enter=_enter, _leave=_leave)
+    bootstrap._find_and_load = wrapper
+    _installed = (bootstrap, original, wrapper, live)
+    _patch_compile()
+
+
+def _make_wrapper(source: str, filename: str, name: str, original, live: list, **calls):
+    """The wrapper ``name`` defined by ``source``, compiled under importlib's ``filename``."""
+    namespace = {"_original": original, "_live": live, "__name__": __name__, **calls}
+    exec(compile(source, filename, "exec"), namespace)
+    wrapper = namespace[name]
     wrapper.__coldstart_imports__ = True
     wrapper.__wrapped__ = original
     wrapper.__doc__ = original.__doc__
-    bootstrap._find_and_load = wrapper
-    _installed = (bootstrap, original, wrapper, live)
+    return wrapper
+
+
+def _patch_compile() -> None:
+    global _installed_compile
+    loader = getattr(sys.modules.get("_frozen_importlib_external"), "SourceLoader", None)
+    original = loader.__dict__.get("source_to_code") if loader is not None else None
+    if not callable(original) or getattr(original, "__coldstart_imports__", False):
+        return
+    live = [True]
+    wrapper = _make_wrapper(_COMPILE_WRAPPER_SOURCE, _COMPILE_WRAPPER_FILENAME, "source_to_code", original, live,
+                            _compiled=_compiled, _clock=time.perf_counter_ns)
+    loader.source_to_code = wrapper
+    _installed_compile = (loader, original, wrapper, live)
+
+
+def _unpatch_compile() -> None:
+    global _installed_compile
+    installed, _installed_compile = _installed_compile, None
+    if installed is None:
+        return
+    loader, original, wrapper, live = installed
+    live[0] = False
+    if loader.__dict__.get("source_to_code") is wrapper:
+        loader.source_to_code = original
 
 
 def unpatch() -> None:
     global _installed
+    _unpatch_compile()
     installed, _installed = _installed, None
     if installed is None:
         return
@@ -149,7 +209,8 @@ class _Import:
     generation-2 collection into the host's cast. Strings, ints and arrays are not tracked
     by the collector."""
 
-    __slots__ = ("name", "session", "wall_start", "module_names", "module_ns", "plugin_ns", "importer")
+    __slots__ = ("name", "session", "wall_start", "module_names", "module_ns", "plugin_ns", "importer",
+                 "compiled", "compile_ns", "read_blocks", "cpu_ns", "queued_ns")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -159,6 +220,11 @@ class _Import:
         self.module_names: list | None = None
         self.module_ns = array("q")
         self.plugin_ns = 0  # the plugin's own work inside it (run_as_plugin): coldstart.import.own_s
+        self.compiled = 0  # modules compiled from source under it (no valid cached bytecode)
+        self.compile_ns = 0
+        self.read_blocks = -1  # the process's storage reads (512-byte blocks) when it began; -1: unknown
+        self.cpu_ns = 0  # the thread's CPU time when it began
+        self.queued_ns = -1  # the thread's run-queue wait when it began; -1: unknown
 
     @property
     def modules(self) -> list | None:
@@ -268,8 +334,11 @@ def _enter(name):
             frame.session = session
             frame.wall_start = time.time_ns()
             frame.module_names = []
+            frame.read_blocks = _process_read_blocks()
+            frame.cpu_ns = time.thread_time_ns()
+            frame.queued_ns = _runqueue_wait_ns()
             session.track_open(frame, semconv.phase_span_name(semconv.PHASE_IMPORT), semconv.PHASE_IMPORT,
-                               frame.wall_start, lambda end_ns, f=frame: _interrupt(f, end_ns))
+                               frame.wall_start, lambda end_ns, f=frame: _interrupt(f, end_ns), label=name)
         except Exception:
             report_internal_error("import start")
             return None
@@ -329,19 +398,23 @@ def _leave(token, failed: bool) -> None:
         stack.top = None
         top.module_names.append(name)
         top.module_ns.append(own)
+        cpu_ns = time.thread_time_ns() - top.cpu_ns
+        read_blocks = _since(top.read_blocks, _process_read_blocks)
+        queued_ns = _since(top.queued_ns, _runqueue_wait_ns)
     except Exception:
         report_internal_error("import end")
         return
     _local.busy = True  # emitting the span may import (the SDK's lazy modules): not recorded
     try:
-        _finish(top, cumulative, own, failed)
+        _finish(top, cumulative, own, failed, read_blocks, cpu_ns, queued_ns)
     except Exception:
         report_internal_error("import end")
     finally:
         _local.busy = False
 
 
-def _finish(frame: _Import, cumulative_ns: int, own_ns: int, failed: bool) -> None:
+def _finish(frame: _Import, cumulative_ns: int, own_ns: int, failed: bool, read_blocks: int, cpu_ns: int,
+            queued_ns: int) -> None:
     session = frame.session
     # The session's open-work registry decides, under its lock, who writes the span: this
     # thread, or the end of the start-up that cut the import short (_interrupt).
@@ -354,10 +427,11 @@ def _finish(frame: _Import, cumulative_ns: int, own_ns: int, failed: bool) -> No
     parent = session.parent_span_context()
     batches = session.state(__name__, _Batches)
     if cumulative_ns < _min_ns:
-        batches.add(session, frame, parent, cumulative_ns)
+        batches.add(session, frame, parent, cumulative_ns, read_blocks, cpu_ns, queued_ns)
         return
     batches.flush(session, threading.get_ident())  # what came before it, first
     attrs = _attributes(list(frame.modules or ()))
+    _why_slow(attrs, frame.compiled, frame.compile_ns, read_blocks, cpu_ns, queued_ns)
     attrs[semconv.IMPORT_MODULE] = frame.name
     attrs[semconv.IMPORT_CUMULATIVE_S] = cumulative_ns / 1e9
     attrs[semconv.IMPORT_SELF_S] = own_ns / 1e9
@@ -376,7 +450,8 @@ def _finish(frame: _Import, cumulative_ns: int, own_ns: int, failed: bool) -> No
 class _Batch:
     """Consecutive fast top-level imports of one thread under one parent."""
 
-    __slots__ = ("parent", "start", "end", "busy_ns", "calls", "modules", "thread_name", "plugin_ns")
+    __slots__ = ("parent", "start", "end", "busy_ns", "calls", "modules", "thread_name", "plugin_ns",
+                 "compiled", "compile_ns", "read_blocks", "cpu_ns", "queued_ns")
 
     def __init__(self, parent, start: int, thread_name: str) -> None:
         self.parent = parent
@@ -387,6 +462,11 @@ class _Batch:
         self.modules: list = []
         self.thread_name = thread_name
         self.plugin_ns = 0
+        self.compiled = 0
+        self.compile_ns = 0
+        self.read_blocks = 0  # -1 once one of its imports could not count them
+        self.cpu_ns = 0
+        self.queued_ns = 0  # -1 once one of its imports could not count it
 
 
 class _Batches:
@@ -396,7 +476,8 @@ class _Batches:
         self.lock = threading.Lock()
         self.by_thread: dict[int, _Batch] = {}
 
-    def add(self, session, frame: _Import, parent, cumulative_ns: int) -> None:
+    def add(self, session, frame: _Import, parent, cumulative_ns: int, read_blocks: int, cpu_ns: int,
+            queued_ns: int) -> None:
         thread = threading.get_ident()
         start, end = frame.wall_start, frame.wall_start + cumulative_ns
         with self.lock:
@@ -411,6 +492,12 @@ class _Batches:
             batch.busy_ns += cumulative_ns
             batch.calls += 1
             batch.plugin_ns += frame.plugin_ns
+            batch.compiled += frame.compiled
+            batch.compile_ns += frame.compile_ns
+            known = batch.read_blocks >= 0 and read_blocks >= 0
+            batch.read_blocks = batch.read_blocks + read_blocks if known else -1
+            batch.cpu_ns += cpu_ns
+            batch.queued_ns = batch.queued_ns + queued_ns if batch.queued_ns >= 0 and queued_ns >= 0 else -1
             batch.modules.extend(frame.modules or ())
 
     def flush(self, session, thread: int | None = None) -> None:
@@ -433,6 +520,7 @@ def _emit_batch(session, thread: int, batch: _Batch) -> None:
     if batch.busy_ns < _BATCH_MIN_NS:
         return
     attrs = _attributes(batch.modules)
+    _why_slow(attrs, batch.compiled, batch.compile_ns, batch.read_blocks, batch.cpu_ns, batch.queued_ns)
     attrs.update({semconv.AGGREGATE: True, semconv.CALLS: batch.calls, semconv.BUSY_S: batch.busy_ns / 1e9,
                   semconv.THREAD_ID: thread, semconv.THREAD_NAME: batch.thread_name})
     if batch.plugin_ns:
@@ -477,9 +565,87 @@ def _interrupt(frame: _Import, end_ns: int) -> None:
     attrs[semconv.IMPORT_MODULE] = frame.name
     attrs[semconv.IMPORT_CUMULATIVE_S] = max(0, end_ns - frame.wall_start) / 1e9
     attrs[semconv.INTERRUPTED] = True
+    # Its CPU time is the importing thread's, which this thread cannot read; the rest is at hand.
+    _why_slow(attrs, frame.compiled, frame.compile_ns, _since(frame.read_blocks, _process_read_blocks), None, -1)
     if frame.importer is not None:
         attrs[semconv.IMPORT_IMPORTER] = frame.importer
     if frame.plugin_ns:
         attrs[semconv.IMPORT_OWN_S] = frame.plugin_ns / 1e9
     session.emit_span(semconv.phase_span_name(semconv.PHASE_IMPORT), semconv.PHASE_IMPORT, session.root_context,
                       frame.wall_start, end_ns, attrs)
+
+
+def _compiled(start: int) -> None:
+    """A module's source was compiled (no valid cached bytecode): counted, with its time, on the
+    top-level import in progress on this thread. Never raises (the code object is on its way)."""
+    elapsed = time.perf_counter_ns() - start
+    try:
+        local = _local
+        stack = getattr(local, "stack", None)
+        if stack is None or local.busy or not stack.names:
+            return
+        top = stack.top
+        if top is not None:
+            top.compiled += 1
+            top.compile_ns += elapsed
+    except Exception:
+        report_internal_error("import compile")
+
+
+try:
+    import resource as _resource
+except ImportError:  # not on every platform
+    _resource = None
+# ru_inblock is the task I/O accounting's read_bytes in 512-byte blocks on Linux only (other
+# systems count operations); RUSAGE_SELF sums it over the process's threads, live and ended.
+_READ_BLOCKS = _resource is not None and sys.platform.startswith("linux")
+_BLOCK = 512
+
+
+def _process_read_blocks() -> int:
+    """The process's storage reads so far, in 512-byte blocks; -1 where unknown."""
+    if not _READ_BLOCKS:
+        return -1
+    try:
+        return _resource.getrusage(_resource.RUSAGE_SELF).ru_inblock
+    except (OSError, ValueError):
+        return -1
+
+
+def _since(start: int, counter) -> int:
+    """How far ``counter()`` moved since it read ``start``; -1 where either reading is unknown."""
+    if start < 0:
+        return -1
+    end = counter()
+    return end - start if end >= start else -1
+
+
+_SCHEDSTAT = "/proc/thread-self/schedstat"  # on the CPU, waiting on a run queue (ns), timeslices
+_schedstat_readable = [os.path.exists(_SCHEDSTAT)]  # cleared at the first failure: no second try
+
+
+def _runqueue_wait_ns() -> int:
+    """This thread's time so far ready to run but waiting for a core; -1 where unknown."""
+    if not _schedstat_readable[0]:
+        return -1
+    try:
+        fd = os.open(_SCHEDSTAT, os.O_RDONLY)
+        try:
+            return int(os.read(fd, 128).split()[1])
+        finally:
+            os.close(fd)
+    except (OSError, ValueError, IndexError):
+        _schedstat_readable[0] = False
+        return -1
+
+
+def _why_slow(attrs: dict, compiled: int, compile_ns: int, read_blocks: int, cpu_ns: int | None,
+              queued_ns: int) -> None:
+    attrs[semconv.IMPORT_COMPILED_MODULES] = compiled
+    attrs[semconv.IMPORT_COMPILE_S] = compile_ns / 1e9
+    if read_blocks >= 0:
+        attrs[semconv.IMPORT_STORAGE_READ_BYTES] = read_blocks * _BLOCK
+    if cpu_ns is not None and cpu_ns >= 0:
+        attrs[semconv.IMPORT_CPU_S] = cpu_ns / 1e9
+    if queued_ns >= 0:
+        attrs[semconv.IMPORT_RUNQUEUE_S] = queued_ns / 1e9

@@ -102,25 +102,30 @@ SIGTERM_DURING_IMPORT = textwrap.dedent("""
 """)
 
 
-def test_a_start_up_stopped_by_sigterm_during_an_import_says_it_was_importing(tmp_path):
+def _signal_during_an_import(tmp_path, how: int, after_s: float, env: dict) -> int:
+    """Run SIGTERM_DURING_IMPORT and send ``how`` ``after_s`` into its import; its exit status."""
     marker = tmp_path / "inside"
     (tmp_path / "sleeps_while_importing.py").write_text(
         f"import time\nopen({str(marker)!r}, 'w').close()\ntime.sleep(60)\n")
     script = tmp_path / "main.py"
     script.write_text(SIGTERM_DURING_IMPORT)
-    child = subprocess.Popen([sys.executable, str(script), str(tmp_path)], cwd=tmp_path, env=_env(),
+    child = subprocess.Popen([sys.executable, str(script), str(tmp_path)], cwd=tmp_path, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
         while not marker.exists():
             assert child.poll() is None and time.monotonic() < deadline, child.stderr.read() if child.poll() else ""
             time.sleep(0.05)
-        time.sleep(0.1)
-        child.send_signal(signal.SIGTERM)
-        child.wait(timeout=60)
+        time.sleep(after_s)
+        child.send_signal(how)
+        return child.wait(timeout=60)
     finally:
         if child.poll() is None:
             child.kill()
+
+
+def test_a_start_up_stopped_by_sigterm_during_an_import_says_it_was_importing(tmp_path):
+    _signal_during_an_import(tmp_path, signal.SIGTERM, 0.1, _env())
     (trace_file,) = glob.glob(str(tmp_path / "otel-coldstart-traces" / "*.otlp.jsonl"))
     spans = read_trace_file(trace_file)
     (span,) = [s for s in spans if s.attributes.get(semconv.IMPORT_MODULE) == "sleeps_while_importing"]
@@ -132,3 +137,23 @@ def test_a_start_up_stopped_by_sigterm_during_an_import_says_it_was_importing(tm
     (root,) = [s for s in spans if s.is_root]
     assert root.attributes[semconv.END_REASON] == semconv.END_SIGTERM
     assert root.attributes[semconv.END_PHASE] == "import"
+
+
+def test_a_start_up_killed_during_an_import_names_the_import_running(tmp_path):
+    """SIGKILL runs no handler: the progress records say what was running, and the import is
+    named by its module (issue 38), not "unattributed"."""
+    env = {**_env(), "OTEL_COLDSTART_PROGRESS_INTERVAL_S": "0.25"}
+    # 1.5 s: a few progress records written during the import.
+    assert _signal_during_an_import(tmp_path, signal.SIGKILL, 1.5, env) == -signal.SIGKILL
+    (trace_file,) = glob.glob(str(tmp_path / "otel-coldstart-traces" / "*.otlp.jsonl"))
+    completed = subprocess.run([sys.executable, "-m", "otel_coldstart", "analyze", "--format", "json", trace_file],
+                               capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 11, completed.stderr  # docs/cli.md: a start-up was killed
+    (startup,) = json.loads(completed.stdout)["startups"]
+    killed = startup["killed"]
+    assert killed["phase"] == "import"
+    assert killed["running"]["module"] == "sleeps_while_importing"
+    assert killed["running"]["elapsed_s"] >= 1.0
+    completed = subprocess.run([sys.executable, "-m", "otel_coldstart", "analyze", trace_file],
+                               capture_output=True, text=True, timeout=300)
+    assert ": in import sleeps_while_importing for" in completed.stdout, completed.stdout

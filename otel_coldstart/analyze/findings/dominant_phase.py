@@ -21,7 +21,8 @@ from ._finding import Finding, claim
 from ._levers import lever_saving
 
 LEVERS = {
-    semconv.PHASE_IMPORT: "import less at start-up: defer optional imports, trim the image's site-packages",
+    semconv.PHASE_IMPORT: "import less at start-up: defer optional imports the server does not need before "
+                          "ready(), trim the image's site-packages",
     semconv.PHASE_RUNTIME_INIT: "keep a pre-initialised process pool, set CUDA_MODULE_LOADING=LAZY, "
                                 "or restore from a checkpointed process",
     semconv.PHASE_DOWNLOAD: "bake the weights into the image or a node-local cache; download shards in parallel",
@@ -133,14 +134,70 @@ def _import_lever(breakdown: Breakdown, evidence: list[str]) -> str | None:
         heavy = ", ".join(f"{m} {format_seconds(ns)}" for m, ns in biggest.heaviest[:2])
         what = f"`import {biggest.module}` takes {format_seconds(biggest.ns)}"
         what += f" (heaviest: {heavy})" if heavy else ""
+    cause = _import_cause(biggest, evidence)
+    if cause is not None:
+        return f"{what}: {cause}"
     if biggest.imported_by_itself:
         # torch importing torch._dynamo from its meta-device init, say: moving an import
         # statement of the user's changes nothing; the call into the library that needs it does.
         return (f"{what}: {own_package} imports it itself ({biggest.importer}{during}), so no import of yours "
                 f"moves it: change or avoid the call into {own_package} there that needs it; defer other optional "
                 "imports, trim the image's site-packages")
-    return (f"{what}: import it lazily where it is first used, or trim what it pulls in; "
-            "defer other optional imports, trim the image's site-packages")
+    if _needed_before_ready(breakdown, own_package):
+        # Importing lazily only moves the cost to the load that needs it, before ready() still.
+        return (f"{what}: the server uses {own_package} before ready(), so importing it later only moves the "
+                f"cost; remove it: fork the serving processes from one that has imported {own_package} (a "
+                "pre-forked worker pool), keep a warm pool of interpreters, or avoid its optional heavy "
+                f"sub-imports ({_optional_example(breakdown, own_package)})")
+    return (f"{what}: import it lazily where it is first used (nothing before ready() used it), or trim what it "
+            "pulls in; defer other optional imports, trim the image's site-packages")
+
+
+# Phases that a model server's libraries do before ready(): when one ran, torch (and the
+# libraries that load with it) was needed before ready().
+_MODEL_WORK = frozenset({semconv.PHASE_DESERIALIZE, semconv.PHASE_ALLOCATE, semconv.PHASE_H2D, semconv.PHASE_CAST,
+                         semconv.PHASE_COMPILE, semconv.PHASE_GRAPH_CAPTURE, semconv.PHASE_WARMUP,
+                         semconv.PHASE_TF_FROM_PRETRAINED})
+_SERVING_STACK = frozenset({"torch", "transformers", "safetensors", "vllm", "sglang", "accelerate", "tokenizers",
+                            "triton", "numpy", "jax", "tensorflow", "diffusers"})
+_CAUSE_SHARE = 0.3  # a cause this share of the import's time is its lever
+
+
+def _needed_before_ready(breakdown: Breakdown, package: str) -> bool:
+    """The start-up used ``package`` before ready(): a serving-stack library and the start-up
+    loaded a model (a phase of model work ran), or a later span was made by that library."""
+    if package not in _SERVING_STACK:
+        return False
+    return any(s.phase in _MODEL_WORK or (s.phase or "").startswith(package + ".") for s in breakdown.spans)
+
+
+def _optional_example(breakdown: Breakdown, package: str) -> str:
+    compiles = any(s.phase == semconv.PHASE_COMPILE for s in breakdown.spans)
+    if package == "torch" and not compiles:
+        return "torch._dynamo and torch._inductor when nothing compiles: no torch.compile, no meta-device init"
+    return "what it imports only for features the server does not use"
+
+
+def _import_cause(record, evidence: list[str]) -> str | None:
+    """Compiling from source or reading from storage, when either is a large part of the import
+    (issue 38): the lever that removes it, not "import it later"."""
+    why = record.why
+    if why is None or not record.ns:
+        return None
+    if why.cpu_ns is not None:
+        evidence.append(f"import {record.module}: {format_seconds(why.cpu_ns)} on the CPU of "
+                        f"{format_seconds(record.ns)}" + (f", read {format_bytes(why.storage_read_bytes)} from "
+                                                          "storage" if why.storage_read_bytes else "")
+                        + (f", {why.compiled_modules} modules compiled from source in "
+                           f"{format_seconds(why.compile_ns)}" if why.compiled_modules else ""))
+    if why.compile_ns >= _CAUSE_SHARE * record.ns:
+        return (f"{format_seconds(why.compile_ns)} of it compiling {why.compiled_modules} modules from source (no "
+                "cached bytecode): compile the bytecode at image build (see imports_from_source)")
+    if why.storage_read_bytes and why.storage_off_cpu_ns >= _CAUSE_SHARE * record.ns:
+        return (f"{format_seconds(why.storage_off_cpu_ns)} of it off the CPU reading "
+                f"{format_bytes(why.storage_read_bytes)} from storage: pre-warm site-packages or keep it on local "
+                "storage (see imports_from_storage)")
+    return None
 
 
 def _parent(breakdown: Breakdown, record):

@@ -2,7 +2,8 @@
 lever, computed from the trace's own evidence and said in words (docs/analysis.md, "What if").
 
 Pure functions over :class:`~..breakdown.Breakdown` records. One module per lever
-(``prewarm``, ``serving_dtype``, ``pinned``, ``compile_cache``, ``fewer_captures``; each
+(``prewarm``, ``serving_dtype``, ``pinned``, ``compile_cache``, ``fewer_captures``, ``bytecode``,
+``prewarm_imports``; each
 docstring states its model): ``cut(breakdown, ...)`` returns the time the lever takes out of
 which spans, never more than a span's own time (its busy time less that of its phased
 children on the same thread), and the assumptions it made; ``NOTHING`` is what it says when
@@ -31,7 +32,7 @@ from ..breakdown import Breakdown
 from ..capacity import FIRST_TOKEN, MIN_FOR_P95, READY, no_first_token_reason
 from ..stats import percentile
 from ..units import format_seconds
-from . import compile_cache, fewer_captures, pinned, prewarm, serving_dtype, to_safetensors
+from . import bytecode, compile_cache, fewer_captures, pinned, prewarm, prewarm_imports, serving_dtype, to_safetensors
 from ._evidence import Assumptions, Concurrency, Cut, Evidence, LeverOutcome, Options, gather, self_times
 from .fewer_captures import default_keep
 
@@ -44,11 +45,14 @@ PINNED = "pinned"
 COMPILE_CACHE = "compile-cache"
 FEWER_CAPTURES = "fewer-captures"
 TO_SAFETENSORS = "to-safetensors"
+BYTECODE = "bytecode"
+PREWARM_IMPORTS = "prewarm-imports"
 ALL = "all"
-LEVERS = (PREWARM, SERVING_DTYPE, PINNED, COMPILE_CACHE, FEWER_CAPTURES, TO_SAFETENSORS)
+LEVERS = (PREWARM, SERVING_DTYPE, PINNED, COMPILE_CACHE, FEWER_CAPTURES, TO_SAFETENSORS, BYTECODE, PREWARM_IMPORTS)
 UNATTRIBUTED = "unattributed"
 _MODULES = {PREWARM: prewarm, SERVING_DTYPE: serving_dtype, PINNED: pinned, COMPILE_CACHE: compile_cache,
-            FEWER_CAPTURES: fewer_captures, TO_SAFETENSORS: to_safetensors}
+            FEWER_CAPTURES: fewer_captures, TO_SAFETENSORS: to_safetensors, BYTECODE: bytecode,
+            PREWARM_IMPORTS: prewarm_imports}
 
 
 @dataclass(frozen=True)
