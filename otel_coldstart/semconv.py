@@ -358,6 +358,7 @@ SPAN_PROGRESS = "coldstart.progress"
 PROGRESS_SEQ = "coldstart.progress.seq"  # 1, 2, ... per start-up
 PROGRESS_ROOT = "coldstart.progress.root"  # JSON: the root's start_ns, parent_id, attributes
 PROGRESS_OPEN = "coldstart.progress.open"  # JSON: the open spans (id, parent, name, phase, start, file)
+PROGRESS_AGGREGATES = "coldstart.progress.aggregates"  # JSON: aggregates not yet written (casts, copies)
 PROGRESS_PHASE = "coldstart.progress.phase"  # the phase running when the record was written
 PROGRESS_BYTES_LOADED = "coldstart.progress.bytes_loaded"  # checkpoint bytes read so far
 PROGRESS_BYTES_EXPECTED = "coldstart.progress.bytes_expected"  # index total_size, else files seen
