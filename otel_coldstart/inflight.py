@@ -341,6 +341,13 @@ class ProgressBoard:
         estimate = live.estimate(snap) if live is not None else None
         return estimate.remaining_s if estimate is not None else None
 
+    def overrun_s(self, snap: Snapshot) -> float | None:
+        """How far past the earlier start-ups ``snap`` is where it was matched (0: not past),
+        None without an estimate."""
+        live = self.time_to_ready
+        estimate = live.estimate(snap) if live is not None else None
+        return estimate.overrun_s if estimate is not None else None
+
     def tick(self, now_ns: int | None = None, first: bool = False) -> None:
         """One wake-up: notice progress or a stall, and write a record when one is due: the
         first, one after a change (at most every CHANGE_GAP_S, stretched), one every
@@ -638,6 +645,10 @@ def register_gauges(meter_provider, board: ProgressBoard, labels: dict) -> None:
         semconv.METRIC_INFLIGHT_REMAINING, [observe(lambda s: source.board.remaining_s(s))], unit="s",
         description="Start-ups in flight: estimated seconds left to ready(), from earlier start-ups of the "
                     "service (absent without any)")
+    meter.create_observable_gauge(
+        semconv.METRIC_INFLIGHT_OVERRUN, [observe(lambda s: source.board.overrun_s(s))], unit="s",
+        description="Start-ups in flight: seconds past the earlier start-ups of the service where this one is "
+                    "(a step longer than before; 0 when not past, absent without any)")
 
 
 def _import_time_to_ready() -> None:

@@ -380,8 +380,10 @@ STALL_STACKS = "coldstart.stall.stacks"  # Python stacks of all threads, innermo
 # ready(), from earlier start-ups of the same service; without any, no estimate and why.
 PROGRESS_REMAINING_S = "coldstart.progress.remaining_s"  # double: seconds to ready(), estimated
 PROGRESS_REMAINING_HISTORY = "coldstart.progress.remaining_history"  # int: earlier start-ups used (0: none)
+PROGRESS_OVERRUN_S = "coldstart.progress.overrun_s"  # double: seconds past the earlier start-ups (absent: not past)
 PROGRESS_REMAINING_BASIS = "coldstart.progress.remaining_basis"  # str: where it was matched, or why none
 METRIC_INFLIGHT_REMAINING = "model.startup.inflight.remaining"  # s, gauge: the estimate (absent without one)
+METRIC_INFLIGHT_OVERRUN = "model.startup.inflight.overrun"  # s, gauge: past the earlier start-ups (0: not past)
 # --- end of time to ready ------------------------------------------------------------------
 
 METRIC_INFLIGHT_ELAPSED = "model.startup.inflight.elapsed"  # s, gauge, by the running coldstart.phase
