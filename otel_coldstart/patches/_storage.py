@@ -177,7 +177,12 @@ class StorageLedger:
         """Queue ``settle`` (it writes a settlement record) for the end of the start-up; False
         if that has passed (the figure at the span's end is then final)."""
         with self._lock:
-            if self._closed or self._session.ended:
+            # Until settle_all has run, at ready(): a handle the end of the start-up closes (a
+            # safe_open kept without a with-block) is settled with the others, so a file it
+            # still maps is said and followed after ready() (issue 39). Any other end: the
+            # figure at the span's end is final, as for work cut short.
+            session = self._session
+            if self._closed or (session.ended and session.end_reason != semconv.END_READY):
                 return False
             self._waiting.append(settle)
             return True
