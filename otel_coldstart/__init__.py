@@ -69,7 +69,8 @@ What you get
   ``model.startup.inflight.elapsed``, ``model.startup.inflight.phase.elapsed`` (time in the
   running phase), ``model.startup.inflight.loaded`` and ``model.startup.inflight.expected``
   (bytes loaded of expected), and ``model.startup.inflight.remaining`` (the seconds left to
-  ``ready()``, estimated from earlier start-ups of the service: absent for its first).
+  ``ready()``, estimated from earlier start-ups of the service: absent for its first) with
+  ``model.startup.inflight.overrun`` (seconds past them where a step runs longer than before).
 - Weights still on storage at ``ready()``: a checkpoint file still mapped (safetensors,
   transformers 5 and ``torch.load(mmap=True)`` keep tensors on the file's pages) with pages
   never read carries ``coldstart.lazy.unread_bytes``, the summary says "27.1 MiB of

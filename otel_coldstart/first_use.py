@@ -83,8 +83,12 @@ class _Followed:
             return False
         self.sample_ns = now
         if self.baseline is None:
-            self.baseline = self.missing = missing
-            return False
+            # The pages out at ready() (counted page by page then, patches/_storage.py), not
+            # at this first sample: what came in between is first use too, and what is read
+            # after ready() is never more than what was out then (issue 39).
+            at_ready = -(-self.lazy.unread // mmap.PAGESIZE) if self.lazy.unread else None
+            self.baseline = float(at_ready) if at_ready is not None and self.exact else missing
+            self.missing = self.baseline
         if missing < self.missing:
             self.missing = missing
             if self.first_ns is None:
@@ -116,7 +120,8 @@ class _Followed:
     def read_bytes(self) -> int:
         if self.baseline is None or self.missing is None:
             return 0
-        return min(self.lazy.size, int(max(0.0, self.baseline - self.missing) * mmap.PAGESIZE))
+        read = min(self.lazy.size, int(max(0.0, self.baseline - self.missing) * mmap.PAGESIZE))
+        return min(read, self.lazy.unread) if self.lazy.unread else read
 
     @property
     def unread_bytes(self) -> int | None:

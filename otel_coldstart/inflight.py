@@ -207,6 +207,8 @@ class ProgressBoard:
         self._next_record_ns = 0
         self._last_record_ns = 0
         self._recorded_changes = -1  # the opened+done count the latest record saw
+        self._recorded_aggregate_calls = 0  # the unwritten aggregates' calls the latest record saw
+        self._ticked_aggregate_calls = 0  # ... and the previous tick
 
     # --- hooks (host threads: one dict operation each, never raise) ------------------------
 
@@ -370,6 +372,13 @@ class ProgressBoard:
         estimate = live.estimate(snap) if live is not None else None
         return estimate.remaining_s if estimate is not None else None
 
+    def overrun_s(self, snap: Snapshot) -> float | None:
+        """How far past the earlier start-ups ``snap`` is where it was matched (0: not past),
+        None without an estimate."""
+        live = self.time_to_ready
+        estimate = live.estimate(snap) if live is not None else None
+        return estimate.overrun_s if estimate is not None else None
+
     def tick(self, now_ns: int | None = None, first: bool = False) -> None:
         """One wake-up: notice progress or a stall, and write a record when one is due: the
         first, one after a change (at most every CHANGE_GAP_S, stretched), one every
@@ -394,13 +403,30 @@ class ProgressBoard:
             return
         elapsed_ns = max(0, now - self.session.start_ns)
         changes = snap.opened + snap.done
-        changed = (changes != self._recorded_changes
-                   and now >= self._last_record_ns + max(int(CHANGE_GAP_S * 1e9), elapsed_ns // CHANGE_STRETCH))
-        if first or changed or now >= self._next_record_ns or stall is not None:
+        gap_passed = now >= self._last_record_ns + max(int(CHANGE_GAP_S * 1e9), elapsed_ns // CHANGE_STRETCH)
+        changed = changes != self._recorded_changes and gap_passed
+        # Aggregates (casts, copies) are written only when their parent ends: their figures
+        # go on the records instead, so a SIGKILL keeps them (issue 39). A record follows
+        # when the calls stopped (no call since the last tick: the figures are final, on disk
+        # within two ticks of the last call), and while they go on, at the change cadence.
+        aggregate_calls = self._aggregate_calls()
+        aggregates_changed = aggregate_calls != self._recorded_aggregate_calls and (
+            aggregate_calls == self._ticked_aggregate_calls or gap_passed)
+        self._ticked_aggregate_calls = aggregate_calls
+        if first or changed or aggregates_changed or now >= self._next_record_ns or stall is not None:
             self._write_record(snap, idle_ns, stall)
             self._recorded_changes = changes
+            self._recorded_aggregate_calls = aggregate_calls
             self._last_record_ns = now
             self._next_record_ns = now + max(int(self.progress_interval_s * 1e9), elapsed_ns // STRETCH)
+
+    def _aggregate_calls(self) -> int:
+        recorder = getattr(self.session, "recorder", None)
+        if recorder is None:
+            return 0
+        with internal_errors("inflight aggregates"):
+            return recorder.interim_calls()
+        return 0
 
     def _record_stall(self, snap: Snapshot, idle_ns: int) -> dict:
         running = snap.running
@@ -460,6 +486,12 @@ class ProgressBoard:
             semconv.PROGRESS_BYTES_LOADED: snap.bytes_loaded,
             semconv.PROGRESS_IDLE_S: round(idle_ns / 1e9, 3),
         }
+        recorder = getattr(session, "recorder", None)
+        if recorder is not None:
+            with internal_errors("inflight aggregates"):
+                aggregates = recorder.interim_records()
+                if aggregates:
+                    attrs[semconv.PROGRESS_AGGREGATES] = json.dumps(aggregates, separators=(",", ":"))
         if snap.bytes_expected is not None:
             attrs[semconv.PROGRESS_BYTES_EXPECTED] = snap.bytes_expected
             attrs[semconv.PROGRESS_BYTES_EXPECTED_SOURCE] = snap.expected_source
@@ -645,6 +677,10 @@ def register_gauges(meter_provider, board: ProgressBoard, labels: dict) -> None:
         semconv.METRIC_INFLIGHT_REMAINING, [observe(lambda s: source.board.remaining_s(s))], unit="s",
         description="Start-ups in flight: estimated seconds left to ready(), from earlier start-ups of the "
                     "service (absent without any)")
+    meter.create_observable_gauge(
+        semconv.METRIC_INFLIGHT_OVERRUN, [observe(lambda s: source.board.overrun_s(s))], unit="s",
+        description="Start-ups in flight: seconds past the earlier start-ups of the service where this one is "
+                    "(a step longer than before; 0 when not past, absent without any)")
 
 
 def _import_time_to_ready() -> None:

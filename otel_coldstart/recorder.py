@@ -392,6 +392,43 @@ class Recorder:
                     aggregate.closed = True
         return taken
 
+    # --- durable before they are written (issue 39): the in-flight monitor's view -------------
+
+    MAX_INTERIM = 64  # aggregates listed in one progress record (the most recent calls first)
+
+    def interim_calls(self) -> int:
+        """Calls counted so far by the aggregates not yet written (open or held): the
+        in-flight monitor writes a record when this changed (a dict walk under the
+        recorder's lock, 4 times a second on the monitor thread; nothing on the callers')."""
+        with self._lock:
+            return sum(a.calls for a in self._aggregates.values()) + sum(a.calls for a, _ in self._held)
+
+    def interim_records(self) -> list[dict]:
+        """The aggregates not yet written as spans, as plain data for a progress record: what
+        a SIGKILL would otherwise lose (an aggregate is written only when its parent ends,
+        and a cast under the root waits for ready()). Each has the figures the span written
+        later will have (read without the callers' locks: a call being added may be in one
+        figure and not yet in the next, never more than that call). The parent is the span
+        the aggregate will be written under (a pending parent's own parent: the pending
+        span does not exist until it ends, as at the start-up's end)."""
+        with self._lock:
+            aggregates = [(a, a.parent) for a in self._aggregates.values() if not a.closed] + list(self._held)
+        aggregates.sort(key=lambda item: item[0].last_ns, reverse=True)
+        records = []
+        for aggregate, parent in aggregates[:self.MAX_INTERIM]:
+            if aggregate.calls <= 0:
+                continue
+            if parent is not None and not isinstance(parent, SpanContext):
+                parent = parent.parent
+            attributes = {k: v for k, v in aggregate.span_attributes().items()
+                          if isinstance(v, (str, bool, int, float))}
+            records.append({
+                "name": semconv.phase_span_name(aggregate.phase), "phase": aggregate.phase,
+                "parent_id": format(parent.span_id, "016x") if isinstance(parent, SpanContext) else None,
+                "start_ns": aggregate.first_ns, "end_ns": aggregate.last_ns, "attributes": attributes,
+            })
+        return records
+
     def take_children(self, pending: "PendingParent") -> list[Aggregate]:
         return self._take(pending)
 

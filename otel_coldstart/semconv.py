@@ -411,6 +411,7 @@ SPAN_PROGRESS = "coldstart.progress"
 PROGRESS_SEQ = "coldstart.progress.seq"  # 1, 2, ... per start-up
 PROGRESS_ROOT = "coldstart.progress.root"  # JSON: the root's start_ns, parent_id, attributes
 PROGRESS_OPEN = "coldstart.progress.open"  # JSON: the open spans (id, parent, name, phase, start, file)
+PROGRESS_AGGREGATES = "coldstart.progress.aggregates"  # JSON: aggregates not yet written (casts, copies)
 PROGRESS_PHASE = "coldstart.progress.phase"  # the phase running when the record was written
 PROGRESS_BYTES_LOADED = "coldstart.progress.bytes_loaded"  # checkpoint bytes read so far
 PROGRESS_BYTES_EXPECTED = "coldstart.progress.bytes_expected"  # index total_size, else files seen
@@ -432,8 +433,10 @@ STALL_STACKS = "coldstart.stall.stacks"  # Python stacks of all threads, innermo
 # ready(), from earlier start-ups of the same service; without any, no estimate and why.
 PROGRESS_REMAINING_S = "coldstart.progress.remaining_s"  # double: seconds to ready(), estimated
 PROGRESS_REMAINING_HISTORY = "coldstart.progress.remaining_history"  # int: earlier start-ups used (0: none)
+PROGRESS_OVERRUN_S = "coldstart.progress.overrun_s"  # double: seconds past the earlier start-ups (absent: not past)
 PROGRESS_REMAINING_BASIS = "coldstart.progress.remaining_basis"  # str: where it was matched, or why none
 METRIC_INFLIGHT_REMAINING = "model.startup.inflight.remaining"  # s, gauge: the estimate (absent without one)
+METRIC_INFLIGHT_OVERRUN = "model.startup.inflight.overrun"  # s, gauge: past the earlier start-ups (0: not past)
 # --- end of time to ready ------------------------------------------------------------------
 
 METRIC_INFLIGHT_ELAPSED = "model.startup.inflight.elapsed"  # s, gauge, by the running coldstart.phase

@@ -24,6 +24,15 @@ from the start). Then:
 - with nothing matched: where the earlier start-up had read as many of its checkpoint
   bytes, else the elapsed time.
 
+**Overrun** (issue 39): where this start-up has spent longer than the earlier one in the
+same place (a step past its earlier length, the time after the last span past the earlier
+time to ready(), the whole start-up past the earlier total), the rest of it is estimated as
+the overrun so far (a step at twice its earlier length is expected to need as long again as
+it overran: the longer past, the later ready(), never a count-down stuck at ~0 s) and the
+estimate says so: ``overrun_s`` (the median over the earlier start-ups of how far past it
+is, 0 where it is not), on the progress record (``coldstart.progress.overrun_s``) and the
+``model.startup.inflight.overrun`` gauge.
+
 **Over the earlier start-ups**: the median of what each one says (the newest
 ``_history.MAX_STARTUPS`` that reached ready(), of this host.type when any are).
 
@@ -52,6 +61,7 @@ class Estimate(NamedTuple):
     remaining_s: float
     startups: int  # earlier start-ups it is from
     basis: str  # where this start-up was matched, in words
+    overrun_s: float = 0.0  # how far past the earlier start-ups it is where it was matched (median)
 
 
 class Sources(NamedTuple):
@@ -95,21 +105,36 @@ class LiveEstimate:
         if not self._by_key:
             return None
         answers = [_remaining(h, index, snap, self.sources) for h, index in zip(self.history.startups, self._by_key)]
-        remaining = _median([r for r, _ in answers])
-        hows = [how for _, how in answers]
+        remaining = _median([r for r, _, _ in answers])
+        overrun = _median([o for _, _, o in answers])
+        hows = [how for _, how, _ in answers]
         how = max(set(hows), key=hows.count)
+        if overrun > 0:
+            how += f", overrunning the earlier start-ups by {overrun:.1f} s"
         others = "" if self.history.same_host_type else " (of other host types: none of this one)"
         basis = f"{how}; {len(answers)} earlier start-up(s){others}"
-        return Estimate(max(0.0, remaining), len(answers), basis[:MAX_BASIS_CHARS])
+        return Estimate(max(0.0, remaining), len(answers), basis[:MAX_BASIS_CHARS], max(0.0, overrun))
 
     def record_attributes(self, snap) -> dict:
         """The progress record's attributes: the estimate, or why there is none."""
         estimate = self.estimate(snap)
         if estimate is None:
             return {semconv.PROGRESS_REMAINING_HISTORY: 0, semconv.PROGRESS_REMAINING_BASIS: self.note}
-        return {semconv.PROGRESS_REMAINING_S: round(estimate.remaining_s, 3),
-                semconv.PROGRESS_REMAINING_HISTORY: estimate.startups,
-                semconv.PROGRESS_REMAINING_BASIS: estimate.basis}
+        attrs = {semconv.PROGRESS_REMAINING_S: round(estimate.remaining_s, 3),
+                 semconv.PROGRESS_REMAINING_HISTORY: estimate.startups,
+                 semconv.PROGRESS_REMAINING_BASIS: estimate.basis}
+        if estimate.overrun_s > 0:
+            attrs[semconv.PROGRESS_OVERRUN_S] = round(estimate.overrun_s, 3)
+        return attrs
+
+
+def _rest(expected_s: float, spent_s: float) -> tuple[float, float]:
+    """(what is left, how far past): ``expected_s`` less ``spent_s`` while within it; past it,
+    the overrun so far, for both (see the module's docstring)."""
+    if spent_s <= expected_s:
+        return expected_s - spent_s, 0.0
+    overrun = spent_s - expected_s
+    return overrun, overrun
 
 
 def _median(values: list) -> float:
@@ -140,7 +165,8 @@ def _describe(key: tuple) -> str:
     return f"{name} ({file})" if file else name
 
 
-def _remaining(h: EarlierStartup, by_key: dict, snap, sources: Sources) -> tuple[float, str]:
+def _remaining(h: EarlierStartup, by_key: dict, snap, sources: Sources) -> tuple[float, str, float]:
+    """(seconds left, where it was matched, seconds past the earlier start-up there)."""
     start, now = sources.start_ns, snap.now_ns
     # (time, order, span): the open spans oldest first, so an inner span opened in the same
     # nanosecond as its parent comes after it; the span that ended last, at its end.
@@ -156,21 +182,23 @@ def _remaining(h: EarlierStartup, by_key: dict, snap, sources: Sources) -> tuple
             step = _nearest(h, by_key.get(key), (end_ns - start) / 1e9, STEP_END_S)
             if step is not None:
                 since = max(0.0, (now - end_ns) / 1e9)
-                return max(0.0, h.total_s - step[STEP_END_S] - since), f"after {_describe(key)}"
+                rest, overrun = _rest(max(0.0, h.total_s - step[STEP_END_S]), since)
+                return rest, f"after {_describe(key)}", overrun
             continue
         key = step_key(entry.name, entry.phase, entry.attributes.get(semconv.FILE_PATH))
         step = _nearest(h, by_key.get(key), (entry.start_ns - start) / 1e9, STEP_START_S)
         if step is not None:
             in_step = max(0.0, (now - entry.start_ns) / 1e9)
-            rest, how = _rest_of_step(h, step, entry, in_step, snap)
-            return rest + max(0.0, h.total_s - step[STEP_END_S]), f"in {_describe(key)}{how}"
+            rest, how, overrun = _rest_of_step(h, step, entry, in_step, snap)
+            return rest + max(0.0, h.total_s - step[STEP_END_S]), f"in {_describe(key)}{how}", overrun
     share = _loaded_share(h, snap)
     if share is not None and 0 < share < 1:
-        return max(0.0, h.total_s - _time_at_share(h, share)), "by checkpoint bytes loaded"
-    return max(0.0, h.total_s - snap.elapsed_s), "by elapsed time"
+        return max(0.0, h.total_s - _time_at_share(h, share)), "by checkpoint bytes loaded", 0.0
+    rest, overrun = _rest(h.total_s, snap.elapsed_s)
+    return rest, "by elapsed time", overrun
 
 
-def _rest_of_step(h: EarlierStartup, step, entry, in_step: float, snap) -> tuple[float, str]:
+def _rest_of_step(h: EarlierStartup, step, entry, in_step: float, snap) -> tuple[float, str, float]:
     step_start_s, step_end_s = step[STEP_START_S], step[STEP_END_S]
     length = step_end_s - step_start_s
     read = entry.file_read
@@ -178,7 +206,7 @@ def _rest_of_step(h: EarlierStartup, step, entry, in_step: float, snap) -> tuple
     done = getattr(read, "bytes", 0) if read is not None else 0
     if isinstance(size, int) and isinstance(done, int) and 0 < size and MIN_PACE_SHARE * size <= done < size \
             and in_step >= MIN_PACE_S:
-        return in_step * (size - done) / done, ", by its bytes read at its pace"
+        return in_step * (size - done) / done, ", by its bytes read at its pace", max(0.0, in_step - length)
     share = _loaded_share(h, snap)
     inside = any(step_start_s <= r_start and r_end <= step_end_s for r_start, r_end, _ in h.reads)
     if inside and share is not None and 0 < share < 1:
@@ -186,8 +214,10 @@ def _rest_of_step(h: EarlierStartup, step, entry, in_step: float, snap) -> tuple
         earlier = at - step_start_s
         if earlier >= MIN_PACE_S and in_step >= MIN_PACE_S:
             pace = min(PACE_BOUNDS[1], max(PACE_BOUNDS[0], in_step / earlier))
-            return (step_end_s - at) * pace, f", by checkpoint bytes ({share:.0%}) at its pace"
-    return max(0.0, length - in_step), ""
+            return (step_end_s - at) * pace, f", by checkpoint bytes ({share:.0%}) at its pace", \
+                max(0.0, in_step - length)
+    rest, overrun = _rest(length, in_step)
+    return rest, "", overrun
 
 
 def _loaded_share(h: EarlierStartup, snap) -> float | None:

@@ -11,6 +11,8 @@ at that moment). :func:`complete_killed` rebuilds such a start-up from the lates
   ``coldstart.end.phase`` set to the phase that was running;
 - every span open at that record and not written since, ended at the last sign of life
   and marked ``coldstart.interrupted``.
+- every aggregate (casts, copies: written as a span only when its parent ends) listed on
+  that record and not written since, with the figures it had then.
 
 Progress records are then dropped (they are not work), so the breakdown, findings and
 renderers read a killed start-up as they read any other, and its spans have their parents
@@ -25,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import zlib
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -50,6 +53,8 @@ def complete_killed(spans: Iterable[Span]) -> list[Span]:
     # An import in progress is listed under an id of the record's own (its span gets another
     # when it ends): one that ended after the record was written is known by its start.
     present |= {(s.trace_id, s.name, s.start_ns) for s in others if s.phase == semconv.PHASE_IMPORT}
+    # An aggregate's span is known by where it was counted: its name, thread and first call.
+    present.update((s.trace_id, s.name, s.thread_id, s.start_ns) for s in others if s.aggregate_busy_ns is not None)
     latest: dict[tuple[str, str], Span] = {}
     stall_events: dict[tuple[str, str], list[SpanEvent]] = {}  # per start-up: linear in the records
     for record in records:
@@ -129,6 +134,7 @@ def _rebuild(record: Span, root_id: str, present: set, stall_events: list[SpanEv
         events = tuple(e for e in stall_events if e.attributes.get(semconv.STALL_SPAN_ID) == span_id)
         open_spans.append(Span(record.trace_id, span_id, _hex(item.get("parent_id"), 16) or root_id, name,
                                item_start, last_seen, attrs, record.resource, "unset", events))
+    open_spans.extend(_rebuild_aggregates(record, root_id, start, last_seen, present))
     root_attrs = _primitive_attributes(root_info.get("attributes"))
     root_attrs.update({semconv.READY: False, semconv.END_REASON: semconv.END_KILLED})
     if isinstance(phase, str):
@@ -152,6 +158,30 @@ def _rebuild(record: Span, root_id: str, present: set, stall_events: list[SpanEv
     root = Span(record.trace_id, root_id, _hex(root_info.get("parent_id"), 16), semconv.SPAN_ROOT, start, last_seen,
                 root_attrs, record.resource, "unset", root_events)
     return [root] + open_spans
+
+
+def _rebuild_aggregates(record: Span, root_id: str, start: int, last_seen: int, present: set) -> list[Span]:
+    """The aggregates the record lists (otel_coldstart/recorder.py ``interim_records``) whose
+    own span was not written since: each with the figures it had at the record. Work that
+    went on after the record is not in it (a lower bound, never more than happened)."""
+    rebuilt = []
+    for item in _json(record, semconv.PROGRESS_AGGREGATES, list)[:MAX_OPEN_REBUILT]:
+        if not isinstance(item, dict):
+            continue
+        name, item_start, item_end = item.get("name"), _int(item.get("start_ns")), _int(item.get("end_ns"))
+        attrs = _primitive_attributes(item.get("attributes"))
+        if (not isinstance(name, str) or item_start is None or item_end is None
+                or not start <= item_start <= item_end <= last_seen or attrs.get(semconv.AGGREGATE) is not True):
+            continue
+        thread_id = _int(attrs.get(semconv.THREAD_ID))
+        if (record.trace_id, name, thread_id, item_start) in present:
+            continue  # written since the record: its own span has the final figures
+        if isinstance(item.get("phase"), str):
+            attrs[semconv.PHASE] = item["phase"]
+        span_id = format(zlib.crc32(f"{name}/{thread_id}/{item_start}".encode()) << 32 | 0x5EC0DE, "016x")
+        rebuilt.append(Span(record.trace_id, span_id, _hex(item.get("parent_id"), 16) or root_id, name,
+                            item_start, item_end, attrs, record.resource, "unset"))
+    return rebuilt
 
 
 # --- what the renderers say --------------------------------------------------------------

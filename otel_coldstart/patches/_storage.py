@@ -39,6 +39,7 @@ from typing import Callable
 
 from .. import probes, semconv
 from .._errors import internal_errors
+from .._regular_files import open_regular_fd
 from ..verdicts import is_lazily_unread
 
 # Why a file span has no coldstart.cache.storage_read_bytes (coldstart.cache.storage_read_unknown).
@@ -176,7 +177,12 @@ class StorageLedger:
         """Queue ``settle`` (it writes a settlement record) for the end of the start-up; False
         if that has passed (the figure at the span's end is then final)."""
         with self._lock:
-            if self._closed or self._session.ended:
+            # Until settle_all has run, at ready(): a handle the end of the start-up closes (a
+            # safe_open kept without a with-block) is settled with the others, so a file it
+            # still maps is said and followed after ready() (issue 39). Any other end: the
+            # figure at the span's end is final, as for work cut short.
+            session = self._session
+            if self._closed or (session.ended and session.end_reason != semconv.END_READY):
                 return False
             self._waiting.append(settle)
             return True
@@ -306,9 +312,15 @@ def finish_with_figure(session, stored: StoredFile | None, thread_read_bytes: in
         now = _residency_now(stored)
         settled_attrs, settled_evidence = figure_now(now, at_span_end)
         if final and record_under_span is not None:
+            if now is not None and now.ratio < _WHOLE:
+                # Partly out at the end: what is out is followed after ready() page by page
+                # (first_use.py), so it is counted page by page here too, not estimated from
+                # the sample the figure read on (issue 39).
+                now = _exact_residency(stored) or now
             unread = ledger.unread_at_ready(stored, now)
             if unread is not None:
                 settled_attrs[semconv.LAZY_UNREAD_BYTES] = unread
+                _within_the_file(settled_attrs, stored.size or 0, unread)
                 ledger.lazily_unread.append(LazyFile(stored, unread, record_under_span))
         if not final:  # an interim record, only when the figure grew
             figure = settled_attrs.get(semconv.CACHE_STORAGE_READ_BYTES)
@@ -323,6 +335,37 @@ def finish_with_figure(session, stored: StoredFile | None, thread_read_bytes: in
         end_span(attrs, evidence)
     else:  # the start-up has ended (a read after ready()): nothing settles later
         end_span(*figure_now(at_span_end, at_span_end))
+
+
+def _within_the_file(attrs: dict, size: int, unread: int) -> None:
+    """Bytes read from storage before ready() and bytes still out then are one file: their sum
+    is at most its size (the thread counters, which the figure takes where they saw more,
+    count a page read twice, or another file's readahead, twice over)."""
+    room = max(0, size - unread)
+    for key in (semconv.CACHE_STORAGE_READ_BYTES, semconv.CACHE_STORAGE_READ_AFTER_SPAN_BYTES):
+        value = attrs.get(key)
+        if isinstance(value, int) and value > room:
+            attrs[key] = room
+
+
+def _exact_residency(stored: StoredFile):
+    """Every page of the file counted (one cachestat(2) over the whole file: ~4 ns a resident
+    page), or None where the kernel cannot say."""
+    size = stored.size or 0
+    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    if pages <= 0:
+        return None
+    try:
+        fd = open_regular_fd(stored.path)
+    except OSError:
+        return None
+    try:
+        counts = probes.resident_pages_by_range(fd, ((0, pages),))
+    finally:
+        os.close(fd)
+    if not counts:
+        return None
+    return probes.Residency(min(pages, counts[0]), pages, pages, ((0, pages),))
 
 
 def read_after_span(stored: StoredFile, at_span_end, settled) -> int:

@@ -237,3 +237,32 @@ def test_span_events_of_any_shape_read_or_fail_cleanly(tmp_path_factory, events)
     for breakdown in breakdowns([read]):
         stalls(breakdown)
         render_startup_text(breakdown, io.StringIO())
+
+
+def _aggregate(start_s, end_s, nbytes, thread=7, parent=ROOT):
+    return {"name": semconv.phase_span_name("cast"), "phase": "cast", "parent_id": parent,
+            "start_ns": int(start_s * S), "end_ns": int(end_s * S),
+            "attributes": {semconv.AGGREGATE: True, semconv.CALLS: 10, semconv.BYTES: nbytes,
+                           semconv.BUSY_S: end_s - start_s, semconv.THREAD_ID: thread}}
+
+
+def test_aggregates_on_the_latest_record_are_rebuilt_once_and_never_twice():
+    """Issue 39: a cast summed under the root is written only at ready(); a killed start-up
+    keeps it from the record, unless its own span was written since (then that one counts)."""
+    early = _record(2.0, 1, [], "unattributed")
+    early.attributes[semconv.PROGRESS_AGGREGATES] = json.dumps([_aggregate(1.0, 1.5, 100)])
+    late = _record(4.0, 2, [_open(LOAD, "coldstart.warmup", "warmup", 3.0)], "warmup")
+    late.attributes[semconv.PROGRESS_AGGREGATES] = json.dumps([_aggregate(1.0, 2.5, 300),
+                                                               _aggregate(2.6, 2.9, 50, thread=8)])
+    written = Span(TRACE, "9" * 16, ROOT, semconv.phase_span_name("cast"), int(2.6 * S), int(3.0 * S),
+                   {semconv.PHASE: "cast", semconv.AGGREGATE: True, semconv.BYTES: 60, semconv.BUSY_S: 0.4,
+                    semconv.THREAD_ID: 8, semconv.CALLS: 12})
+    spans = complete_killed([early, late, written])
+    casts = sorted((s for s in spans if s.phase == "cast"), key=lambda s: s.start_ns)
+    assert [(s.start_ns, s.end_ns, s.attributes[semconv.BYTES]) for s in casts] == [
+        (1 * S, int(2.5 * S), 300), (int(2.6 * S), 3 * S, 60)]  # the latest record's, and the written span
+    assert casts[0].parent_id == ROOT and casts[0].attributes[semconv.AGGREGATE] is True
+    assert not casts[0].attributes.get(semconv.INTERRUPTED)
+    (startup,) = breakdowns(repair(spans)[0])
+    cast = next(p for p in startup.phases if p.phase == "cast")
+    assert cast.bytes == 360

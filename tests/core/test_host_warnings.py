@@ -116,9 +116,96 @@ def test_the_hook_and_filter_go_with_uninstrument_and_leave_the_hosts_in_place()
 
     otel_coldstart.uninstrument()
     before_hook, before_filters = warnings.showwarning, list(warnings.filters)
+    before_showwarnmsg = warnings._showwarnmsg
     otel_coldstart.instrument(start_at="instrument", summary=False, handle_sigterm=False, progress_interval_s=0)
     try:
-        assert warnings.showwarning is _host_warnings._showwarning
+        assert warnings._showwarnmsg is _host_warnings._showwarnmsg
+        assert warnings.showwarning is before_hook  # the host's hook is left alone: ours is before it
     finally:
         otel_coldstart.uninstrument()
     assert warnings.showwarning is before_hook and warnings.filters == before_filters
+    assert warnings._showwarnmsg is before_showwarnmsg
+
+
+# Issue 39: the warnings torch raises inside our wrappers, in the host's own module, seen
+# the three ways a host sees them: recorded (catch_warnings(record=True): pytest's warnings
+# summary, pytest.warns), printed by the default hook, and turned into errors by a filter
+# naming the host's module; before ready() and after it (torch.load stays wrapped).
+HOST_MODULE = r"""
+import torch
+
+def complex_half():
+    return torch.ones(2, dtype=torch.complex32).to(torch.complex64)
+
+def complex_to_real():
+    return torch.ones(2, dtype=torch.complex64).to(torch.float32)
+
+def tensor_of_tensor():
+    return torch.tensor(torch.ones(2))
+
+def load_script(path):
+    return torch.load(path, weights_only=False)
+"""
+
+WARNING_CASES = r"""
+import json, os, sys, warnings
+mode, when, how, workdir = sys.argv[1:5]
+sys.path.insert(0, workdir)
+import torch
+import hostmod
+
+script = os.path.join(workdir, "script.pt")
+if not os.path.exists(script):
+    torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), script)
+if mode == "traced":
+    import otel_coldstart
+    otel_coldstart.instrument(summary=False, progress_interval_s=0)
+    if when == "after":
+        otel_coldstart.ready()
+cases = [("complex_half", hostmod.complex_half), ("complex_to_real", hostmod.complex_to_real),
+         ("tensor_of_tensor", hostmod.tensor_of_tensor), ("load_script", lambda: hostmod.load_script(script))]
+out = []
+for name, call in cases:
+    if how == "record":
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            call()
+        out.extend([name, w.category.__name__, os.path.basename(w.filename), w.lineno, str(w.message)] for w in caught)
+    else:
+        try:
+            call()
+        except Exception as error:
+            out.append([name, "raised", type(error).__name__, str(error)])
+print(json.dumps(out))
+"""
+
+
+def _warnings_seen(tmp_path, mode, when, how):
+    (tmp_path / "hostmod.py").write_text(HOST_MODULE)
+    env = dict(os.environ, OTEL_COLDSTART_OUTPUT_DIR=str(tmp_path / "traces"), PYTHONWARNINGS="")
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        env.pop(name, None)
+    flags = ["-W", "error::UserWarning:hostmod"] if how == "error" else []
+    done = subprocess.run([sys.executable, *flags, "-c", WARNING_CASES, mode, when, how, str(tmp_path)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = [line for line in done.stderr.splitlines() if "Warning: " in line and not line.startswith(" ")]
+    return json.loads(done.stdout.strip().splitlines()[-1]), printed
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+@pytest.mark.parametrize("how", ["record", "printed", "error"])
+def test_warnings_inside_wrapped_calls_keep_the_callers_file_and_line(tmp_path, how, when):
+    plain, plain_printed = _warnings_seen(tmp_path, "plain", when, how)
+    traced, traced_printed = _warnings_seen(tmp_path, "traced", when, how)
+    if how == "record":
+        # Each case warns in the host module, at its line (filename, lineno, category, message).
+        assert {w[0] for w in plain if w[2] == "hostmod.py"} == {"complex_half", "complex_to_real",
+                                                                  "tensor_of_tensor", "load_script"}, plain
+    elif how == "error":
+        assert [w[0] for w in plain if w[1] == "raised"] == ["complex_half", "complex_to_real", "tensor_of_tensor",
+                                                             "load_script"], plain
+    else:
+        assert sum("hostmod.py:" in line for line in plain_printed) == 4, plain_printed
+    assert traced == plain
+    assert traced_printed == plain_printed

@@ -262,8 +262,30 @@ def test_inside_a_step_what_is_left_of_it_plus_the_time_after_it():
     assert estimate.basis.startswith("in coldstart.build") and "1 earlier start-up" in estimate.basis
     # A slower start so far changes nothing: where it is, not how long it took to get there.
     assert live.estimate(_snap(9.0, [_open("coldstart.build", "build", 8.0)])).remaining_s == pytest.approx(7.0)
-    # Overran the earlier step: what comes after it.
-    assert live.estimate(_snap(9.0, [_open("coldstart.build", "build", 4.0)])).remaining_s == pytest.approx(5.0)
+    # Overran the earlier step (5 s in a 3 s step): the overrun so far (2 s) is expected again,
+    # then what comes after it; the estimate says so (issue 39).
+    overrun = live.estimate(_snap(9.0, [_open("coldstart.build", "build", 4.0)]))
+    assert overrun.remaining_s == pytest.approx(2.0 + 5.0) and overrun.overrun_s == pytest.approx(2.0)
+    assert "overrunning the earlier start-ups by 2.0 s" in overrun.basis
+    assert estimate.overrun_s == 0.0
+
+
+def test_an_overrun_is_marked_and_the_estimate_grows_with_it_instead_of_reaching_zero():
+    """Issue 39: a step running twice its history dropped the estimate to ~0 s and left it
+    there, nothing marking it. The last step before ready() (warmup, 2 s, then ready at once)."""
+    earlier = _earlier(10.0, [(("coldstart.warmup", "warmup", ""), 8.0, 10.0, 0)])
+    live = _live([earlier])
+    warmup = _open("coldstart.warmup", "warmup", 8.0)
+    seen = [live.estimate(_snap(8.0 + t, [warmup])) for t in (1.0, 2.0, 3.0, 4.0, 6.0)]
+    assert [round(e.remaining_s, 3) for e in seen] == [1.0, 0.0, 1.0, 2.0, 4.0]
+    assert [round(e.overrun_s, 3) for e in seen] == [0.0, 0.0, 1.0, 2.0, 4.0]
+    record = live.record_attributes(_snap(12.0, [warmup]))
+    assert record[semconv.PROGRESS_OVERRUN_S] == 2.0 and record[semconv.PROGRESS_REMAINING_S] == 2.0
+    assert semconv.PROGRESS_OVERRUN_S not in live.record_attributes(_snap(9.0, [warmup]))
+    # After the last span, and past the whole earlier start-up, the same rule.
+    done = ("coldstart.warmup", {semconv.PHASE: "warmup"}, int(10.0 * S))
+    after = live.estimate(_snap(13.0, last_done=done))
+    assert after.remaining_s == pytest.approx(3.0) and after.overrun_s == pytest.approx(3.0)
 
 
 def test_after_the_span_that_ended_last_counts_down():
@@ -315,7 +337,8 @@ def test_nothing_matched_falls_back_to_bytes_then_elapsed():
     assert estimate.remaining_s == pytest.approx(4.5) and estimate.basis.startswith("by checkpoint bytes")
     estimate = live.estimate(_snap(6.0, [unknown]))
     assert estimate.remaining_s == pytest.approx(4.0) and estimate.basis.startswith("by elapsed time")
-    assert live.estimate(_snap(60.0, [unknown])).remaining_s == 0.0
+    late = live.estimate(_snap(60.0, [unknown]))  # 50 s past the earlier total: marked, not 0
+    assert late.remaining_s == pytest.approx(50.0) and late.overrun_s == pytest.approx(50.0)
 
 
 def test_the_median_of_the_earlier_startups():
@@ -341,13 +364,13 @@ def test_no_history_no_estimate_and_the_record_says_why(tmp_path):
 
 # --- in a start-up: the records and the gauge ---------------------------------------------------
 
-def _remaining_points(reader) -> list:
+def _remaining_points(reader, name=semconv.METRIC_INFLIGHT_REMAINING) -> list:
     data = reader.get_metrics_data()
     points = []
     for resource_metrics in data.resource_metrics if data else ():
         for scope in resource_metrics.scope_metrics:
             for metric in scope.metrics:
-                if metric.name == semconv.METRIC_INFLIGHT_REMAINING:
+                if metric.name == name:
                     points.extend(metric.data.data_points)
     return points
 
@@ -398,6 +421,14 @@ def test_gauge_and_records_with_and_without_history(tmp_path, service_env):
         (point,) = _remaining_points(reader)
         assert 0.1 < point.value < 5.0
         assert point.attributes[semconv.PHASE] == "load"
+        (overrun,) = _remaining_points(reader, semconv.METRIC_INFLIGHT_OVERRUN)
+        assert overrun.value == 0.0  # not past the first start-up's load
+        board.tick(first=True)
+    with otel_coldstart.phase("warmup"):
+        time.sleep(0.6)  # the first start-up's warmup took 0.1 s: 0.5 s past it
+        (overrun,) = _remaining_points(reader, semconv.METRIC_INFLIGHT_OVERRUN)
+        (point,) = _remaining_points(reader)
+        assert overrun.value >= 0.3 and point.value >= 0.3, (overrun.value, point.value)  # not ~0: the overrun
         board.tick(first=True)
     second_file = otel_coldstart.trace_file()
     otel_coldstart.ready()
@@ -405,7 +436,9 @@ def test_gauge_and_records_with_and_without_history(tmp_path, service_env):
     otel_coldstart.uninstrument()
     estimated = [r for r in _progress_records(second_file) if semconv.PROGRESS_REMAINING_S in r]
     assert estimated and estimated[-1][semconv.PROGRESS_REMAINING_HISTORY] == 1
-    assert estimated[-1][semconv.PROGRESS_REMAINING_BASIS].startswith("in coldstart.load")
+    assert any(r[semconv.PROGRESS_REMAINING_BASIS].startswith("in coldstart.load") for r in estimated)
+    assert estimated[-1][semconv.PROGRESS_REMAINING_BASIS].startswith("in coldstart.warmup")
+    assert estimated[-1][semconv.PROGRESS_OVERRUN_S] >= 0.3
 
 
 def test_history_off_and_bad_option(tmp_path, service_env, monkeypatch):

@@ -154,7 +154,12 @@ def test_a_lazily_read_file_ends_with_its_read_and_is_settled_by_a_record(traced
     assert (merged.start_ns, merged.end_ns) == (span.start_time, span.end_time)  # the read's own times
     assert merged.attributes[semconv.CACHE_SETTLED_RESIDENT_RATIO] == \
         settlement.attributes[semconv.CACHE_SETTLED_RESIDENT_RATIO]
-    assert merged.attributes[semconv.CACHE_STORAGE_READ_BYTES] >= span.attributes[semconv.CACHE_STORAGE_READ_BYTES]
+    # The settled figure never shrinks, except to keep it and the bytes still out at ready()
+    # (counted page by page) within the file (issue 39): the span's was estimated from a sample.
+    unread = merged.attributes.get(semconv.LAZY_UNREAD_BYTES, 0)
+    assert merged.attributes[semconv.CACHE_STORAGE_READ_BYTES] == min(
+        max(merged.attributes[semconv.CACHE_STORAGE_READ_BYTES], span.attributes[semconv.CACHE_STORAGE_READ_BYTES]),
+        os.path.getsize(shard) - unread)
 
 
 def test_a_file_read_whole_is_settled_at_once(traced, shard):
