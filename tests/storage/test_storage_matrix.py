@@ -83,5 +83,7 @@ def test_bytes_from_storage_per_file(tmp_path, checkpoint, api, threads, state):
     assert f'"digest": "{checkpoint["digest"]}"' in stdout
     # The printed summary says the same as the span.
     name = os.path.basename(path)
-    (line,) = [ln for ln in stderr.splitlines() if name in ln and "read from storage" in ln]
+    # The shard's row (`#0 name ...`); the cold_cache finding's evidence names the file too.
+    (line,) = [ln for ln in stderr.splitlines() if name in ln and "read from storage" in ln
+               and ln.lstrip().startswith("#")]
     assert f"{verdict}, {format_bytes(figure)} read from storage" in line, line
