@@ -47,6 +47,7 @@ from opentelemetry import trace
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
+from ._bounded import exit_has_begun as _exit_begins
 from ._bounded import exiting as _exit_has_begun
 
 logger = logging.getLogger(__name__)
@@ -120,6 +121,7 @@ def before_thread_pools_shut_down(callback: Callable[[], None]) -> None:
 
 
 def _run_before_exit() -> None:
+    _exit_begins()  # threading's at-exit hooks are the exit: no thread started from here on
     for callback in _before_exit:
         try:
             callback()
