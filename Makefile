@@ -8,13 +8,15 @@ BIN := $(VENV)/bin
 # CI has 2 cores. XDIST=0 runs in one process.
 XDIST ?= 2
 
-.PHONY: demo test test-fast install clean
+.PHONY: demo test test-fast test-python install clean
 
-$(BIN)/.installed: pyproject.toml requirements-dev.txt
+$(BIN)/.installed: pyproject.toml requirements-dev.txt requirements-dashboards.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch pinned to the CPU build for dev/CI; the package itself never installs torch.
 	$(BIN)/python -m pip install -q -r requirements-dev.txt
+	# dashboards/generate.py needs Python 3.11+ (kept apart so that 3.10 installs the rest).
+	$(BIN)/python -m pip install -q -r requirements-dashboards.txt
 	$(BIN)/python -m pip install -q -e .
 	touch $@
 
@@ -32,5 +34,10 @@ test: install
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not process" -n $(XDIST)
 
+# The fast set, the ending matrix and the exits' exports on another Python, in its own venv
+# (.venv-pyX.Y): make test-python PY=/root/.pyenv/versions/3.12.1/bin/python
+test-python:
+	scripts/test-python.sh $(PY)
+
 clean:
-	rm -rf $(VENV) otel-coldstart-traces
+	rm -rf $(VENV) .venv-py3.* otel-coldstart-traces

@@ -40,8 +40,9 @@ import threading
 import time
 from typing import Callable
 
+from . import _fork_warning  # noqa: F401  (3.12+: our threads never make a host's fork warn)
 from . import semconv
-from ._bounded import in_background
+from ._bounded import exit_has_begun, in_background
 from ._errors import internal_errors, report_internal_error
 
 # --- exit ----------------------------------------------------------------------------------
@@ -73,6 +74,7 @@ def _at_exit(on_exit: Callable[[str, "str | None"], None]) -> None:
         # so that the exit status stays -15.
         SIGTERM.wait_until_killed()
     keyboard_interrupt = _KeyboardInterruptFlag.read()
+    exit_has_begun()  # the exit's export runs here and on threads of ours that exist (_bounded.py)
     try:
         reason, exception_type = exit_reason()
         on_exit(reason, exception_type)

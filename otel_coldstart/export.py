@@ -387,12 +387,20 @@ def finish(setup: ExportSetup, timeout_s: float) -> bool:
     provider's exporter refused a batch at any time. A provider that returns False at once
     (the host shut it down already, and flushed it then) is not evidence of a loss."""
     returned: list = []
+    on_worker = getattr(setup.provider, "flush_on_worker", None)
     force_flush = getattr(setup.provider, "force_flush", None)
-    if force_flush is not None:
+    if on_worker is not None:
+        # Our own provider: the export runs on its worker, a thread that exists already (at
+        # the exit no thread may be started: _bounded.py); the wait is ours, bounded.
+        if on_worker(timeout_s) and timeout_s > 0:  # 0: asked for, not confirmed
+            returned.append(True)
+    elif force_flush is not None:
         millis = int(max(timeout_s, 0.001) * 1000)
         run_bounded(lambda: returned.append(force_flush(millis)), timeout_s)
     shutdown = getattr(setup.provider, "shutdown", None)
-    if setup.owned and shutdown is not None:
+    # A flush still running (a collector that never answers) holds what shutdown waits on:
+    # leave it to the daemon worker rather than wait on it past the deadline on the exit's thread.
+    if setup.owned and shutdown is not None and (returned or on_worker is None):
         run_bounded(shutdown, timeout_s)
     refused = getattr(setup.provider, "failed_exports", 0)
     return bool(returned or force_flush is None) and not (isinstance(refused, int) and refused > 0)

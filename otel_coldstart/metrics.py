@@ -29,7 +29,7 @@ from opentelemetry import trace as otel_trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext
 
 from . import _otel_env, semconv, verdicts
-from ._bounded import run_bounded
+from ._bounded import exiting, run_bounded
 from .export import otlp_endpoint_configured
 from ._errors import logger
 from .analyze.breakdown import LINK_PHASES, Breakdown, bandwidth_sample, link_of
@@ -322,6 +322,11 @@ class MetricsSetup:
         if not self.owned:
             return
         server, self._server = self._server, None
+        for reader in self.push_readers:
+            if getattr(reader, "_export_interval_millis", None) == float("inf"):
+                # Made at the exit without a thread (periodic_reader): its shutdown exports
+                # nothing, so its one export happens here, on this thread.
+                run_bounded(lambda r=reader: r.force_flush(timeout_millis=timeout_s * 1000), timeout_s)
         shutdown = getattr(self.provider, "shutdown", None)
         if shutdown is not None:
             run_bounded(lambda: shutdown(timeout_millis=timeout_s * 1000), timeout_s)
@@ -381,10 +386,8 @@ def configure_metrics(meter_provider: metrics.MeterProvider | None,
                 os.environ.get("OTEL_EXPORTER_PROMETHEUS_PORT") or DEFAULT_PROMETHEUS_PORT)
             address = (host, port)
     if named is None and otlp_endpoint_configured("metrics"):
-        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-
         exporter = _otlp_metric_exporter()
-        push_reader = PeriodicExportingMetricReader(exporter)
+        push_reader = periodic_reader(exporter)
         readers.append(push_reader)
         described.append(f"OTLP ({type(exporter).__module__.split('.')[-2]})")
     for name in names:
@@ -440,12 +443,26 @@ def _is_sdk_provider(provider: metrics.MeterProvider) -> bool:
     return not isinstance(provider, (metrics.NoOpMeterProvider, _ProxyMeterProvider))
 
 
+def periodic_reader(exporter):
+    """The SDK's periodic reader for a push exporter. One made once the exit has begun (metrics
+    first needed at the exit: the process ended before the monitor's first tick) gets no
+    thread: Python 3.12 refuses to start one there, and the SDK's reader starts it in its
+    constructor. It exports when :meth:`MetricsSetup.close` flushes it (issue 42)."""
+    import math
+
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    if exiting():
+        return PeriodicExportingMetricReader(exporter, export_interval_millis=math.inf)
+    return PeriodicExportingMetricReader(exporter)
+
+
 def _named_metric_reader(name: str):
     """A reader for one exporter named in ``OTEL_METRICS_EXPORTER`` (``otlp`` already
     resolved), made as the SDK makes it: a pull reader as it is, a push exporter behind a
     periodic reader."""
     try:
-        from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+        from opentelemetry.sdk.metrics.export import MetricReader
 
         if name == "console":
             from opentelemetry.sdk.metrics.export import ConsoleMetricExporter as component
@@ -458,7 +475,7 @@ def _named_metric_reader(name: str):
             if component is None:
                 return None
         made = component()
-        return made if isinstance(made, MetricReader) else PeriodicExportingMetricReader(made)
+        return made if isinstance(made, MetricReader) else periodic_reader(made)
     except Exception as exc:  # not installed, or refuses its configuration: leave it out
         logger.warning("otel-coldstart: OTEL_METRICS_EXPORTER: cannot make exporter %r (%s: %s): it is left out",
                        name, type(exc).__name__, exc)

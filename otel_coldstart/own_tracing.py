@@ -47,6 +47,9 @@ from opentelemetry import trace
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
+from ._bounded import exit_has_begun as _exit_begins
+from ._bounded import exiting as _exit_has_begun
+
 logger = logging.getLogger(__name__)
 
 # The SDK's defaults (opentelemetry.sdk.trace: _DEFAULT_OTEL_*_LIMIT; BatchSpanProcessor).
@@ -118,6 +121,7 @@ def before_thread_pools_shut_down(callback: Callable[[], None]) -> None:
 
 
 def _run_before_exit() -> None:
+    _exit_begins()  # threading's at-exit hooks are the exit: no thread started from here on
     for callback in _before_exit:
         try:
             callback()
@@ -617,6 +621,8 @@ class OwnTracerProvider(trace.TracerProvider):
         self._flushed = threading.Condition(self._lock)
 
     def _start_worker(self) -> None:
+        if _exit_has_begun():  # never a thread started at the exit (_bounded.py)
+            return
         with self._lock:
             if self._worker is not None and self._worker_pid == os.getpid():
                 return
@@ -630,7 +636,17 @@ class OwnTracerProvider(trace.TracerProvider):
                 self._flush_requests()
             self._worker_pid = os.getpid()
             self._worker = threading.Thread(target=self._work, name="otel-coldstart-span-export", daemon=True)
-        self._worker.start()
+        try:
+            self._worker.start()
+        except RuntimeError:
+            # No new thread once the interpreter's exit has begun (3.12; a forked child whose
+            # first span ends at its exit): the spans wait in the queue, and the exit's flush
+            # writes them on its own thread (flush_on_worker).
+            with self._lock:
+                self._worker = None
+
+    def _has_worker(self) -> bool:
+        return self._worker is not None and self._worker_pid == os.getpid()
 
     def _work(self) -> None:
         while True:
@@ -679,6 +695,8 @@ class OwnTracerProvider(trace.TracerProvider):
             if self._worker is None and not self._pending:
                 return self.last_export_ok is not False  # nothing ended yet: no worker needed
             self._start_worker()
+            if not self._has_worker():  # refused at the exit: this thread writes, within its wait
+                return timeout_s > 0 and self.force_flush(timeout_millis=int(timeout_s * 1000))
         with self._lock:
             self._flushes_asked += 1
             ticket = self._flushes_asked

@@ -395,15 +395,18 @@ class Startup:
             if export.finish(self.setup, budget):
                 delivered.set()
 
+        def left() -> float:  # at the exit the jobs run one after the other here (_bounded.py)
+            return max(0.0, deadline - time.monotonic())
+
         jobs = [in_background(traces)]
         metrics_setup = self.metrics
         if metrics_setup is not None:
             from .metrics import flush as flush_metrics
 
             if metrics_setup.owned:
-                jobs.append(in_background(lambda: metrics_setup.close(budget)))
+                jobs.append(in_background(lambda: metrics_setup.close(left())))
             else:
-                jobs.append(in_background(lambda: flush_metrics(metrics_setup, budget)))
+                jobs.append(in_background(lambda: flush_metrics(metrics_setup, left())))
         for job in jobs:
             job.join(max(0.0, deadline - time.monotonic()))
         if decided.fallback and not delivered.is_set():

@@ -10,14 +10,39 @@ import wrapt
 
 
 def installed_version(distribution: str) -> str | None:
-    """The installed version of a library, read from its metadata: asking never imports it
-    (importing torch takes seconds and must stay the host's decision)."""
+    """The installed version of a library as it reports itself: asking never imports it
+    (importing torch takes seconds and must stay the host's decision).
+
+    The build matters, not only the release: PyPI's CUDA wheel of torch says ``2.13.0`` in its
+    metadata and ``2.13.0+cu130`` in ``torch.__version__`` (the CPU wheel says ``+cpu`` in
+    both). So the module's own ``__version__`` where it is imported, else its ``version.py``
+    (a file read), else the metadata (issue 42)."""
+    import sys
+
+    module = sys.modules.get(distribution)
+    reported = getattr(module, "__version__", None) if module is not None else None
+    if isinstance(reported, str) and reported:
+        return str(reported)  # torch's is a TorchVersion (a str subclass)
     from importlib import metadata  # 7.5 ms of imports: only for whoever asks (never instrument())
 
     try:
-        return metadata.version(distribution)
+        found = metadata.distribution(distribution)
     except metadata.PackageNotFoundError:
         return None
+    return _version_file(found, distribution) or found.version
+
+
+def _version_file(found, distribution: str) -> str | None:
+    """``__version__`` as ``<package>/version.py`` assigns it (torch writes the build there)."""
+    import re
+
+    try:
+        with open(found.locate_file(f"{distribution}/version.py"), encoding="utf-8") as handle:
+            text = handle.read(4096)
+    except (OSError, ValueError, TypeError):  # none (most libraries), or not a plain file
+        return None
+    match = re.search(r"""^__version__\s*(?::\s*str\s*)?=\s*['"]([^'"]+)['"]""", text or "", re.M)
+    return match.group(1) if match else None
 
 
 class LoadedOnFirstUse:

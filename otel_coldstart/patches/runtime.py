@@ -180,13 +180,16 @@ def _lazy_init(wrapped, instance, args, kwargs):
     _local.busy = True
     start = time.time_ns()
     try:
-        result = wrapped(*args, **kwargs)
-    except BaseException as error:
-        _finish(session, start, error)
-        raise
+        try:
+            result = wrapped(*args, **kwargs)
+        except BaseException as error:
+            _finish(session, start, error)
+            raise
+        # Still busy: _finish's own device_count() reaches the driver patch on a CUDA build
+        # (torch._C._cuda_getDeviceCount), and is part of this span, not a second driver start.
+        _finish(session, start, None)
     finally:
         _local.busy = False
-    _finish(session, start, None)
     return result
 
 

@@ -157,10 +157,36 @@ def _profile(frame, event, arg):
     hold("during")
 
 
+# Python 3.12+ passes a bound method of a C extension type (torch's pybind11
+# PyTorchFileReader.get_record) to the profile hook's shim as the bound method itself, for
+# which it emits no c_call: there the same hook runs from sys.monitoring's CALL event, which
+# sees every callable (issue 42).
+_MONITORING_TOOL = 4  # an id PEP 669 leaves to tools
+
+
+def _on_call(code, offset, callable_, arg0):
+    if _armed and getattr(callable_, "__name__", None) == _TRIGGERS[LOADER]:
+        _disarm_monitoring()  # before hold(), which may not return (exit, a signal)
+        _profile(None, "c_call", callable_)
+
+
+def _disarm_monitoring() -> None:
+    monitoring = getattr(sys, "monitoring", None)
+    if monitoring is not None and monitoring.get_tool(_MONITORING_TOOL) is not None:
+        monitoring.set_events(_MONITORING_TOOL, 0)
+
+
 def arm() -> None:
     if WHEN == "during":
         _armed.append(True)
-        sys.setprofile(_profile)
+        monitoring = getattr(sys, "monitoring", None)
+        if monitoring is not None and LOADER in ("torch_load", "torch_load_mmap"):
+            if monitoring.get_tool(_MONITORING_TOOL) is None:
+                monitoring.use_tool_id(_MONITORING_TOOL, "ending-matrix")
+            monitoring.register_callback(_MONITORING_TOOL, monitoring.events.CALL, _on_call)
+            monitoring.set_events(_MONITORING_TOOL, monitoring.events.CALL)
+        else:
+            sys.setprofile(_profile)
 
 
 def load(path_or_dir: str, last: bool) -> dict:
@@ -181,6 +207,8 @@ def load(path_or_dir: str, last: bool) -> dict:
         state = dict(model.state_dict())
     note(path=path_or_dir, start_ns=start, end_ns=time.time_ns())
     sys.setprofile(None)
+    _armed.clear()
+    _disarm_monitoring()
     # The host uses what it loaded, as load_state_dict would: every page is read by now.
     for tensor in state.values():
         tensor.float().sum()

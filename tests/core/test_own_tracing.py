@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import sys
 import threading
 import time
 import types
@@ -644,6 +645,8 @@ def test_an_ended_span_waiting_for_export_is_few_objects_for_the_hosts_collector
     other.end()
     theirs = {id(item) for item in reached(other)}
     own = [item for item in reached(one) if id(item) not in theirs and gc.is_tracked(item)]
-    assert len(own) <= 6, sorted(type(item).__name__ for item in own)
+    # Python 3.10 gives an instance of a class without __slots__ (the API's BoundedAttributes)
+    # a __dict__ object of its own; 3.11+ keeps those values inline: one tracked object more.
+    assert len(own) <= (6 if sys.version_info >= (3, 11) else 7), sorted(type(item).__name__ for item in own)
     assert one.events == () and one.links == () and one.dropped_events == one.dropped_links == 0
     provider.shutdown()

@@ -3,6 +3,8 @@ unpatch to the exact originals."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -57,3 +59,13 @@ def test_patching_twice_is_one_layer_and_unpatch_restores_everything():
     assert not any(module.is_patched() for module in DEVICE_MODULES)
     for (owner, name), value in before.items():
         assert vars(owner).get(name) is value, (owner, name)
+
+
+def test_the_torch_build_is_reported_before_torch_is_imported_too(monkeypatch):
+    """PyPI's CUDA wheel says 2.13.0 in its metadata and 2.13.0+cu130 in torch.__version__
+    (issue 42): the version asked before ``import torch`` (from torch/version.py) is the build."""
+    from otel_coldstart.patches._wrapping import installed_version
+
+    monkeypatch.delitem(sys.modules, "torch")
+    assert installed_version("torch") == str(torch.__version__)
+    assert "+" in installed_version("torch")  # +cpu, +cu130: the build, not the release alone

@@ -17,7 +17,7 @@ from otel_coldstart import metrics as coldstart_metrics
 from otel_coldstart import semconv
 
 from metrics_testlib import (DASHBOARDS, IDENTITY, INFLIGHT_PREFIX, REPO, committed_dashboards, load_generator,
-                      panel_expressions, promql_names, variable_queries)
+                             needs_grafana_sdk, panel_expressions, promql_names, variable_queries)
 import pytest
 
 pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
@@ -165,6 +165,7 @@ def test_dashboards_use_the_datasource_variables_and_no_uid():
 def test_committed_dashboards_load_into_grafanas_typed_model():
     """The JSON reads back into the foundation SDK's dashboard types (Grafana's own schema,
     generated from its CUE) and loses nothing on the way."""
+    needs_grafana_sdk()
     from grafana_foundation_sdk.cog.encoder import JSONEncoder
     from grafana_foundation_sdk.cog.plugins import register_default_plugins
     from grafana_foundation_sdk.models.dashboard import Dashboard
