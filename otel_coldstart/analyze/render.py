@@ -12,6 +12,7 @@ from .breakdown import Breakdown, bandwidth_warnings, by_trace
 from .escape import terminal_text as _t  # every string from a trace: no control characters
 from .labels import distinct_labels, shorten
 from .lazy import lines as lazy_lines
+from .downloads import lines as download_lines, shard_note
 from .render_explain import render_explain_text
 from .render_interrupted import render_killed_text, render_stalls_text, state_text
 from .units import format_bytes, format_rate, format_seconds  # noqa: F401 - re-exported
@@ -65,6 +66,8 @@ def render_startup_text(breakdown: Breakdown, out: TextIO) -> None:
         out.write(f"  ! {_t(warning)}\n")
     if breakdown.parallelism > 1.05:
         out.write(f"  parallelism {breakdown.parallelism:.2f}x (busy time across threads / wall time)\n")
+    for line in download_lines(breakdown):  # what was fetched before it could be read
+        out.write(f"  {_t(line)}\n")
     if breakdown.shards:
         out.write("  shards:\n")
         names = [_t(shard.name) for shard in breakdown.shards]
@@ -75,7 +78,7 @@ def render_startup_text(breakdown: Breakdown, out: TextIO) -> None:
             index = f"#{shard.index}" if shard.index is not None else "  "
             out.write(
                 f"    {index:<{index_width}}{name:<{name_width}}{format_bytes(shard.size):>11}"
-                f"{format_seconds(shard.duration_ns):>10}  {_t(shard_state_text(shard))}\n"
+                f"{format_seconds(shard.duration_ns):>10}  {_t(shard_state_text(shard) + shard_note(breakdown, shard))}\n"
             )
         failed = len(breakdown.shards) - len(breakdown.read_shards)
         if failed:

@@ -12,6 +12,7 @@ from .findings import Finding
 from .interrupted import interruption_document
 from .report import Report
 from .lazy import lazy_files
+from .downloads import downloads, to_dict as downloads_to_dict
 from .render_explain import explain_document
 
 SCHEMA = "otel-coldstart.analysis/1"
@@ -87,6 +88,7 @@ def startup_to_dict(b: Breakdown) -> dict:
             for g in sorted(b.gaps, key=lambda g: -g.duration_ns)[:10]
         ],
         "lazy_weights": [_lazy(item) for item in lazy_files(b)],
+        "downloads": downloads_to_dict(downloads(b), b.root.start_ns),
         "context": [
             {"name": c.name, "service": c.service, "offset_s": _s(c.start_ns - b.root.start_ns),
              "duration_s": _s(c.duration_ns), "phases_inside": list(c.phases_inside),

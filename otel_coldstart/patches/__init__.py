@@ -37,6 +37,8 @@ TARGETS: dict[str, tuple[str, ...]] = {
              "vllm.v1.engine.llm_engine", "vllm.v1.engine.async_llm"),
     "transformers": ("transformers.modeling_utils", "transformers.models.auto.auto_factory",
                      "transformers.models.auto.modeling_auto"),
+    "huggingface_hub": ("huggingface_hub.file_download", "huggingface_hub._snapshot_download",
+                        "huggingface_hub.utils._http", "transformers.utils.hub"),
 }
 NAMES = tuple(TARGETS)
 
