@@ -39,6 +39,7 @@ TARGETS: dict[str, tuple[str, ...]] = {
                      "transformers.models.auto.modeling_auto"),
     "huggingface_hub": ("huggingface_hub.file_download", "huggingface_hub._snapshot_download",
                         "huggingface_hub.utils._http", "transformers.utils.hub"),
+    "s3": ("s3transfer.manager", "botocore.client"),
 }
 NAMES = tuple(TARGETS)
 
