@@ -13,6 +13,7 @@ from .render_explain import render_explain_markdown
 from .render_interrupted import render_killed_text, render_stalls_text, state_text
 from .render import dominant_line, saving_text
 from .units import format_bytes, format_rate, format_seconds
+from .render_downloads import render_downloads_markdown
 
 
 def _cell(text: object) -> str:
@@ -73,6 +74,7 @@ def _startup(b: Breakdown, out: TextIO) -> None:
     render_explain_markdown(b, out)
     if b.parallelism > 1.05:
         out.write(f"Parallelism {b.parallelism:.2f}x (busy time across threads / wall time).\n\n")
+    render_downloads_markdown(b, out)  # what was fetched before it could be read
     if b.shards:
         out.write("| shard | size | time | cache | read from storage |\n|---|---:|---:|---|---:|\n")
         for r in b.shards:

@@ -103,3 +103,21 @@ def test_serial_and_slow_downloads():
     assert "max_workers" in rules["serial_download"].lever
     slow = rules["slow_download"]
     assert "s3" in slow.title and "4.0x slower" in slow.title and slow.saving_ns == 3000 * MS
+
+
+def test_markdown_and_html_show_the_downloads_and_escape_them():
+    spans = downloading_startup()
+    r = spans[0]
+    spans.append(file_span(r, "<script>x</script>|y", 1200, 1201, 5, cached=True))
+    b = only(spans)
+    from otel_coldstart.analyze.render_downloads import render_downloads_html, render_downloads_markdown
+
+    md = io.StringIO()
+    render_downloads_markdown(b, md)
+    assert "| org/m/model-00001.safetensors | fetched | 100.0 MiB |" in md.getvalue()
+    assert "<script>" not in md.getvalue() and "5 file(s), 4 fetched" in md.getvalue()
+    parts = []
+    render_downloads_html(b, parts.append)
+    page = "".join(parts)
+    assert "<h3>Downloads</h3>" in page and "<script>x" not in page and "&lt;script&gt;" in page
+    assert page.count("<tr>") == 6  # header + 5 files
