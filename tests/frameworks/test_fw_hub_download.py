@@ -52,6 +52,23 @@ def _start(tmp_path, hub: HubServer, hf_home: str, mode: str, *extra: str, name:
     return report, spans, startup
 
 
+def _download_metrics(startup) -> tuple[int, int, int]:
+    """(model.startup.download.bytes, .metadata.requests, points of .duration) recorded for it."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from otel_coldstart.metrics import StartupMetrics
+
+    reader = InMemoryMetricReader()
+    StartupMetrics(MeterProvider(metric_readers=[reader])).record(startup)
+    found = {m.name: m for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics
+             for m in sm.metrics}
+    total = sum(p.value for p in found[semconv.METRIC_DOWNLOAD_BYTES].data.data_points)
+    requests = sum(p.value for p in found[semconv.METRIC_DOWNLOAD_METADATA_REQUESTS].data.data_points)
+    files = sum(p.count for p in found[semconv.METRIC_DOWNLOAD_DURATION].data.data_points)
+    return total, requests, files
+
+
 def _shards(repo: Repo) -> list[str]:
     return [name for name in repo.files if name.endswith(".safetensors")]
 
@@ -98,6 +115,10 @@ def test_from_pretrained_empty_cache_then_filled(tmp_path, repo):
     render_startup_text(empty, text)
     assert "written by this start-up's download" in text.getvalue()
     assert "downloads: " in text.getvalue()
+
+    # The metrics recorded from these start-ups (once each, when it ends).
+    assert _download_metrics(empty) == (fetched.bytes, fetched.metadata_requests, fetched.files)
+    assert _download_metrics(filled) == (0, requests_filled, cached.files)
 
     # analyze --format json: the downloads member.
     out = tmp_path / "analysis.json"
