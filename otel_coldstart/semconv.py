@@ -422,6 +422,10 @@ DOWNLOAD_FILES = "coldstart.download.files"  # on a snapshot span: files it retu
 DOWNLOAD_METHOD = "coldstart.download.method"  # HEAD | GET
 DOWNLOAD_URL_PATH = "coldstart.download.url_path"  # the request's path, without query
 DOWNLOAD_STATUS = "coldstart.download.status"  # the HTTP status (absent when no response came)
+# On progress records (inflight.py): network bytes the start-up's downloads received so far
+# (ended and in flight), and the sizes those files announced (their HEAD / ContentLength).
+PROGRESS_DOWNLOAD_BYTES = "coldstart.progress.download_bytes"
+PROGRESS_DOWNLOAD_EXPECTED = "coldstart.progress.download_expected"
 # Metrics (recorded when the start-up ends, from the spans above).
 METRIC_DOWNLOAD_BYTES = "model.startup.download.bytes"  # By, counter: bytes from the network
 METRIC_DOWNLOAD_DURATION = "model.startup.download.duration"  # s, histogram: per file, by cache hit
