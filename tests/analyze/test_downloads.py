@@ -121,3 +121,20 @@ def test_markdown_and_html_show_the_downloads_and_escape_them():
     page = "".join(parts)
     assert "<h3>Downloads</h3>" in page and "<script>x" not in page and "&lt;script&gt;" in page
     assert page.count("<tr>") == 6  # header + 5 files
+
+
+def test_whatif_predownload_and_offline():
+    from otel_coldstart.analyze.whatif import project
+
+    downloading = only(downloading_startup())  # 3 s; 1.05 s of it downloading (files in parallel)
+    result = project([downloading], ["predownload", "offline", "all"])
+    by = {p.lever: p for p in result.levers}
+    # The 4 files ran in parallel on 4 threads beside nothing else: 1 s of wall time off; the
+    # HEADs (under no file here) and the repo-info GET stay under predownload.
+    assert abs(by["predownload"].saving_p50_ns - 1000 * MS) <= 20 * MS  # less a little: HEADs ran beside them
+    # The GET alone (50 ms), the 4 HEADs beside the 4 files (4 x 50 ms over 5 busy threads).
+    assert abs(by["offline"].saving_p50_ns - 90 * MS) <= 2 * MS
+    assert any("offline mode needs them on the node" in s for s in by["offline"].assumptions)
+    cached = [root(1000)]
+    cached += [file_span(cached[0], "s", 300, 301, MiB, cached=True)]
+    assert project([only(cached)], ["predownload"]).levers[0].saving_p50_ns == 0

@@ -189,3 +189,23 @@ def test_a_missing_repo_fails_as_it_would(tmp_path, repo):
     assert error == "RepositoryNotFoundError"
     with open(trace, encoding="utf-8") as handle:
         assert "hf_secret_token_value" not in handle.read()
+
+
+@pytest.mark.timing
+def test_whatif_predownload_lands_on_the_filled_cache_p50(tmp_path, repo):
+    """``whatif --lever predownload`` over downloading start-ups against the measured p50 of
+    the same start-ups with the cache filled (within 15%)."""
+    from otel_coldstart.analyze.stats import percentile
+    from otel_coldstart.analyze.whatif import project
+
+    downloading, filled = [], []
+    with HubServer({REPO_ID: repo}, bytes_per_s=4e6, metadata_delay_s=0.02) as hub:
+        for run in range(3):  # alternated: the machine's load falls on both alike
+            hf_home = str(tmp_path / f"hf{run}")
+            downloading.append(_start(tmp_path, hub, hf_home, "from_pretrained", name=f"empty{run}")[2])
+            filled.append(_start(tmp_path, hub, hf_home, "from_pretrained", name=f"filled{run}")[2])
+    (projection,) = project(downloading, ["predownload"]).levers
+    measured = percentile([b.duration_ns for b in filled], 0.5)
+    projected = projection.summary.total.p50_ns
+    assert abs(projected - measured) <= 0.15 * measured, (projected / 1e9, measured / 1e9,
+                                                           [b.duration_ns / 1e9 for b in downloading])

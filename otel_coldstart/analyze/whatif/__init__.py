@@ -27,6 +27,7 @@ from ..capacity import MIN_FOR_P95
 from ..stats import percentile
 from ..units import format_seconds
 from . import compile_cache, fewer_captures, pinned, prewarm, serving_dtype
+from . import offline, predownload
 from ._evidence import Assumptions, Concurrency, Cut, LeverOutcome, Options, gather, self_times
 from .fewer_captures import default_keep
 
@@ -39,10 +40,12 @@ PINNED = "pinned"
 COMPILE_CACHE = "compile-cache"
 FEWER_CAPTURES = "fewer-captures"
 ALL = "all"
-LEVERS = (PREWARM, SERVING_DTYPE, PINNED, COMPILE_CACHE, FEWER_CAPTURES)
+PREDOWNLOAD = "predownload"  # issue 37: the weights on the node before the start-up
+OFFLINE = "offline"  # HF_HUB_OFFLINE=1: no metadata requests to the hub
+LEVERS = (PREWARM, SERVING_DTYPE, PINNED, COMPILE_CACHE, FEWER_CAPTURES, PREDOWNLOAD, OFFLINE)
 UNATTRIBUTED = "unattributed"
 _MODULES = {PREWARM: prewarm, SERVING_DTYPE: serving_dtype, PINNED: pinned, COMPILE_CACHE: compile_cache,
-            FEWER_CAPTURES: fewer_captures}
+            FEWER_CAPTURES: fewer_captures, PREDOWNLOAD: predownload, OFFLINE: offline}
 
 
 @dataclass(frozen=True)
