@@ -95,10 +95,10 @@ def test_from_pretrained_empty_cache_then_filled(tmp_path, repo):
         assert item.throughput and item.throughput < 4e6 * 1.3  # the server's throttle, per connection
     assert fetched.metadata_requests >= 1
 
-    # The download phase is what the filled cache saves (at least 80% of it).
-    saved = empty.duration_ns - filled.duration_ns
+    # The download phase holds the transfers (how it compares with what the filled cache
+    # saves is measured over alternated start-ups: test_whatif_predownload_lands_...).
     download_phase = empty.phase(semconv.PHASE_DOWNLOAD)
-    assert download_phase is not None and download_phase.busy_ns >= 0.8 * saved, (download_phase.busy_ns, saved)
+    assert download_phase is not None and download_phase.busy_ns >= 0.9 * sum(i.duration_ns for i in fetched.fetched)
 
     cached = downloads(filled)
     assert cached.bytes == 0
@@ -194,7 +194,8 @@ def test_a_missing_repo_fails_as_it_would(tmp_path, repo):
 @pytest.mark.timing
 def test_whatif_predownload_lands_on_the_filled_cache_p50(tmp_path, repo):
     """``whatif --lever predownload`` over downloading start-ups against the measured p50 of
-    the same start-ups with the cache filled (within 15%)."""
+    the same start-ups with the cache filled (within 15%); and the download phase against
+    what the filled cache saves."""
     from otel_coldstart.analyze.stats import percentile
     from otel_coldstart.analyze.whatif import project
 
@@ -204,6 +205,11 @@ def test_whatif_predownload_lands_on_the_filled_cache_p50(tmp_path, repo):
             hf_home = str(tmp_path / f"hf{run}")
             downloading.append(_start(tmp_path, hub, hf_home, "from_pretrained", name=f"empty{run}")[2])
             filled.append(_start(tmp_path, hub, hf_home, "from_pretrained", name=f"filled{run}")[2])
+    # The download phase is at least 80% of what the filled cache saves (medians: one pair on
+    # a loaded machine swings by seconds either way).
+    saved = percentile([b.duration_ns for b in downloading], 0.5) - percentile([b.duration_ns for b in filled], 0.5)
+    phase = percentile([b.phase(semconv.PHASE_DOWNLOAD).busy_ns for b in downloading], 0.5)
+    assert phase >= 0.8 * saved, (phase / 1e9, saved / 1e9)
     (projection,) = project(downloading, ["predownload"]).levers
     measured = percentile([b.duration_ns for b in filled], 0.5)
     projected = projection.summary.total.p50_ns
