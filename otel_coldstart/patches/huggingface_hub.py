@@ -200,12 +200,17 @@ def _download_file(wrapped, instance, args, kwargs):
     here = _open_file(session, kwargs)
     if here is None:
         return wrapped(*args, **kwargs)
+    return _call_then(lambda result, error: _close_file(session, here, result, error), wrapped, args, kwargs)
+
+
+def _call_then(close, wrapped, args, kwargs):
+    """The host's call, then ``close(result, error)``; its exception passes through as raised."""
     try:
         result = wrapped(*args, **kwargs)
     except BaseException as error:
-        _close_file(session, here, None, error)
+        close(None, error)
         raise
-    _close_file(session, here, result, None)
+    close(result, None)
     return result
 
 
@@ -454,13 +459,8 @@ def _send(wrapped, instance, args, kwargs):
     except Exception:
         report_internal_error("huggingface_hub: request start")
         return wrapped(*args, **kwargs)
-    try:
-        response = wrapped(*args, **kwargs)
-    except BaseException as error:
-        _close_request(container, file, None, error)
-        raise
-    _close_request(container, file, response, None)
-    return response
+    return _call_then(lambda response, error: _close_request(container, file, response, error), wrapped, args,
+                      kwargs)
 
 
 def _close_request(container, file: _File | None, response, error: BaseException | None) -> None:
@@ -505,13 +505,8 @@ def _snapshot_download(wrapped, instance, args, kwargs):
     except Exception:
         report_internal_error("huggingface_hub: snapshot start")
         return wrapped(*args, **kwargs)
-    try:
-        result = wrapped(*args, **kwargs)
-    except BaseException as error:
-        _close_snapshot(container, counts, files_before, None, error)
-        raise
-    _close_snapshot(container, counts, files_before, result, None)
-    return result
+    return _call_then(lambda result, error: _close_snapshot(container, counts, files_before, result, error),
+                      wrapped, args, kwargs)
 
 
 def _close_snapshot(container, counts: _Counts, files_before: int, result, error) -> None:
