@@ -23,5 +23,6 @@ def test_download_benchmark_smoke(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     assert set(result["links"]) == {"link", "loopback"}
+    assert set(result["hooks"]) == {"cached", "head"} and result["hooks"]["head"]["plain_us"]["median"] > 0
     for figures in result["links"].values():
         assert figures["ratio"]["n"] == 2 and figures["ratio"]["median"] > 0
