@@ -4,6 +4,8 @@
 ``HF_ENDPOINT`` names into an ``HF_HOME`` cache, the way a server does:
 
 - ``from_pretrained``: ``transformers.AutoModel.from_pretrained(REPO)``;
+- ``imported_first``: the same, with transformers and huggingface_hub imported before
+  instrument() (their names bound before the patch);
 - ``snapshot``: ``snapshot_download(REPO)`` then safetensors' ``load_file`` per shard;
 - ``hf_hub_download``: one file (FILE), nothing read.
 
@@ -19,12 +21,16 @@ import sys
 import time
 
 out, mode, repo = sys.argv[1:4]
+if mode == "imported_first":
+    import huggingface_hub._snapshot_download  # noqa: F401
+    import huggingface_hub.file_download  # noqa: F401
+    import transformers.utils.hub  # noqa: F401
 import otel_coldstart  # noqa: E402
 
 otel_coldstart.instrument(start_at="instrument")
 began = time.perf_counter()
 checksum = 0.0
-if mode == "from_pretrained":
+if mode in ("from_pretrained", "imported_first"):
     import transformers
 
     model = transformers.AutoModel.from_pretrained(repo)

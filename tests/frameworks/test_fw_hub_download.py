@@ -130,6 +130,18 @@ def test_from_pretrained_empty_cache_then_filled(tmp_path, repo):
     assert {i["file"] for i in member["items"] if not i["cached"]} >= set(_shards(repo))
 
 
+def test_transformers_imported_before_instrument(tmp_path, repo):
+    """transformers and huggingface_hub imported first (their names bound before the patch):
+    the same files and bytes."""
+    with HubServer({REPO_ID: repo}) as hub:
+        _, spans, startup = _start(tmp_path, hub, str(tmp_path / "hf"), "imported_first")
+        sent = hub.body_bytes()
+    found = downloads(startup)
+    assert found.bytes == sent == sum(len(data) for data in repo.files.values())
+    assert {i.filename for i in found.fetched} >= set(_shards(repo))
+    assert_no_orphans(spans)
+
+
 def test_snapshot_download_then_load_file_reports_the_same_bytes(tmp_path, repo):
     with HubServer({REPO_ID: repo}) as hub:
         report, spans, startup = _start(tmp_path, hub, str(tmp_path / "hf"), "snapshot")
