@@ -12,7 +12,7 @@ from .breakdown import Breakdown, bandwidth_warnings, by_trace
 from .escape import terminal_text as _t  # every string from a trace: no control characters
 from .labels import distinct_labels, shorten
 from .lazy import lines as lazy_lines
-from .downloads import lines as download_lines, shard_note
+from .downloads import lines as download_lines, shard_notes
 from .render_explain import render_explain_text
 from .render_interrupted import render_killed_text, render_stalls_text, state_text
 from .units import format_bytes, format_rate, format_seconds  # noqa: F401 - re-exported
@@ -74,11 +74,12 @@ def render_startup_text(breakdown: Breakdown, out: TextIO) -> None:
         name_width = column_width(names, minimum=40)
         names = distinct_labels(names, name_width - 2)  # cut in the middle: the shard number and the end show
         index_width = column_width([f"#{s.index}" for s in breakdown.shards if s.index is not None], minimum=4)
+        notes = shard_notes(breakdown)  # shards whose file this start-up's download wrote
         for shard, name in zip(breakdown.shards, names):
             index = f"#{shard.index}" if shard.index is not None else "  "
             out.write(
                 f"    {index:<{index_width}}{name:<{name_width}}{format_bytes(shard.size):>11}"
-                f"{format_seconds(shard.duration_ns):>10}  {_t(shard_state_text(shard) + shard_note(breakdown, shard))}\n"
+                f"{format_seconds(shard.duration_ns):>10}  {_t(shard_state_text(shard) + notes.get((shard.path, shard.start_ns), ''))}\n"
             )
         failed = len(breakdown.shards) - len(breakdown.read_shards)
         if failed:
