@@ -7,7 +7,9 @@ file found in the cache costs a stat or two. A ``snapshot_download`` that fetche
 loses its own time too (it waits for its worker threads' files). What stays: the requests
 not tied to one file (repo info, revision resolution: ``--lever offline`` takes those), the
 files found in the cache, and everything after the download (the reads: from the page
-cache the download had just filled, or from storage; said).
+cache the download had just filled, or from storage; said). The thread that called
+``snapshot_download`` only waits while its workers fetch: the start-up shortens by that whole
+wait, and the workers' files are counted there, not again beside it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ def _fetched(span) -> bool:
     return isinstance(nbytes, int) and nbytes > 0
 
 
+def _parent(b: Breakdown, span_id: str):
+    return next(s for s in b.spans if s.span_id == span_id)
+
+
 def cut(b: Breakdown, own: dict, ctx: Concurrency, ev: Evidence, said: Assumptions) -> LeverOutcome:
     out = LeverOutcome()
     files = [s for s in b.spans if s.name == semconv.SPAN_DOWNLOAD_FILE and _fetched(s)]
@@ -31,12 +37,22 @@ def cut(b: Breakdown, own: dict, ctx: Concurrency, ev: Evidence, said: Assumptio
         return out
     out.applies = True
     fetched_ids = {s.span_id for s in files}
-    snapshots = [s for s in b.spans if s.name == semconv.SPAN_DOWNLOAD_SNAPSHOT
-                 and any(f.parent_id == s.span_id for f in files)]
+    snapshots = {s.span_id: s for s in b.spans if s.name == semconv.SPAN_DOWNLOAD_SNAPSHOT
+                 and any(f.parent_id == s.span_id for f in files)}
     tied = [s for s in b.spans if s.name == semconv.SPAN_DOWNLOAD_METADATA and s.parent_id in fetched_ids]
-    for span in [*files, *tied, *snapshots]:
+    for span in [*files, *tied, *snapshots.values()]:
         cap = own.get(span.span_id, span.busy_ns)
-        out.cuts.append(Cut(span.span_id, span.phase or semconv.PHASE_DOWNLOAD, cap, cap, ctx.of(span)))
+        if span.span_id in snapshots:
+            # The calling thread only waits for its workers' files: the start-up is shorter by
+            # that whole wait, whatever else ran beside it.
+            concurrency = 1.0
+        elif span.parent_id in snapshots or (span.parent_id in fetched_ids and
+                                             _parent(b, span.parent_id).parent_id in snapshots):
+            # A worker's file (and its HEAD): the time the snapshot waited for, shortened there.
+            concurrency = float("inf")
+        else:
+            concurrency = ctx.of(span)
+        out.cuts.append(Cut(span.span_id, span.phase or semconv.PHASE_DOWNLOAD, cap, cap, concurrency))
     said.add("predownload", "the files fetched are on the node already: their transfers, their own metadata "
                             "requests and the snapshot waits for them take no time; requests not tied to a file "
                             "(repo info, revision) stay (--lever offline takes them)")
