@@ -53,6 +53,9 @@ GRAPH_CAPTURES = "model_startup_graph_captures_total"
 GRAPH_CAPTURE_TIME = "model_startup_graph_capture_time_seconds_total"
 LAZY_UNREAD = "model_startup_lazy_unread_bytes_total"
 FIRST_USE = "model_startup_first_use_bytes_total"
+# Model delivery (issue 37): what the start-up fetched from the hub or S3 before reading it.
+DOWNLOAD_BYTES = "model_startup_download_bytes_total"
+DOWNLOAD_METADATA = "model_startup_download_metadata_requests_total"
 # Start-ups in flight: gauges reported only while a start-up runs (gone at ready()).
 INFLIGHT_ELAPSED = "model_startup_inflight_elapsed_seconds"
 INFLIGHT_PHASE_ELAPSED = "model_startup_inflight_phase_elapsed_seconds"
@@ -314,6 +317,25 @@ def build() -> db.Dashboard:
             "Graphs captured per start-up (mean)", "CUDA graph captures before ready().", "none",
             query(f"sum by (coldstart_model_name) ({latest(GRAPH_CAPTURES)}) / "
                   f"sum by (coldstart_model_name) ({latest(DURATION + '_count')})", "{{coldstart_model_name}}")))
+
+        .with_row(db.Row("Model delivery"))
+        .with_panel(series_panel(
+            "Bytes downloaded per start-up (mean)",
+            "Received from the network (huggingface_hub, S3) before the weights could be read; 0 on a node "
+            "whose cache already held them. Pre-staging the weights on the node or a volume takes it out "
+            "of the start-up.", "bytes",
+            query(per_startup(latest(DOWNLOAD_BYTES), by="coldstart_model_name"), "{{coldstart_model_name}}")))
+        .with_panel(series_panel(
+            "Download phase per start-up (mean)",
+            "Busy time of the download phase: files fetched (per file time is "
+            "model.startup.download.duration, in the traces per file) and the hub's metadata requests.", "s",
+            query(mean(PHASE, "coldstart_model_name", 'coldstart_phase="download"'), "{{coldstart_model_name}}")))
+        .with_panel(series_panel(
+            "Hub metadata requests per start-up (mean)",
+            "HEAD, repo-info and revision requests, also on a fully cached start: HF_HUB_OFFLINE=1 (or "
+            "local_files_only) spares them where the cache is pre-staged.", "none",
+            query(per_startup(latest(DOWNLOAD_METADATA), by="coldstart_model_name"), "{{coldstart_model_name}}"),
+            width=24))
 
         .with_row(db.Row("Slowest start-ups"))
         .with_panel(

@@ -64,8 +64,10 @@ What you get
   ``docs/metrics.md``): ``model.startup.duration``, ``model.startup.phase.duration``,
   ``model.startup.shard.duration``, ``model.startup.bytes``, ``model.startup.copy.bytes``,
   ``model.startup.copy.throughput``, ``model.startup.graph.captures``,
-  ``model.startup.graph.capture.time``, ``model.startup.lazy.unread`` and
-  ``model.startup.first_use.bytes`` (below); and, while the start-up runs, the gauges
+  ``model.startup.graph.capture.time``, ``model.startup.lazy.unread``,
+  ``model.startup.first_use.bytes`` (below), ``model.startup.download.bytes``,
+  ``model.startup.download.duration`` and ``model.startup.download.metadata.requests``
+  (what the start-up fetched from the hub or S3); and, while the start-up runs, the gauges
   ``model.startup.inflight.elapsed``, ``model.startup.inflight.phase.elapsed`` (time in the
   running phase), ``model.startup.inflight.loaded`` and ``model.startup.inflight.expected``
   (bytes loaded of expected), and ``model.startup.inflight.remaining`` (the seconds left to

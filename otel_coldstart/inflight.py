@@ -74,7 +74,9 @@ CHANGE_STRETCH = 20
 UNATTRIBUTED = semconv.UNATTRIBUTED  # the running phase when no span of ours is open
 
 _FILE_ATTRIBUTES = (semconv.FILE_PATH, semconv.FILE_SIZE, semconv.FILE_FORMAT, semconv.SHARD_INDEX,
-                    semconv.SHARD_COUNT)
+                    semconv.SHARD_COUNT,
+                    # a download's: which file it was fetching, should the start-up be killed
+                    semconv.DOWNLOAD_SOURCE, semconv.DOWNLOAD_REPO, semconv.DOWNLOAD_FILENAME, semconv.DOWNLOAD_HOST)
 
 
 def seconds_option(value: Any, env: str, default: float) -> float:
@@ -103,7 +105,7 @@ class _Open:
     """One open span as the board sees it."""
 
     __slots__ = ("container", "span_id", "parent_id", "name", "phase", "start_ns", "thread_id", "attributes",
-                 "file_read")
+                 "file_read", "download")
 
     def __init__(self, container) -> None:
         self.container = container
@@ -117,6 +119,7 @@ class _Open:
         self.thread_id = attrs.get(semconv.THREAD_ID)
         self.attributes = {k: attrs[k] for k in _FILE_ATTRIBUTES if k in attrs}
         self.file_read = None  # a patches._files.FileRead whose .bytes grow as it reads
+        self.download = None  # a download in flight (patches/huggingface_hub.py, s3.py): .live_bytes()
 
 
 class _OpenImport:
@@ -187,6 +190,8 @@ class ProgressBoard:
         self._loaded: dict[str, int] = {}  # file path -> bytes read by its finished reads
         self._sizes: dict[str, int] = {}  # file path -> size, every checkpoint file seen
         self._index_totals: dict[str, int | None] = {}  # directory -> what its index expects
+        self._downloaded = 0  # network bytes of the downloads that ended
+        self._download_expected: int | None = None  # the sizes they announced
         # Time to ready: where earlier start-ups are (plain values, from start_for), read once on
         # this thread into an estimate (time_to_ready.LiveEstimate) at its first wake-up.
         self.history_sources: dict | None = None
@@ -231,6 +236,8 @@ class ProgressBoard:
                 self._done += 1
                 self._last_end_ns = end
                 self._last_done = (name, attributes, end)
+                if name == semconv.SPAN_DOWNLOAD_FILE:
+                    self._note_download(attributes)
                 if attributes.get(semconv.PHASE) == semconv.PHASE_DESERIALIZE:
                     self._note_size(attributes)
                     path, nbytes = attributes.get(semconv.FILE_PATH), attributes.get(semconv.BYTES)
@@ -244,6 +251,38 @@ class ProgressBoard:
                 entry = self._open.get(read.container.span_context.span_id)
                 if entry is not None:
                     entry.file_read = read
+
+    def download_opened(self, download) -> None:
+        """A file download began: its network bytes so far go on each progress record (a
+        start-up killed mid-download keeps the partial file's bytes and which file it was)."""
+        with internal_errors("inflight download"):
+            with self._lock:
+                entry = self._open.get(download.container.span_context.span_id)
+                if entry is not None:
+                    entry.download = download
+
+    def download_totals(self, entries) -> tuple[int, int | None]:
+        """(network bytes of the start-up's downloads so far, bytes they announced), the
+        finished ones and those in flight; None expected when no file announced a size."""
+        with self._lock:
+            received, expected = self._downloaded, self._download_expected
+        for entry in entries:
+            if entry.download is not None:
+                received += entry.download.live_bytes()
+                size = getattr(entry.download, "expected", None)
+                if isinstance(size, int):
+                    expected = (expected or 0) + size
+        return received, expected
+
+    def _note_download(self, attributes) -> None:
+        if attributes.get(semconv.DOWNLOAD_CACHE_HIT) is True:
+            return  # nothing of it came over the network, nor was expected to
+        nbytes, size = attributes.get(semconv.DOWNLOAD_BYTES), attributes.get(semconv.DOWNLOAD_EXPECTED_BYTES)
+        if isinstance(nbytes, int):
+            self._downloaded += nbytes
+        size = size if isinstance(size, int) else nbytes
+        if isinstance(size, int):
+            self._download_expected = (self._download_expected or 0) + size
 
     def _note_size(self, attributes) -> None:
         path, size = attributes.get(semconv.FILE_PATH), attributes.get(semconv.FILE_SIZE)
@@ -387,7 +426,9 @@ class ProgressBoard:
             return
         snap = self.snapshot(now_ns)
         now = snap.now_ns
-        fingerprint = (snap.opened, snap.done, snap.bytes_loaded, process_read_bytes())
+        # A download's bytes are progress too: a long transfer is no stall.
+        fingerprint = (snap.opened, snap.done, snap.bytes_loaded, process_read_bytes(),
+                       self.download_totals(snap.open)[0])
         if fingerprint != self._fingerprint:
             self._fingerprint = fingerprint
             self._last_progress_ns = now
@@ -477,6 +518,12 @@ class ProgressBoard:
             live = getattr(entry.file_read, "bytes", 0) if entry.file_read is not None else 0
             if isinstance(live, int) and live > 0:
                 item["attributes"][semconv.BYTES] = live
+            if entry.download is not None:  # the partial file's bytes, should this be the last record
+                with internal_errors("inflight download bytes"):
+                    item["attributes"][semconv.DOWNLOAD_BYTES] = entry.download.live_bytes()
+                    size = getattr(entry.download, "expected", None)
+                    if isinstance(size, int):
+                        item["attributes"][semconv.DOWNLOAD_EXPECTED_BYTES] = size
             open_spans.append(item)
         attrs: dict[str, Any] = {
             semconv.PROGRESS_SEQ: self._seq,
@@ -492,6 +539,12 @@ class ProgressBoard:
                 aggregates = recorder.interim_records()
                 if aggregates:
                     attrs[semconv.PROGRESS_AGGREGATES] = json.dumps(aggregates, separators=(",", ":"))
+        with internal_errors("inflight download totals"):
+            downloaded, download_expected = self.download_totals(listed)
+            if downloaded or download_expected:
+                attrs[semconv.PROGRESS_DOWNLOAD_BYTES] = downloaded
+                if download_expected is not None:
+                    attrs[semconv.PROGRESS_DOWNLOAD_EXPECTED] = download_expected
         if snap.bytes_expected is not None:
             attrs[semconv.PROGRESS_BYTES_EXPECTED] = snap.bytes_expected
             attrs[semconv.PROGRESS_BYTES_EXPECTED_SOURCE] = snap.expected_source

@@ -231,6 +231,19 @@ class StartupMetrics:
             description="Checkpoint bytes still mapped and not in the page cache at ready(): what the first "
                         "requests read from storage (0 when none)",
         )
+        self.download_bytes = meter.create_counter(
+            semconv.METRIC_DOWNLOAD_BYTES, unit="By",
+            description="Bytes the start-up's downloads received from the network (the hub, S3; 0 when none)",
+        )
+        self.download_duration = meter.create_histogram(
+            semconv.METRIC_DOWNLOAD_DURATION, unit="s",
+            description="Time per file the start-up fetched or found in the local cache",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S,
+        )
+        self.download_metadata_requests = meter.create_counter(
+            semconv.METRIC_DOWNLOAD_METADATA_REQUESTS, unit="{request}",
+            description="Metadata requests the start-up made to the hub (HEAD, repo info, revision; 0 when none)",
+        )
         self.first_use_bytes = meter.create_counter(
             semconv.METRIC_FIRST_USE_BYTES, unit="By",
             description="Bytes of those files read from storage after ready(), as the follow-up sees them come in "
@@ -289,11 +302,30 @@ class StartupMetrics:
         # and it tells a start-up without graphs from a process that reported nothing.
         self.graph_captures.add(facts.graph_captures, base)
         self.graph_capture_time.add(facts.graph_capture_ns / 1e9, base)
+        self._record_downloads(breakdown, base, ctx)
         if breakdown.ready:  # what ready() left on storage; the first use adds to its counter later
             from .analyze.lazy import lazy_files
 
             self.lazy_unread.add(sum(f.unread_bytes for f in lazy_files(breakdown)), base)
             self.first_use_bytes.add(0, base)
+
+    def _record_downloads(self, breakdown: Breakdown, base: dict, ctx) -> None:
+        """The start-up's downloads (analyze/downloads.py): 0 bytes and 0 requests recorded
+        when there were none, so a dashboard tells a cached start from a silent process."""
+        from .analyze.downloads import downloads
+
+        found = downloads(breakdown)
+        by_source: dict[str, int] = defaultdict(int)
+        for item in found.items if found is not None else ():
+            source = item.source or UNKNOWN
+            by_source[source] += item.bytes
+            self.download_duration.record(item.duration_ns / 1e9, {
+                **base, semconv.DOWNLOAD_SOURCE: source, semconv.DOWNLOAD_CACHE_HIT: item.cached}, context=ctx)
+        if not by_source:
+            self.download_bytes.add(0, base)
+        for source, nbytes in by_source.items():
+            self.download_bytes.add(nbytes, {**base, semconv.DOWNLOAD_SOURCE: source})
+        self.download_metadata_requests.add(found.metadata_requests if found is not None else 0, base)
 
     def add_first_use(self, nbytes: int, attributes: Mapping[str, Any] | None = None) -> None:
         """Bytes read from storage after ready() by the first requests (first_use.py)."""

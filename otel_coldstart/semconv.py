@@ -462,3 +462,47 @@ LIST_ATTRIBUTES = {
     IMPORT_PACKAGES_S: "double",
     "process.command_args": "string",  # OTel semconv; on the coldstart.launch span of `otel-coldstart run`
 }
+# --- model delivery: downloads (issue 37; patches/huggingface_hub.py, patches/s3.py) -------
+# One span per file fetched for the start-up (or found in the local cache), phase download;
+# the requests made for metadata (HEAD of a file, repo info, revision resolution, a Xet
+# token) are spans of their own, so a fully cached start still shows its round trips.
+SPAN_DOWNLOAD_FILE = "coldstart.download.file"  # one file: hf_hub_download, an S3 object
+SPAN_DOWNLOAD_SNAPSHOT = "coldstart.download.snapshot"  # snapshot_download: parent of its files
+SPAN_DOWNLOAD_METADATA = "coldstart.download.metadata"  # one metadata request to the hub
+DOWNLOAD_SOURCE = "coldstart.download.source"  # huggingface_hub | s3
+DOWNLOAD_SOURCE_HF = "huggingface_hub"
+DOWNLOAD_SOURCE_S3 = "s3"
+DOWNLOAD_REPO = "coldstart.download.repo"  # the hub repo id (org/name), or the S3 bucket
+DOWNLOAD_REPO_TYPE = "coldstart.download.repo_type"  # model | dataset | space (hub)
+DOWNLOAD_FILENAME = "coldstart.download.filename"  # the file in the repo, or the S3 key
+DOWNLOAD_REVISION = "coldstart.download.revision"  # the revision asked for (main, a tag, a commit)
+DOWNLOAD_COMMIT = "coldstart.download.commit"  # the commit it resolved to, when known
+DOWNLOAD_HOST = "coldstart.download.host"  # the endpoint's host[:port]: never a token, path or query
+# Where the file is on the node afterwards (the hub cache's snapshot path, the S3 target
+# file): the analyzer matches it with the coldstart.deserialize span that reads it.
+DOWNLOAD_PATH = "coldstart.download.path"
+DOWNLOAD_BYTES = "coldstart.download.bytes"  # bytes received from the network for this file
+DOWNLOAD_CACHED_BYTES = "coldstart.download.cached_bytes"  # bytes served from the local cache
+DOWNLOAD_EXPECTED_BYTES = "coldstart.download.expected_bytes"  # the size the metadata announced
+DOWNLOAD_CACHE_HIT = "coldstart.download.cache_hit"  # true: nothing of the file came over the network
+DOWNLOAD_RESUMED = "coldstart.download.resumed"  # true: a transfer went on from a byte offset (Range)
+DOWNLOAD_RETRIES = "coldstart.download.retries"  # transfers started again after a failure
+DOWNLOAD_RETRY_REASONS = "coldstart.download.retry_reasons"  # string[]: the error type of each
+DOWNLOAD_TRANSFER_S = "coldstart.download.transfer_s"  # seconds moving bytes (retries' waits included)
+DOWNLOAD_TRANSPORT = "coldstart.download.transport"  # http | xet | s3
+DOWNLOAD_NOT_FOUND = "coldstart.download.not_found"  # true: the hub has no such file (an optional one probed)
+DOWNLOAD_FILES = "coldstart.download.files"  # on a snapshot span: files it returned
+# On a metadata span.
+DOWNLOAD_METHOD = "coldstart.download.method"  # HEAD | GET
+DOWNLOAD_URL_PATH = "coldstart.download.url_path"  # the request's path, without query
+DOWNLOAD_STATUS = "coldstart.download.status"  # the HTTP status (absent when no response came)
+# On progress records (inflight.py): network bytes the start-up's downloads received so far
+# (ended and in flight), and the sizes those files announced (their HEAD / ContentLength).
+PROGRESS_DOWNLOAD_BYTES = "coldstart.progress.download_bytes"
+PROGRESS_DOWNLOAD_EXPECTED = "coldstart.progress.download_expected"
+# Metrics (recorded when the start-up ends, from the spans above).
+METRIC_DOWNLOAD_BYTES = "model.startup.download.bytes"  # By, counter: bytes from the network
+METRIC_DOWNLOAD_DURATION = "model.startup.download.duration"  # s, histogram: per file, by cache hit
+METRIC_DOWNLOAD_METADATA_REQUESTS = "model.startup.download.metadata.requests"  # {request}, counter
+LIST_ATTRIBUTES[DOWNLOAD_RETRY_REASONS] = "string"  # a list in OTLP, JSON text in Jaeger/Zipkin
+# --- end of model delivery: downloads ------------------------------------------------------

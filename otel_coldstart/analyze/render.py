@@ -14,6 +14,7 @@ from .labels import distinct_labels, shorten
 from .first_request import lines as first_request_lines
 from .lazy import lines as lazy_lines
 from .grouped_findings import group as group_findings
+from .downloads import lines as download_lines, shard_notes
 from .render_explain import render_explain_text
 from .render_interrupted import render_killed_text, render_stalls_text, state_text
 from .shard_rows import shard_rows
@@ -71,6 +72,8 @@ def render_startup_text(breakdown: Breakdown, out: TextIO) -> None:
         out.write(f"  ! {_t(warning)}\n")
     if breakdown.parallelism > 1.05:
         out.write(f"  parallelism {breakdown.parallelism:.2f}x (busy time across threads / wall time)\n")
+    for line in download_lines(breakdown):  # what was fetched before it could be read
+        out.write(f"  {_t(line)}\n")
     if breakdown.shards:
         out.write("  shards:\n")
         listed, rest = shard_rows(breakdown.shards)  # 2,000 files: the cold and slowest, then one line
@@ -78,11 +81,12 @@ def render_startup_text(breakdown: Breakdown, out: TextIO) -> None:
         name_width = column_width(names, minimum=40)
         names = distinct_labels(names, name_width - 2)  # cut in the middle: the shard number and the end show
         index_width = column_width([f"#{s.index}" for s in listed if s.index is not None], minimum=4)
+        notes = shard_notes(breakdown)  # shards whose file this start-up's download wrote
         for shard, name in zip(listed, names):
             index = f"#{shard.index}" if shard.index is not None else "  "
             out.write(
                 f"    {index:<{index_width}}{name:<{name_width}}{format_bytes(shard.size):>11}"
-                f"{format_seconds(shard.duration_ns):>10}  {_t(shard_state_text(shard))}\n"
+                f"{format_seconds(shard.duration_ns):>10}  {_t(shard_state_text(shard) + notes.get((shard.path, shard.start_ns), ''))}\n"
             )
         if rest is not None:
             out.write(f"    {rest.describe()} (every one in --format json)\n")

@@ -24,6 +24,7 @@ from .first_request import lines as first_request_lines
 from .lazy import lines as lazy_lines
 from .render import dominant_line, saving_text
 from .render_explain import render_explain_html
+from .render_downloads import render_downloads_html
 from .render_interrupted import render_killed_text, render_stalls_text
 from .render_svg import svg_waterfall
 from .report import Report
@@ -162,6 +163,7 @@ def _startup(b: Breakdown, w, link) -> None:
     w("<h3>Waterfall</h3>\n<div class=\"waterfall-box\">")
     w(svg_waterfall(b, standalone=False))
     w("</div>\n")
+    render_downloads_html(b, w)  # what was fetched before it could be read
     if b.shards:
         w("<h3>Checkpoint files</h3>\n<table class=\"data shards\"><thead><tr><th>#</th><th>file</th>"
           "<th class=\"num\">size</th><th class=\"num\">time</th><th>cache</th>"

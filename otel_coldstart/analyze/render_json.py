@@ -13,6 +13,7 @@ from .interrupted import interruption_document
 from .report import Report
 from .first_request import document as first_request_document
 from .lazy import lazy_files
+from .downloads import downloads, to_dict as downloads_to_dict
 from .render_explain import explain_document
 
 SCHEMA = "otel-coldstart.analysis/1"
@@ -89,6 +90,7 @@ def startup_to_dict(b: Breakdown) -> dict:
         ],
         "lazy_weights": [_lazy(item) for item in lazy_files(b)],
         "first_request": first_request_document(b),  # None: no first request in the trace
+        "downloads": downloads_to_dict(downloads(b), b.root.start_ns),
         "context": [
             {"name": c.name, "service": c.service, "offset_s": _s(c.start_ns - b.root.start_ns),
              "duration_s": _s(c.duration_ns), "phases_inside": list(c.phases_inside),

@@ -15,6 +15,8 @@ from .render_interrupted import render_killed_text, render_stalls_text, state_te
 from .shard_rows import shard_rows
 from .render import dominant_line, saving_text
 from .units import format_bytes, format_rate, format_seconds
+from .render_downloads import render_downloads_markdown
+from .downloads import shard_notes
 
 
 def _cell(text: object) -> str:
@@ -75,12 +77,15 @@ def _startup(b: Breakdown, out: TextIO) -> None:
     render_explain_markdown(b, out)
     if b.parallelism > 1.05:
         out.write(f"Parallelism {b.parallelism:.2f}x (busy time across threads / wall time).\n\n")
+    render_downloads_markdown(b, out)  # what was fetched before it could be read
     if b.shards:
         out.write("| shard | size | time | cache | read from storage |\n|---|---:|---:|---|---:|\n")
         listed, rest = shard_rows(b.shards)  # 2,000 files: the cold and slowest, then one line
+        notes = shard_notes(b)  # shards whose file this start-up's download wrote
         for r in listed:
             name = (r.path or "<bytes>").rsplit("/", 1)[-1]
             state = f"**failed** ({_cell(r.error_type or 'error')})" if r.failed else (r.state or "?")
+            state += _cell(notes.get((r.path, r.start_ns), ""))
             read = "-" if r.failed else format_bytes(r.read_bytes)
             out.write(f"| {_cell(name)} | {format_bytes(r.size)} | {format_seconds(r.duration_ns)} | "
                       f"{state} | {read} |\n")

@@ -38,6 +38,9 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "runai_streamer": ("runai_model_streamer.safetensors_streamer.safetensors_streamer",),
     "transformers": ("transformers.modeling_utils", "transformers.models.auto.auto_factory",
                      "transformers.models.auto.modeling_auto"),
+    "huggingface_hub": ("huggingface_hub.file_download", "huggingface_hub._snapshot_download",
+                        "huggingface_hub.utils._http", "transformers.utils.hub"),
+    "s3": ("s3transfer.manager", "botocore.client"),
 }
 NAMES = tuple(TARGETS)
 

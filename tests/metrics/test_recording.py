@@ -134,6 +134,8 @@ def test_every_metric_is_recorded_with_its_unit(recorded):
         semconv.METRIC_SHARD_DURATION: "s", semconv.METRIC_BYTES: "By", semconv.METRIC_COPY_BYTES: "By",
         semconv.METRIC_COPY_THROUGHPUT: "By/s", semconv.METRIC_GRAPH_CAPTURES: "{graph}",
         semconv.METRIC_GRAPH_CAPTURE_TIME: "s", semconv.METRIC_LAZY_UNREAD: "By", semconv.METRIC_FIRST_USE_BYTES: "By",
+        # No download in this start-up: 0 bytes and 0 requests recorded, no per-file durations.
+        semconv.METRIC_DOWNLOAD_BYTES: "By", semconv.METRIC_DOWNLOAD_METADATA_REQUESTS: "{request}",
     }
 
 

@@ -30,12 +30,14 @@ from ._levers import gathered
 from . import (cold_cache, compile_cache, dominant_phase, graph_captures, hidden_mmap_reads, lazy_weights,
                pageable_h2d, pickle_checkpoints, runtime_init, straggler_rank, unattributed)
 from . import imports_from_source, imports_from_storage
+from . import download_in_startup, hub_metadata_cached, serial_download
 
 __all__ = ["Finding", "find", "PER_STARTUP_RULES", "PER_TRACE_RULES", "ACROSS_STARTUPS_RULES"]
 
 PER_STARTUP_RULES = (dominant_phase, cold_cache, pickle_checkpoints, pageable_h2d,
                      hidden_mmap_reads, graph_captures, runtime_init, unattributed, lazy_weights,
                      imports_from_source, imports_from_storage)
+PER_STARTUP_RULES += (download_in_startup, serial_download, hub_metadata_cached)  # issue 37: delivery
 PER_TRACE_RULES = (straggler_rank,)
 # Rules that read every start-up given at once (a reference may be in another start-up).
 ACROSS_STARTUPS_RULES = (compile_cache,)

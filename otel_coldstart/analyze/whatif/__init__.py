@@ -32,7 +32,8 @@ from ..breakdown import Breakdown
 from ..capacity import FIRST_TOKEN, MIN_FOR_P95, READY, no_first_token_reason
 from ..stats import percentile
 from ..units import format_seconds
-from . import bytecode, compile_cache, fewer_captures, pinned, prewarm, prewarm_imports, serving_dtype, to_safetensors
+from . import bytecode, compile_cache, fewer_captures, offline, pinned, predownload, prewarm, prewarm_imports
+from . import serving_dtype, to_safetensors
 from ._evidence import Assumptions, Concurrency, Cut, Evidence, LeverOutcome, Options, gather, self_times
 from .fewer_captures import default_keep
 
@@ -48,11 +49,14 @@ TO_SAFETENSORS = "to-safetensors"
 BYTECODE = "bytecode"
 PREWARM_IMPORTS = "prewarm-imports"
 ALL = "all"
-LEVERS = (PREWARM, SERVING_DTYPE, PINNED, COMPILE_CACHE, FEWER_CAPTURES, TO_SAFETENSORS, BYTECODE, PREWARM_IMPORTS)
+PREDOWNLOAD = "predownload"  # issue 37: the weights on the node before the start-up
+OFFLINE = "offline"  # HF_HUB_OFFLINE=1: no metadata requests to the hub
+LEVERS = (PREWARM, SERVING_DTYPE, PINNED, COMPILE_CACHE, FEWER_CAPTURES, TO_SAFETENSORS, BYTECODE, PREWARM_IMPORTS,
+          PREDOWNLOAD, OFFLINE)
 UNATTRIBUTED = "unattributed"
 _MODULES = {PREWARM: prewarm, SERVING_DTYPE: serving_dtype, PINNED: pinned, COMPILE_CACHE: compile_cache,
             FEWER_CAPTURES: fewer_captures, TO_SAFETENSORS: to_safetensors, BYTECODE: bytecode,
-            PREWARM_IMPORTS: prewarm_imports}
+            PREWARM_IMPORTS: prewarm_imports, PREDOWNLOAD: predownload, OFFLINE: offline}
 
 
 @dataclass(frozen=True)

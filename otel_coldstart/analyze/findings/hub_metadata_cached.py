@@ -1,0 +1,39 @@
+"""Metadata round trips on a fully cached start: every file came from the local cache, yet
+the start-up still asked the hub (repo info, revision resolution, HEADs). A slow or
+unreachable hub delays every such start, and a hub outage can fail it.
+
+Estimate: the wall time those requests were open.
+"""
+
+from __future__ import annotations
+
+from ... import semconv
+from ..breakdown import Breakdown
+from ..downloads import downloads
+from ..units import format_seconds
+from ._finding import Finding, claim, share_text, weight
+
+
+def check(breakdown: Breakdown, floor=None) -> list[Finding]:
+    found = downloads(breakdown)
+    total = breakdown.duration_ns
+    if found is None or found.fetched or not found.items or not found.metadata_requests or total <= 0:
+        return []
+    hub = [i for i in found.items if i.source == semconv.DOWNLOAD_SOURCE_HF]
+    if not hub:
+        return []
+    waiting = min(found.metadata_ns, total)
+    share = waiting / total
+    return [Finding.about(
+        breakdown, rule="hub_metadata_cached", phase=semconv.PHASE_DOWNLOAD,
+        title=f"every file was cached, yet the start-up made {found.metadata_requests} request(s) to the hub: "
+              f"{format_seconds(waiting).strip()}, {share_text(waiting, total)}"
+              + ("; a slow hub is the bottleneck" if weight(share) == "major" else ""),
+        evidence=[f"{found.cached_files} file(s) from the local cache, 0 B from the network",
+                  f"{found.metadata_requests} metadata request(s) (repo info, revision, HEAD): "
+                  f"{format_seconds(waiting)} ({share_text(waiting, total)})"],
+        lever="set HF_HUB_OFFLINE=1 (or local_files_only=True, or pin revision= to a commit hash) on nodes "
+              "whose cache is pre-staged; `whatif --lever offline` projects it",
+        saving_ns=waiting, estimate="the wall time the metadata requests were open", share=share,
+        claims=[claim(breakdown, waiting, ("phase", semconv.PHASE_DOWNLOAD))],
+    )]
