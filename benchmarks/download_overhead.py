@@ -45,7 +45,7 @@ LINKS = {"link": 100e6, "loopback": None}
 def run_once(endpoint: str, side: str, home: str) -> float:
     shutil.rmtree(home, ignore_errors=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env.update(HF_ENDPOINT=endpoint, HF_HOME=home, HF_HUB_DISABLE_PROGRESS_BARS="1",
+    env.update(HF_ENDPOINT=endpoint, HF_HUB_OFFLINE="0", HF_HOME=home, HF_HUB_DISABLE_PROGRESS_BARS="1",
                OTEL_COLDSTART_SUMMARY="0", OTEL_COLDSTART_OUTPUT_DIR=os.path.join(home, "traces"))
     done = subprocess.run([sys.executable, CHILD, side, REPO_ID, "weights.bin"], env=env, capture_output=True,
                           text=True, timeout=600)

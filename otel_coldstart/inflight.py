@@ -129,7 +129,7 @@ class _OpenImport:
     "unattributed"."""
 
     __slots__ = ("container", "span_id", "parent_id", "name", "phase", "start_ns", "thread_id", "attributes",
-                 "file_read")
+                 "file_read", "download")
 
     def __init__(self, work) -> None:
         self.container = None
@@ -141,6 +141,7 @@ class _OpenImport:
         self.thread_id = work.thread_id
         self.attributes = {semconv.IMPORT_MODULE: work.label}
         self.file_read = None
+        self.download = None  # the same shape as an open span's entry: an import fetches nothing
 
 
 def _open_imports(session) -> list:

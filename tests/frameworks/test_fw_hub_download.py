@@ -40,7 +40,7 @@ def repo(tmp_path_factory) -> Repo:
 
 def _start(tmp_path, hub: HubServer, hf_home: str, mode: str, *extra: str, name: str = "run", **env_extra):
     out = tmp_path / f"{name}.json"
-    env = clean_env(HF_ENDPOINT=hub.endpoint, HF_HOME=hf_home, OTEL_COLDSTART_OUTPUT_DIR=str(tmp_path / name),
+    env = clean_env(HF_ENDPOINT=hub.endpoint, HF_HUB_OFFLINE="0", HF_HOME=hf_home, OTEL_COLDSTART_OUTPUT_DIR=str(tmp_path / name),
                     OTEL_COLDSTART_SUMMARY="0", HF_HUB_DISABLE_PROGRESS_BARS="1", **env_extra)
     result = subprocess.run([sys.executable, CHILD, str(out), mode, REPO_ID, *extra], env=env, cwd=str(tmp_path),
                             capture_output=True, text=True, timeout=600)
@@ -187,7 +187,7 @@ def test_faults_retried_resumed_and_cut(tmp_path):
 def test_a_missing_repo_fails_as_it_would(tmp_path, repo):
     """The host's exception passes through untouched; a token given never reaches the trace."""
     with HubServer({REPO_ID: repo}) as hub:
-        env = clean_env(HF_ENDPOINT=hub.endpoint, HF_HOME=str(tmp_path / "hf"), HF_TOKEN="hf_secret_token_value",
+        env = clean_env(HF_ENDPOINT=hub.endpoint, HF_HUB_OFFLINE="0", HF_HOME=str(tmp_path / "hf"), HF_TOKEN="hf_secret_token_value",
                         OTEL_COLDSTART_OUTPUT_DIR=str(tmp_path / "t"), OTEL_COLDSTART_SUMMARY="0")
         code = ("import otel_coldstart; otel_coldstart.instrument(start_at='instrument')\n"
                 "from huggingface_hub import hf_hub_download\n"

@@ -34,7 +34,7 @@ SIZE = 24 << 20
 def test_killed_mid_download_reports_the_partial_file(tmp_path, how):
     repo = Repo({"weights.bin": os.urandom(SIZE)})
     with HubServer({REPO_ID: repo}, bytes_per_s=3e6) as hub:  # 8 s for the file
-        env = clean_env(HF_ENDPOINT=hub.endpoint, HF_HOME=str(tmp_path / "hf"), OTEL_COLDSTART_SUMMARY="0",
+        env = clean_env(HF_ENDPOINT=hub.endpoint, HF_HUB_OFFLINE="0", HF_HOME=str(tmp_path / "hf"), OTEL_COLDSTART_SUMMARY="0",
                         OTEL_COLDSTART_OUTPUT_DIR=str(tmp_path / "t"), OTEL_COLDSTART_PROGRESS_INTERVAL_S="0.2",
                         HF_HUB_DISABLE_PROGRESS_BARS="1")
         child = subprocess.Popen([sys.executable, CHILD, str(tmp_path / "out.json"), "hf_hub_download", REPO_ID,
