@@ -214,6 +214,11 @@ def _run_case(zygote, checkpoints, tmp_path, ending, loader, cache, when):
 @pytest.mark.parametrize("loader", LOADERS)
 @pytest.mark.parametrize("ending", ENDINGS)
 def test_every_ending_leaves_a_true_report(zygote, checkpoints, tmp_path, ending, loader, cache, when):
+    if sys.version_info < (3, 11) and loader in ("torch_load", "torch_load_mmap") and when == "during":
+        # The harness stops the host inside torch's C read by its profile hook's c_call for
+        # PyTorchFileReader.get_record: 3.10 emits none for pybind11 methods (and has no
+        # sys.monitoring), so the case could never reach "during". The other 96 cases run here.
+        pytest.skip("3.10's profile hook sees no c_call for pybind11's get_record: no 'during' point to stop at")
     case_dir, weights, code = _run_case(zygote, checkpoints, tmp_path, ending, loader, cache, when)
     stderr = (case_dir / "stderr.txt").read_text()
     assert code == EXIT_CODES[ending], stderr[-3000:]
