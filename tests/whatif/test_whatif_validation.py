@@ -42,13 +42,15 @@ def _validate(case: str) -> None:
             pytest.skip(result.skipped)
         attempts.append(result)
         assert result.projected_p50_s is not None, f"not estimated: {result.not_estimated}"
-        # The check can fail: the lever moved the start-up by more than the tolerance.
+        # The check can fail only where the lever moved the start-up by more than the tolerance:
+        # an attempt whose measured effect is inside the noise band proves nothing either way and
+        # is run once more (seen once: serving-dtype's 649 MB cast moved a quiet run by 13%, the
+        # next run by over 15%); two such attempts fail.
         effect = result.baseline_p50_s / result.measured_p50_s - 1
-        assert effect > validation.TOLERANCE, f"the lever's effect ({effect:.0%}) is within the noise band\n" + \
-            _describe(result)
-        if result.passed:
+        if effect > validation.TOLERANCE and result.passed:
             return
-    pytest.fail(f"{case}: projected p50 outside {validation.TOLERANCE:.0%} of the measured p50 twice\n"
+    pytest.fail(f"{case}: twice either the lever's effect within the {validation.TOLERANCE:.0%} noise band or the "
+                f"projected p50 outside {validation.TOLERANCE:.0%} of the measured p50\n"
                 + "\n".join(_describe(r) for r in attempts))
 
 
