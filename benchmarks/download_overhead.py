@@ -59,7 +59,7 @@ def hook_costs(repo: Repo, work: str, rounds: int, calls: int) -> dict:
     a cached file's span (no request) and one metadata request's span (a HEAD)."""
     with HubServer({REPO_ID: repo}, max_requests=10_000_000) as hub:
         env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-        env.update(HF_HUB_DISABLE_PROGRESS_BARS="1", OTEL_COLDSTART_SUMMARY="0",
+        env.update(HF_HUB_OFFLINE="0", HF_HUB_DISABLE_PROGRESS_BARS="1", OTEL_COLDSTART_SUMMARY="0",
                    OTEL_COLDSTART_OUTPUT_DIR=os.path.join(work, "hook-traces"))
         done = subprocess.run([sys.executable, HOOKS, hub.endpoint, os.path.join(work, "hook-cache"), repo.commit,
                                str(rounds), str(calls)], env=env, capture_output=True, text=True, timeout=1200)
