@@ -9,22 +9,18 @@ user's span around phases, a server's own span (vLLM), a killed start-up's progr
 from __future__ import annotations
 
 import json
+import os
 import random
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                "benchmarks"))
+from analyzer_scale import _attr as attr  # noqa: E402  (one OTLP attribute encoder for generated traces)
 
 T0 = 1_790_000_000_000_000_000
 MS = 1_000_000
 MAIN, WORKER = 140000000000001, 140000000000777
 HOSTS = ("g5.12xlarge", "p4d.24xlarge", "g6e.xlarge")
-
-
-def attr(key, value):
-    if isinstance(value, bool):
-        return {"key": key, "value": {"boolValue": value}}
-    if isinstance(value, int):
-        return {"key": key, "value": {"intValue": str(value)}}
-    if isinstance(value, float):
-        return {"key": key, "value": {"doubleValue": value}}
-    return {"key": key, "value": {"stringValue": value}}
 
 
 def span(trace, span_id, parent, name, start, end, attrs, error=False):
