@@ -103,7 +103,9 @@ def test_torch_read_from_storage_is_counted_as_the_process_counts_it_and_found(t
         pytest.skip(f"the OS kept torch's files in the page cache ({resident}): no cold import here")
     evicted, process_read = run("evicted")
     (startup,) = _startups(evicted)
-    assert process_read > 32 << 20, process_read  # torch's libraries did come from storage
+    # torch's libraries did come from storage (CI's clean run read 30.1 MiB, this VM 200+ MiB: how much
+    # of libtorch a bare import faults in depends on the build and the readahead, so the bar is low)
+    assert process_read > 16 << 20, process_read
     assert abs(startup["imports"]["storage_read_bytes"] / process_read - 1) <= 0.25, (startup["imports"],
                                                                                       process_read)
     (found,) = _findings(evicted, "imports_from_storage")
