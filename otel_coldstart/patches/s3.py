@@ -28,7 +28,7 @@ import time
 
 from .. import semconv
 from .. import session as _session
-from .._errors import report_internal_error
+from .._errors import internal_errors, report_internal_error
 from ._wrapping import PatchSet, installed_version
 from .huggingface_hub import endpoint_host
 
@@ -88,7 +88,7 @@ class _Object:
             if self.closed:
                 return
             self.closed = True
-        try:
+        with internal_errors("s3: object end"):
             seconds = (time.time_ns() - self.container.start_ns) / 1e9
             attrs = {semconv.DOWNLOAD_BYTES: self.received, semconv.DOWNLOAD_CACHED_BYTES: 0,
                      semconv.DOWNLOAD_CACHE_HIT: False, semconv.DOWNLOAD_TRANSFER_S: seconds}
@@ -99,8 +99,6 @@ class _Object:
             if path is not None:
                 attrs[semconv.DOWNLOAD_PATH] = path
             self.container.finish(attrs, error=error, detach=False)
-        except Exception:
-            report_internal_error("s3: object end")
 
     def interrupt(self, end_ns: int) -> None:
         with self.lock:
