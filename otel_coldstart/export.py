@@ -120,9 +120,6 @@ def _sdk_file_exporter_class():
         def outcome(self) -> str:
             return self.file.outcome()
 
-        def shutdown(self) -> None:
-            pass
-
         def force_flush(self, timeout_millis: int = 30000) -> bool:
             return True
 
