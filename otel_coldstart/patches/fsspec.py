@@ -75,7 +75,11 @@ def _open(wrapped, instance, args, kwargs):
         if found is not None:
             size = getattr(opened, "size", None)
             found.expected = size if isinstance(size, int) else None
-            _follow(opened, found)
+            try:
+                _follow(opened, found)
+            except Exception:
+                found.close()  # a file object that cannot be followed (slots, a C type): no open span left behind
+                raise
     except Exception:
         report_internal_error("fsspec: open")
     return opened
