@@ -85,12 +85,12 @@ class InFlight:
         self.container.finish(attrs, end_ns=end_ns, detach=False)
 
 
-def open_download(session, attrs: dict, label: str) -> InFlight | None:
+def open_download(session, attrs: dict, label: str, start_ns: int | None = None, parent=None) -> InFlight | None:
     """Start the span of one file fetched on other threads or read whenever (never made the
     current span) and tell the progress board; None when that failed (reported)."""
     try:
         container = session.start_container(semconv.PHASE_DOWNLOAD, attrs, name=semconv.SPAN_DOWNLOAD_FILE,
-                                            make_current=False)
+                                            make_current=False, start_ns=start_ns, parent=parent)
         found = InFlight(container, label)
         container.on_interrupt = found.interrupt
         opened = getattr(session.progress, "download_opened", None)
