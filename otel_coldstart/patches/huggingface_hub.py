@@ -44,6 +44,7 @@ import time
 from .. import semconv
 from .. import session as _session
 from .._errors import internal_errors, report_internal_error
+from ._downloads import inside_followed_read
 from ._wrapping import PatchSet, installed_version
 
 FILE_DOWNLOAD = "huggingface_hub.file_download"
@@ -431,7 +432,8 @@ def _send(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
     try:
         here = _here(session)
-        transfer = here.transfer_depth > 0  # a file's own bytes: not a metadata request
+        # A file's own bytes (its transfer, or a followed fsspec read): not a metadata request.
+        transfer = here.transfer_depth > 0 or inside_followed_read()
     except Exception:
         report_internal_error("huggingface_hub: request start")
         return wrapped(*args, **kwargs)
