@@ -159,6 +159,14 @@ def _controller():
     return CONTROLLER
 
 
+def _internal_errors(where: str):
+    """The internal-error guard (``_errors.internal_errors``), loaded when first needed: only
+    where a start-up exists, so the runtime is loaded already (this face stays light)."""
+    from ._errors import internal_errors
+
+    return internal_errors(where)
+
+
 def _loaded_controller():
     """The controller if the runtime was ever loaded, else None: nothing to end or report."""
     module = sys.modules.get(_CONTROLLER_MODULE)
@@ -297,10 +305,8 @@ class phase(contextlib.ContextDecorator):
         session = None if module is None else module.ACTIVE
         container = None
         if session is not None:
-            try:
+            with _internal_errors("phase start"):
                 container = session.start_container(self.name)
-            except Exception:
-                _report_internal_error("phase start")
         stack = getattr(self._local, "stack", None)
         if stack is None:
             stack = self._local.stack = []
@@ -311,10 +317,8 @@ class phase(contextlib.ContextDecorator):
         stack = getattr(self._local, "stack", None)
         container = stack.pop() if stack else None
         if container is not None:
-            try:
+            with _internal_errors("phase end"):
                 container.finish(error=exc)
-            except Exception:
-                _report_internal_error("phase end")
         return False
 
 
@@ -384,13 +388,11 @@ class first_request(contextlib.ContextDecorator):
         if session is None:
             return self  # not instrumented (yet): nothing to record into, and nothing claimed
         _first_request_seen = True
-        try:
+        request = None
+        with _internal_errors("first request start"):
             from .first_token import begin
 
             request = begin(session)
-        except Exception:
-            _report_internal_error("first request start")
-            return self
         if request is not None:
             self._request, self._thread = request, threading.get_ident()
         return self
@@ -399,10 +401,8 @@ class first_request(contextlib.ContextDecorator):
         request = self._request
         if request is not None and self._thread == threading.get_ident():
             self._request = None
-            try:
+            with _internal_errors("first request end"):
                 request.end(exc)
-            except Exception:
-                _report_internal_error("first request end")
         return False
 
 

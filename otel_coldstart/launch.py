@@ -33,7 +33,7 @@ from opentelemetry.trace import Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from . import export, semconv
-from ._errors import report_internal_error
+from ._errors import internal_errors
 from .controller import _launcher_context
 
 # The lowercase spellings vLLM writes: a child given our parent must not prefer a stale one.
@@ -121,13 +121,11 @@ class Launch:
         token, self._token = self._token, None
         if token is not None:
             otel_context.detach(token)
-        try:
+        with internal_errors("launch span end"):
             if exc is not None:
                 self._span.record_exception(exc)
                 self._span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
             self._span.end()
             # Bounded: an unreachable collector must not hold the launcher's exit.
             export.finish(self._setup, self.export_timeout_s)
-        except Exception:
-            report_internal_error("launch span end")
         return False

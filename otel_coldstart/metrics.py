@@ -30,7 +30,6 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext
 
 from . import _otel_env, semconv, verdicts
 from ._bounded import exiting, run_bounded
-from .export import otlp_endpoint_configured
 from ._errors import logger
 from .analyze.breakdown import LINK_PHASES, Breakdown, bandwidth_sample, link_of
 from .analyze.model import Span
@@ -367,12 +366,6 @@ class MetricsSetup:
             server.server_close()
 
 
-def metrics_exporters() -> list[str] | None:
-    """``OTEL_METRICS_EXPORTER`` as the SDK reads it (``otlp`` resolved to its protocol):
-    ``[]`` for ``none``, None when unset (the embedded default decides)."""
-    return _otel_env.exporter_names("metrics")
-
-
 def configure_metrics(meter_provider: metrics.MeterProvider | None,
                       prometheus_port: int | None = None) -> MetricsSetup:
     """Where metrics go.
@@ -394,10 +387,9 @@ def configure_metrics(meter_provider: metrics.MeterProvider | None,
     global_provider = metrics.get_meter_provider()
     if _is_sdk_provider(global_provider):
         return MetricsSetup(global_provider, False, "the globally configured meter provider")
-    named = metrics_exporters()
-    if named == []:
+    names, chosen_by = _otel_env.chosen_exporters("metrics") or ([], None)
+    if chosen_by and not names:
         return MetricsSetup(global_provider, False, "OTEL_METRICS_EXPORTER=none")
-    names = named or []
     readers = []
     described = []
     address = None
@@ -417,17 +409,12 @@ def configure_metrics(meter_provider: metrics.MeterProvider | None,
             port = prometheus_port if prometheus_port is not None else int(
                 os.environ.get("OTEL_EXPORTER_PROMETHEUS_PORT") or DEFAULT_PROMETHEUS_PORT)
             address = (host, port)
-    if named is None and otlp_endpoint_configured("metrics"):
-        exporter = _otlp_metric_exporter()
-        push_reader = periodic_reader(exporter)
-        readers.append(push_reader)
-        described.append(f"OTLP ({type(exporter).__module__.split('.')[-2]})")
     for name in names:
         if name != "prometheus":
-            reader = _named_metric_reader(name)
+            reader = _otel_env.make_exporter("metrics", name, _reader_for)
             if reader is not None:
                 readers.append(reader)
-                described.append(f"{name} (OTEL_METRICS_EXPORTER)")
+                described.append(f"{name} ({chosen_by})")
     if not readers:
         return MetricsSetup(global_provider, False, "the global meter provider (none configured)")
 
@@ -489,39 +476,12 @@ def periodic_reader(exporter):
     return PeriodicExportingMetricReader(exporter)
 
 
-def _named_metric_reader(name: str):
-    """A reader for one exporter named in ``OTEL_METRICS_EXPORTER`` (``otlp`` already
-    resolved), made as the SDK makes it: a pull reader as it is, a push exporter behind a
-    periodic reader."""
-    try:
-        from opentelemetry.sdk.metrics.export import MetricReader
+def _reader_for(made):
+    """What the SDK makes of a metrics exporter: a pull reader as it is, a push exporter
+    behind a periodic reader."""
+    from opentelemetry.sdk.metrics.export import MetricReader
 
-        if name == "console":
-            from opentelemetry.sdk.metrics.export import ConsoleMetricExporter as component
-        elif name == _otel_env.OTLP_GRPC:
-            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as component
-        elif name == _otel_env.OTLP_HTTP:
-            from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as component
-        else:
-            component = _otel_env.load_exporter_class("metrics", name)
-            if component is None:
-                return None
-        made = component()
-        return made if isinstance(made, MetricReader) else periodic_reader(made)
-    except Exception as exc:  # not installed, or refuses its configuration: leave it out
-        logger.warning("otel-coldstart: OTEL_METRICS_EXPORTER: cannot make exporter %r (%s: %s): it is left out",
-                       name, type(exc).__name__, exc)
-        return None
-
-
-def _otlp_metric_exporter():
-    protocol = (os.environ.get("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL") or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-                or "http/protobuf").strip().lower()
-    if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-    else:
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-    return OTLPMetricExporter()
+    return made if isinstance(made, MetricReader) else periodic_reader(made)
 
 
 def flush(setup: MetricsSetup | None, timeout_s: float, *, wait: bool = True) -> None:

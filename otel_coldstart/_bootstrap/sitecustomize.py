@@ -20,7 +20,7 @@ def _report_like_site(exc: BaseException) -> None:
         else:
             sys.stderr.write("Error in sitecustomize; set PYTHONVERBOSE for traceback:\n"
                              f"{exc.__class__.__name__}: {exc}\n")
-    except Exception:
+    except Exception:  # no stderr to write to: as site.py, nothing more to say
         pass
 
 
@@ -70,7 +70,7 @@ def _disabled() -> bool:
 
 try:
     _run_shadowed_sitecustomize()  # reports the host's own errors as Python would
-except Exception:
+except Exception:  # our own bookkeeping, before anything that could report it: the host starts regardless
     pass
 
 # `otel-coldstart run` names a directory where every Python process it starts leaves one
@@ -107,7 +107,7 @@ def _say_not_traced(error):
             "install otel-coldstart), or run the command with the Python that otel-coldstart is installed in\n"
             % (executable, sys.version_info[0], sys.version_info[1], why, executable))
         sys.stderr.flush()
-    except Exception:
+    except Exception:  # no stderr: the note left for the launcher still says why
         pass
     return "%s cannot import otel_coldstart (%s)" % (executable, why)
 
@@ -129,5 +129,5 @@ else:
                 from otel_coldstart._errors import report_internal_error
 
                 report_internal_error("otel-coldstart run: instrument()")
-            except Exception:
+            except Exception:  # the note above says it already; the host runs on
                 pass

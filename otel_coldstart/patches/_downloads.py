@@ -10,7 +10,7 @@ import threading
 import time
 
 from .. import semconv
-from .._errors import report_internal_error
+from .._errors import internal_errors, report_internal_error
 
 
 # A followed file's read running on this thread (fsspec.py): a request the library makes
@@ -59,7 +59,7 @@ class InFlight:
             if self.closed:
                 return
             self.closed = True
-        try:
+        with internal_errors(f"{self.label}: download end"):
             seconds = (time.time_ns() - self.container.start_ns) / 1e9
             attrs = {semconv.DOWNLOAD_BYTES: self.received, semconv.DOWNLOAD_CACHED_BYTES: 0,
                      semconv.DOWNLOAD_CACHE_HIT: False, semconv.DOWNLOAD_TRANSFER_S: seconds}
@@ -70,8 +70,6 @@ class InFlight:
             if path is not None:
                 attrs[semconv.DOWNLOAD_PATH] = path
             self.container.finish(attrs, error=error, detach=False)
-        except Exception:
-            report_internal_error(f"{self.label}: download end")
 
     def interrupt(self, end_ns: int) -> None:
         """The start-up ended (or was killed) with the file still in flight."""

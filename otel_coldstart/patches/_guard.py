@@ -78,7 +78,7 @@ def _compiling_here() -> bool:
 
         return (_compile_context() is not None or _tracing_context() is not None
                 or torch._C._len_torch_dispatch_stack() > 0)
-    except Exception:
+    except Exception:  # torch's private API moved: stand aside, as when it is missing
         return True
 
 

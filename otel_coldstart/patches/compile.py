@@ -47,7 +47,7 @@ import time
 
 from .. import semconv, verdicts
 from .. import session as _session
-from .._errors import report_internal_error
+from .._errors import internal_errors
 from . import pinning
 from ._wrapping import ColdstartWrapper, PatchSet, installed_version
 
@@ -152,10 +152,8 @@ def _register(handler) -> None:
 def _clear_then_register(wrapped, instance, args, kwargs):
     result = wrapped(*args, **kwargs)
     if _handler is not None:
-        try:
+        with internal_errors("compile callbacks"):
             _register(_handler)
-        except Exception:
-            report_internal_error("compile callbacks")
     return result
 
 
@@ -174,11 +172,9 @@ def unpatch() -> None:
 
 
 def _on_compile_start(args) -> None:
-    try:
+    with internal_errors("compile start"):
         pinning.suspend_allocators()  # before dynamo traces (and guards on) torch.empty
-    except Exception:
-        report_internal_error("compile start")
-    try:
+    with internal_errors("compile start"):
         session = _session.ACTIVE
         if session is None:
             return
@@ -205,12 +201,10 @@ def _on_compile_start(args) -> None:
         container.on_interrupt = lambda end_ns, c=compilation: _interrupted(c, end_ns)
         with state.lock:
             state.stack.append(compilation)
-    except Exception:
-        report_internal_error("compile start")
 
 
 def _on_compile_end(args) -> None:
-    try:
+    with internal_errors("compile end"):
         session = _session.ACTIVE
         if session is None:
             return
@@ -233,20 +227,16 @@ def _on_compile_end(args) -> None:
                 state.waiting.append(compilation)
             return
         _finish(compilation, None)
-    except Exception:
-        report_internal_error("compile end")
 
 
 def _metrics_published(wrapped, instance, args, kwargs):
     """torch's log_compilation_event(metrics): torch's own call first, then ours."""
     result = wrapped(*args, **kwargs)
-    try:
+    with internal_errors("compile metrics"):
         session = _session.ACTIVE
         metrics = args[0] if args else kwargs.get("metrics")
         if session is not None and metrics is not None:
             _take_metrics(_open_compilations(session), metrics)
-    except Exception:
-        report_internal_error("compile metrics")
     return result
 
 
@@ -313,7 +303,7 @@ def _metrics_will_follow() -> bool:
         return False
     try:
         return bool(utils.get_metrics_context().in_progress())
-    except Exception:
+    except Exception:  # torch's private metrics context moved: no metrics to wait for
         return False
 
 
@@ -374,7 +364,7 @@ def _grad_enabled() -> bool | None:
     torch = sys.modules.get("torch")
     try:
         return bool(torch.is_grad_enabled()) if torch is not None else None
-    except Exception:
+    except Exception:  # the host's torch, probed: unknown rather than raised
         return None
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from .. import semconv
 from .. import session as _session
-from .._errors import report_internal_error
+from .._errors import internal_errors, report_internal_error
 from ._downloads import InFlight, enter_followed_read, inside_followed_read, leave_followed_read, open_download
 from ._wrapping import PatchSet, installed_version
 from .huggingface_hub import endpoint_host
@@ -67,7 +67,7 @@ def _open(wrapped, instance, args, kwargs):
     mode = args[1] if len(args) > 1 else kwargs.get("mode", "rb")
     if not isinstance(mode, str) or "b" not in mode or "r" not in mode or "+" in mode:
         return opened  # text mode re-enters open() in binary; writes are not downloads
-    try:
+    with internal_errors("fsspec: open"):
         protocols = instance.protocol if isinstance(instance.protocol, (tuple, list)) else (instance.protocol,)
         if not protocols or any(protocol in LOCAL_PROTOCOLS for protocol in protocols):
             return opened
@@ -80,8 +80,6 @@ def _open(wrapped, instance, args, kwargs):
             except Exception:
                 found.close()  # a file object that cannot be followed (slots, a C type): no open span left behind
                 raise
-    except Exception:
-        report_internal_error("fsspec: open")
     return opened
 
 
@@ -125,10 +123,8 @@ def _follow(opened, found: InFlight) -> None:
         return chunk
 
     def close_and_end(*args, **kwargs):
-        try:
+        with internal_errors("fsspec: close"):
             fetched()
-        except Exception:
-            report_internal_error("fsspec: close")
         found.close()  # never raises (reports its own errors)
         return close(*args, **kwargs)
 

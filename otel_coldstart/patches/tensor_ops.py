@@ -606,7 +606,7 @@ def _move_returns_self(method: str, instance, args, kwargs) -> bool:
             args = args[:copy_at]
         device, dtype = _move_target(method, args, kwargs)
         return _same_gpu(device, instance.device) and (dtype is None or dtype == instance.dtype)
-    except Exception:
+    except Exception:  # the host's arguments, probed: its own call raises what is wrong
         return False
 
 
@@ -625,7 +625,7 @@ def _gpu_work_device(source, device, dtype):
 
                 device = torch.device("cuda", torch.cuda.current_device())
             return device
-    except Exception:
+    except Exception:  # the host's arguments, probed: the source's device, as for any copy
         pass
     return source.device
 
@@ -662,7 +662,7 @@ def _move_goes_to_host(method: str, args, kwargs) -> bool:
         return False
     try:
         return torch.device(target).type == "cpu"
-    except Exception:
+    except Exception:  # the host's arguments, probed: its own call raises what is wrong
         return False
 
 

@@ -43,7 +43,7 @@ import threading
 
 from .. import semconv
 from .. import session as _session
-from .._errors import report_internal_error
+from .._errors import internal_errors, report_internal_error
 from ._wrapping import PatchSet, installed_version
 
 MODELING_UTILS = "transformers.modeling_utils"
@@ -173,7 +173,7 @@ def _open_call(model_class) -> _Call | None:
     session = _session.ACTIVE
     if session is None:
         return None
-    try:
+    with internal_errors("transformers: from_pretrained start"):
         here = _here(session)
         if here.call is None:
             version = getattr(sys.modules.get("transformers"), "__version__", None)
@@ -182,8 +182,6 @@ def _open_call(model_class) -> _Call | None:
             _note_model_class(here.call, model_class)
             return here.call
         _note_model_class(here.call, model_class)
-    except Exception:
-        report_internal_error("transformers: from_pretrained start")
     return None
 
 
@@ -196,10 +194,8 @@ def _note_model_class(call: _Call, model_class) -> None:
 def _close_call(call: _Call, error: BaseException | None) -> None:
     call.here.call = None
     call.here.open.clear()
-    try:
+    with internal_errors("transformers: from_pretrained end"):
         call.container.finish(call.attributes, error=error)
-    except Exception:
-        report_internal_error("transformers: from_pretrained end")
 
 
 # --- steps ------------------------------------------------------------------------------------
@@ -214,12 +210,10 @@ class _Step:
         self.phase = phase
 
     def close(self, attributes: dict | None = None, error: BaseException | None = None) -> None:
-        try:
+        with internal_errors(f"transformers: {self.phase} end"):
             if self.phase in self.here.open:
                 self.here.open.remove(self.phase)
             self.container.finish(attributes, error=error)
-        except Exception:
-            report_internal_error(f"transformers: {self.phase} end")
 
 
 def _open_step(phase: str, attributes: dict | None = None, name: str | None = None,
@@ -259,10 +253,8 @@ def _step(phase: str, name: str | None = None, once_per_call: bool = False, desc
             raise
         attributes = None
         if describe is not None:
-            try:
+            with internal_errors(f"transformers: {phase} attributes"):
                 attributes = describe(result, modules_before)
-            except Exception:
-                report_internal_error(f"transformers: {phase} attributes")
         step.close(attributes)
         return result
 
