@@ -2,14 +2,16 @@
 
 A report is plain data, as pyinstrument's captured session is: :class:`Report` (what
 ``analyze`` found: start-ups, findings, where they came from, what was left out),
-:class:`CompareReport` and :class:`CapacityReport`. A renderer writes one report in one
-format and computes nothing::
+:class:`CompareReport`, :class:`CapacityReport` and :class:`WhatIfReport`. A renderer writes
+one report in one format and computes nothing::
 
     render(report, out: TextIO) -> None
 
 to a file object, so that a report of 300,000 shards streams instead of being built as one
-string (``render_to_string`` gives the string when wanted). The formats of each command are
-listed in ``analyze/renderers.py``; a new format is one function there.
+string (``render_to_string`` gives the string when wanted). Every format of every command is
+in the one table of ``analyze/renderers.py`` (``RENDERERS[command][format]``); the renderers
+themselves are ``analyze/render*.py``. ``capacity --prometheus`` (histograms, not start-ups)
+writes its own text and JSON in ``cli/_prometheus.py``.
 """
 
 from __future__ import annotations
@@ -119,3 +121,11 @@ class CapacityReport:
     skipped: Sequence[str] = ()
     include_unready: bool = False
     ramp_per_min: float | None = None  # a demand ramp (--ramp): the warm pool that covers the lead time
+
+
+@dataclass(frozen=True)
+class WhatIfReport:
+    """What ``whatif`` renders: the projection, and the inputs left out."""
+
+    result: Any  # whatif.WhatIf
+    skipped: Sequence[str] = ()

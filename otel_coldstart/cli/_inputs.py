@@ -512,6 +512,14 @@ def output(path: str | None, what: str = "--output") -> Iterator[TextIO]:
         yield handle
 
 
+def write_report(command: str, report, args: argparse.Namespace) -> None:
+    """``report`` in the ``--format`` asked (analyze/renderers.py), to ``--output`` or stdout."""
+    from ..analyze.renderers import RENDERERS
+
+    with output(args.output) as out:
+        RENDERERS[command][args.format](report, out)
+
+
 def _is_stdout(path: str) -> bool:
     """``-o /dev/stdout`` while stdout is redirected to a file: that file is stdout, not a file
     to refuse to overwrite."""
