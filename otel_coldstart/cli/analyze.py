@@ -18,7 +18,7 @@ from ..analyze.render_svg import render_svg
 from ..analyze.renderers import FORMATS
 from ..analyze.report import Budget, Report
 from ._inputs import (add_file_arguments, add_live_arguments, check_live_arguments, expand_paths, load_files,
-                      load_live, output, require_startups, write_report)
+                      load_live, load_reference, output, require_startups, write_report)
 from .errors import (EXIT_BUDGET_EXCEEDED, EXIT_INPUT_UNREADABLE, EXIT_NOT_READY, EXIT_OUTPUT_FAILED,
                      EXIT_STARTUP_KILLED, EXIT_USAGE, EXIT_WOULD_OVERWRITE, CliError)
 
@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"unknown budget key(s): {', '.join(unknown)}; valid keys: "
                        f"{', '.join(valid_budget_keys({p.phase for b in results for p in b.phases}))}", EXIT_USAGE)
     violations = check_budgets(results, budget)
-    reference = _reference(args)
+    reference = load_reference(args)
     floor = inputs.floor or (reference.floor if reference else None)
     report = Report(results, find(results, floor, tuple(reference.startups) if reference else ()), inputs.sources,
                     inputs.skipped + (reference.skipped if reference else []), floor,
@@ -117,13 +117,6 @@ def run(args: argparse.Namespace) -> int:
             else EXIT_NOT_READY if unready
             else EXIT_STARTUP_KILLED if any(is_killed(b) for b in results) else 0)
     return inputs.exit_code(code)
-
-
-def _reference(args: argparse.Namespace):
-    """The --reference start-ups (every one: --trace-id picks the start-ups reported), or None."""
-    if not getattr(args, "reference", None):
-        return None
-    return load_files(expand_paths(args.reference), argparse.Namespace(**{**vars(args), "trace_id": None}))
 
 
 def check_waterfall_directory(directory: str) -> None:

@@ -11,7 +11,7 @@ from ..analyze.renderers import FORMATS
 from ..analyze.report import WhatIfReport
 from ..analyze.storage_floor import combine
 from ..analyze.whatif import ALL, LEVERS, Options, project
-from ._inputs import add_file_arguments, expand_paths, load_files, require_startups, write_report
+from ._inputs import add_file_arguments, expand_paths, load_files, load_reference, require_startups, write_report
 from ._clickhouse import add_clickhouse_arguments, files_or_clickhouse, load_clickhouse
 from .errors import EXIT_USAGE, EXIT_NO_STARTUP, CliError
 
@@ -64,9 +64,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         inputs = load_files(expand_paths(args.files), args)
     results = require_startups(inputs, args.trace_id)
-    # --trace-id picks the start-ups to project, not the ones to learn from
-    reference = (load_files(expand_paths(args.reference), argparse.Namespace(**{**vars(args), "trace_id": None}))
-                 if args.reference else None)
+    reference = load_reference(args)
     floors = [f for f in (inputs.floor, reference.floor if reference else None) if f is not None]
     options = Options(floor=combine(floors), keep_capture_sizes=keep,
                       reference=tuple(reference.startups) if reference else ())
