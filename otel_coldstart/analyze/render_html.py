@@ -75,11 +75,12 @@ def trace_link(template: str | None, jaeger: str | None = None, tempo: str | Non
 TITLE = "otel-coldstart start-up report"
 
 
-def page_head(title: str) -> str:
-    """The opening of every self-contained page (analyze, compare, capacity): its CSP and style."""
+def page_head(title: str, style: str = "") -> str:
+    """The opening of every self-contained page (each command's): its CSP, and the style with
+    the page's own ``style`` after it."""
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">"
-            f"<title>{_e(title)}</title><style>{STYLE}</style></head><body>\n")
+            f"<title>{_e(title)}</title><style>{STYLE}{style}</style></head><body>\n")
 
 
 def page_end() -> str:

@@ -138,18 +138,16 @@ def _text(result: WhatIf, out: TextIO, markdown: bool) -> None:
 
 
 def render_whatif_html(report: WhatIfReport, out: TextIO) -> None:
-    from .render_html import CSP, STYLE
+    from .render_html import page_head
     from .waterfall import phase_colour
 
     e = lambda v: html.escape(str(v), quote=True)  # noqa: E731
     result, skipped = report.result, report.skipped
     base = result.baseline
     w = out.write
-    w(f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta http-equiv="
-      f"\"Content-Security-Policy\" content=\"{CSP}\"><title>otel-coldstart what if</title>"
-      f"<style>{STYLE}.lever td:first-child{{font-weight:bold}} .bars{{width:420px}}"
-      f".bars div{{height:11px;margin:1px 0}} .p95{{opacity:.45}}</style></head><body>\n"
-      f"<h1>What if</h1>\n<p>{base.n} start-up(s) that reached ready(): total p50 "
+    w(page_head("otel-coldstart what if", ".lever td:first-child{font-weight:bold} .bars{width:420px}"
+                ".bars div{height:11px;margin:1px 0} .p95{opacity:.45}")
+      + f"<h1>What if</h1>\n<p>{base.n} start-up(s) that reached ready(): total p50 "
       f"{e(format_seconds(base.total.p50_ns))}, p95 {e(format_seconds(base.total.p95_ns))}</p>\n")
     for note in result.notes:
         w(f"<p class=\"muted\">{e(note)}</p>\n")

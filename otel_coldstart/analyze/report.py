@@ -78,16 +78,11 @@ class Unready:
         return ", ".join(f"{n} {reason}" for reason, n in self.reasons)
 
 
-def end_reason(b: Breakdown) -> str:
-    """How a start-up that is not ready ended, in one word (semconv.END_*; analyze/end_reasons.py)."""
-    return end_word(b)
-
-
 def split_unready(startups: Sequence[Breakdown], include: bool) -> tuple[list[Breakdown], Unready]:
     """The start-ups the statistics are made of (the ready ones, or all with ``include``)
     and the count of those that did not reach ready(), by end reason."""
     unready = [b for b in startups if not b.ready]
-    reasons = Counter(end_reason(b) for b in unready)
+    reasons = Counter(end_word(b) for b in unready)  # semconv.END_*, in one word
     counted = Unready(len(unready), tuple(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))))
     return (list(startups) if include else [b for b in startups if b.ready]), counted
 
