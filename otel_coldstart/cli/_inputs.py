@@ -137,6 +137,9 @@ class _InputFacts:
     split: bool = False  # read in parts (split_lines_file): its own verdicts were left to the merge
 
 
+_Read = list[tuple[int, str, _InputFacts]]  # each input read as traces: (index, path, what was found)
+
+
 @dataclass
 class _Outcome:
     results: dict[str, TraceResult]
@@ -286,10 +289,8 @@ def _merge(paths: list[str], outcomes: list[_Outcome], keep_going: bool, slim: b
     inputs = Inputs([], [])
     per_input = _merge_facts(outcomes)
     results = _merge_results(paths, outcomes, slim)
-    read, floors = _traces_read(paths, per_input, inputs, keep_going)
-    checks, repairs = _collect_startups(paths, results, read, inputs)
-    _describe_sources(read, checks, repairs, inputs)
-    inputs.floor = combine(floors)
+    read = _traces_read(paths, per_input, inputs, keep_going)
+    _describe_sources(read, *_collect_startups(paths, results, read, inputs), inputs)
     return inputs
 
 
@@ -335,11 +336,11 @@ def _merge_results(paths: list[str], outcomes: list[_Outcome], slim: bool) -> di
     return results
 
 
-def _traces_read(paths: list[str], per_input: dict[int, _InputFacts], inputs: Inputs,
-                 keep_going: bool) -> tuple[list[tuple[int, str, _InputFacts]], list[StorageFloor]]:
-    """The inputs that are traces, and the storage floors among them: an input that could not
-    be read is an error (with one input, or without ``keep_going``), or left out, said once."""
-    read: list[tuple[int, str, _InputFacts]] = []
+def _traces_read(paths: list[str], per_input: dict[int, _InputFacts], inputs: Inputs, keep_going: bool) -> _Read:
+    """The inputs that are traces (the storage floors among them into ``inputs``): an input
+    that could not be read is an error (with one input, or without ``keep_going``), or left
+    out, said once."""
+    read: _Read = []
     floors: list[StorageFloor] = []
     for index in sorted(per_input):
         item, path = per_input[index], paths[index]
@@ -365,7 +366,8 @@ def _traces_read(paths: list[str], per_input: dict[int, _InputFacts], inputs: In
         if inputs.first_error is not None:
             raise inputs.first_error
         raise CliError("no trace among the inputs (only storage floor documents)", EXIT_NOT_A_TRACE)
-    return read, floors
+    inputs.floor = combine(floors)
+    return read
 
 
 def _unreadable(path: str, item: _InputFacts) -> CliError | None:
@@ -377,7 +379,7 @@ def _unreadable(path: str, item: _InputFacts) -> CliError | None:
     return None
 
 
-def _collect_startups(paths: list[str], results: dict[str, TraceResult], read: list[tuple[int, str, _InputFacts]],
+def _collect_startups(paths: list[str], results: dict[str, TraceResult], read: _Read,
                       inputs: Inputs) -> tuple[dict[int, Notes], Notes]:
     """Every trace's start-ups into ``inputs``, in start order, and what its checks found:
     per input, the spans that cannot be true; for all together, what was repaired."""
@@ -402,8 +404,7 @@ def _collect_startups(paths: list[str], results: dict[str, TraceResult], read: l
     return checks, repairs
 
 
-def _describe_sources(read: list[tuple[int, str, _InputFacts]], checks: dict[int, Notes], repairs: Notes,
-                      inputs: Inputs) -> None:
+def _describe_sources(read: _Read, checks: dict[int, Notes], repairs: Notes, inputs: Inputs) -> None:
     """One description per trace input (format, spans, start-ups, warnings), each warning also
     said on stderr; what was left out or repaired counts as left out (exit 12)."""
     chosen = {(b.trace_id, b.root.span_id) for b in inputs.startups}
