@@ -5,12 +5,11 @@ nothing."""
 
 from __future__ import annotations
 
-import html
 import json
 
 from .. import semconv
 from .capacity import FIRST_TOKEN, READY
-from .escape import markdown_text as _md, terminal_text
+from .escape import html_text, markdown_text as _md, terminal_text
 from .render import columns
 from .render_html import page_end, page_head
 from .report import CapacityReport
@@ -159,7 +158,7 @@ def render_capacity_markdown(report: CapacityReport, out) -> None:
 
 
 def render_capacity_html(report: CapacityReport, out) -> None:
-    e = lambda v: html.escape(str(v), quote=True)  # noqa: E731
+    e = html_text
     out.write(page_head("otel-coldstart capacity") + "<h1>Start-up capacity</h1>\n")
     for s in report.summaries:
         out.write(f"<h2>{e(_title(s))} <span class=\"muted\">n={s.count}</span></h2>\n<p>{e(_totals(s))}; "

@@ -11,7 +11,6 @@ Policy that forbids any (``default-src 'none'``). Everything from a trace is esc
 
 from __future__ import annotations
 
-import html
 import io
 import statistics
 from collections import defaultdict
@@ -20,6 +19,7 @@ from urllib.parse import quote
 
 from .breakdown import Breakdown, bandwidth_warnings, by_trace
 from .capacity import summarize_group
+from .escape import html_text as _e
 from .first_request import lines as first_request_lines
 from .lazy import lines as lazy_lines
 from .render import dominant_line, saving_text
@@ -50,10 +50,6 @@ document.body.setAttribute('data-rendered','1');
 document.querySelectorAll('table.data tbody tr').forEach(function(tr){
   tr.addEventListener('click',function(){tr.classList.toggle('hl');});});
 """
-
-
-def _e(value: object) -> str:
-    return html.escape(str(value), quote=True)
 
 
 def trace_link(template: str | None, jaeger: str | None = None, tempo: str | None = None):

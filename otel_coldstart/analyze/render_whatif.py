@@ -4,11 +4,10 @@ one self-contained HTML page. Each is a renderer ``render(report, out)`` over a
 
 from __future__ import annotations
 
-import html
 import json
 from typing import TYPE_CHECKING, Sequence, TextIO
 
-from .escape import markdown_text, terminal_text
+from .escape import html_text, markdown_text, terminal_text
 from .report import WhatIfReport
 from .units import format_seconds
 
@@ -141,7 +140,7 @@ def render_whatif_html(report: WhatIfReport, out: TextIO) -> None:
     from .render_html import page_head
     from .waterfall import phase_colour
 
-    e = lambda v: html.escape(str(v), quote=True)  # noqa: E731
+    e = html_text
     result, skipped = report.result, report.skipped
     base = result.baseline
     w = out.write
