@@ -1,6 +1,6 @@
 """The ``otel-coldstart`` command: one module per sub-command, each ``add_arguments(parser)``
-and ``run(args) -> int``, imported only when its command runs (or its ``--help`` is asked):
-``otel-coldstart --help`` and ``analyze`` read none of the others' imports.
+and ``run(args) -> int``, imported only when its command runs or its ``--help`` is asked
+(``otel-coldstart --help`` imports none of them: their help lines are here).
 
 Exit codes: see docs/cli.md and cli/errors.py. Bad input gets one line on stderr, never a
 traceback.
