@@ -238,6 +238,14 @@ def graph_batch_size(size: int):
     return batch_size(size)
 
 
+def _report_internal_error(where: str) -> None:
+    # Imported when needed: the face stays light (_errors brings logging and traceback), and
+    # an error here must be reported, never become the host's exception.
+    from ._errors import report_internal_error
+
+    report_internal_error(where)
+
+
 class phase(contextlib.ContextDecorator):
     """Name a step of your start-up: ``with phase("build_model"):`` or ``@phase("download")``.
 
