@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, Union
+from typing import Any, Iterator, Mapping
 
 from .. import semconv
 
-AttrValue = Union[str, bool, int, float, tuple]
+AttrValue = str | bool | int | float | tuple
 
 
 _new = object.__new__

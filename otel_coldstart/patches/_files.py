@@ -54,7 +54,7 @@ def shard_position(path: str) -> tuple[int | None, int | None]:
     if name in positions:
         return positions[name], len(set(positions.values()))
     match = None
-    for match in _SHARD_NAME.finditer(name):
+    for match in _SHARD_NAME.finditer(name):  # noqa: B007 - the last match is wanted
         pass
     if match is not None:
         number, total = int(match.group(1)), int(match.group(2))

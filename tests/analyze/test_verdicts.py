@@ -4,10 +4,8 @@ the dominant phase (or its absence), the graph-capture count and the cold shards
 
 from __future__ import annotations
 
-import importlib
 import io
 import json
-import os
 import subprocess
 import sys
 
@@ -15,7 +13,7 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from analyze_records import MS, aggregate, child, only, root, shard
+from analyze_records import aggregate, child, only, root, shard
 from otel_coldstart import semconv, verdicts
 from otel_coldstart.analyze.findings import find
 from otel_coldstart.analyze.render import render_findings_text, render_startup_text

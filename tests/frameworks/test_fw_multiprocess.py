@@ -46,7 +46,7 @@ def test_two_ranks_one_trace(tmp_path, monkeypatch):
             for r in range(WORLD_SIZE)
         ]
         outputs = [rank.communicate(timeout=600) for rank in ranks]
-    for rank, (out, err) in zip(ranks, outputs):
+    for rank, (_, err) in zip(ranks, outputs):
         assert rank.returncode == 0, err[-3000:]
     reports = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
     assert {r["rank"] for r in reports} == {0, 1}
