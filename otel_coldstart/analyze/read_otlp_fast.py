@@ -9,13 +9,13 @@ benchmark's lines (benchmarks/RESULTS-analyzer.md).
 """
 
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 from ._values import INT64_MAX, INT64_MIN, TraceReadError, finite_float, hex_id, unix_ns
 from .model import Attributes, Span
 from .read_otlp import _STATUS, any_value, with_failure
 
-UNSET = object()  # replaced by msgspec.UNSET below when msgspec is installed
+UNSET: Any = object()  # replaced by msgspec.UNSET below when msgspec is installed
 
 try:
     import msgspec

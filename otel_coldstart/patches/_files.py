@@ -227,7 +227,7 @@ class FileRead:
     def _end_with_storage_figure(self, attrs: dict, verdict_evidence: list, error, end_ns: int, lazy: bool) -> None:
         """End the span now, at the read's end, with the file's storage figure known now (see
         _storage); a figure settled later leaves as a settlement record under the span."""
-        ended = []
+        ended: list = []
 
         def with_evidence(figure_attrs: dict, figure_evidence: list) -> dict:
             merged = dict(figure_attrs)

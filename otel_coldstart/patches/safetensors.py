@@ -416,7 +416,7 @@ def _wrap_safe_open_names(handle_type) -> None:
         namespace = getattr(module, "__dict__", None)
         if module is not home and isinstance(namespace, dict) and namespace.get("safe_open") is handle_type:
             try:
-                module.safe_open = wrapper
+                setattr(module, "safe_open", wrapper)
             except (AttributeError, TypeError):
                 pass
 
@@ -445,7 +445,7 @@ def _restore_safe_open_names() -> None:
         namespace = getattr(module, "__dict__", None)
         if isinstance(namespace, dict) and namespace.get("safe_open") is wrapper:
             try:
-                module.safe_open = wrapper.__wrapped__
+                setattr(module, "safe_open", wrapper.__wrapped__)
             except (AttributeError, TypeError):
                 pass
 
