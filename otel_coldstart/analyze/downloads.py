@@ -183,19 +183,6 @@ def downloads(breakdown) -> Downloads | None:
     return found
 
 
-def written_by_download(breakdown, shard, found: "Downloads | None" = None) -> DownloadItem | None:
-    """The download that wrote a shard's file during this start-up, when there was one: its
-    pages are in the page cache because the download just wrote them, not because the node
-    had them (a "warm" shard read of 0 B from storage)."""
-    found = downloads(breakdown) if found is None else found
-    if found is None or not getattr(shard, "path", None):
-        return None
-    for item in found.fetched:
-        if item.path == shard.path and item.end_ns <= shard.start_ns:
-            return item
-    return None
-
-
 def to_dict(found: Downloads | None, origin_ns: int) -> dict:
     """The ``downloads`` member of ``analyze --format json`` (docs/cli.md)."""
     if found is None:
@@ -230,12 +217,6 @@ def shard_notes(breakdown) -> dict:
             notes[(shard.path, shard.start_ns)] = (
                 f" (written by this start-up's download {_seconds(shard.start_ns - item.end_ns)} earlier)")
     return notes
-
-
-def shard_note(breakdown, shard, notes: dict | None = None) -> str:
-    """What to add to a shard's line when this start-up's download wrote its file."""
-    notes = shard_notes(breakdown) if notes is None else notes
-    return notes.get((shard.path, shard.start_ns), "")
 
 
 def _seconds(ns: int) -> str:

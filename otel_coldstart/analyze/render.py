@@ -18,7 +18,7 @@ from .downloads import lines as download_lines, shard_notes
 from .render_explain import render_explain_text
 from .render_interrupted import render_killed_text, render_stalls_text, state_text
 from .shard_rows import shard_rows
-from .units import format_bytes, format_rate, format_seconds  # noqa: F401 - re-exported
+from .units import format_bytes, format_rate, format_seconds
 
 if TYPE_CHECKING:  # pragma: no cover
     from .report import Report

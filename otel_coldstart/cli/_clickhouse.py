@@ -30,7 +30,7 @@ DEFAULT_TIMEOUT_S = 300.0
 DEFAULT_SINCE = "30d"
 
 
-def add_clickhouse_arguments(parser: argparse.ArgumentParser, *, files_too: bool = True) -> None:
+def add_clickhouse_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("ClickHouse (the Collector's ClickHouse exporter's table; docs/fleet.md)")
     group.add_argument("--clickhouse", metavar="URL",
                        help="read start-ups from ClickHouse: http(s)://[user@]host:8123/database (password from "

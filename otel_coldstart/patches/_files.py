@@ -17,8 +17,7 @@ from .. import probes, semconv
 from .._errors import internal_errors, report_internal_error
 from .._regular_files import is_regular_file, open_regular
 from . import _storage
-from ..verdicts import (COLD_AT_LEAST, WARM_BELOW, cache_state_from_reads,  # noqa: F401 - one rule: verdicts.py
-                        cache_state_from_residency, combine_cache_states)
+from ..verdicts import cache_state_from_reads, cache_state_from_residency, combine_cache_states
 from ._tensor_bytes import tensor_nbytes
 
 _SHARD_NAME = re.compile(r"(\d+)-of-(\d+)")

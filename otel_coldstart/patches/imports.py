@@ -118,11 +118,6 @@ def is_patched() -> bool:
     return _installed is not None
 
 
-def min_seconds() -> float:
-    """The threshold in force: a top-level import faster than this gets no span."""
-    return _min_ns / 1e9
-
-
 def patch() -> None:
     global _installed, _min_ns
     if _installed is not None:

@@ -10,7 +10,7 @@ import json
 from analyze_records import MS, child, only, root, shard
 from otel_coldstart import semconv
 from otel_coldstart.analyze.downloads import downloads, lines
-from otel_coldstart.analyze.downloads import shard_note, to_dict
+from otel_coldstart.analyze.downloads import shard_notes, to_dict
 from otel_coldstart.analyze.findings import download_in_startup, find, hub_metadata_cached, serial_download
 from otel_coldstart.analyze.render import render_startup_text
 
@@ -96,7 +96,8 @@ def test_download_in_startup_and_shards_written_by_it():
     assert "400.0 MiB" in f.title
     assert hub_metadata_cached.check(b) == []
     assert serial_download.check(b) == []  # they overlapped
-    note = shard_note(b, b.shards[0])
+    shard = b.shards[0]
+    note = shard_notes(b)[(shard.path, shard.start_ns)]
     assert "written by this start-up's download" in note
     out = io.StringIO()
     render_startup_text(b, out)

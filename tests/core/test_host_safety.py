@@ -10,6 +10,7 @@ import traceback
 import pytest
 import torch
 import wrapt
+from opentelemetry import trace
 
 from safetensors import safe_open
 from safetensors.torch import load_file
@@ -90,7 +91,7 @@ def test_internal_error_never_reaches_the_host(traced, small_checkpoint, monkeyp
 def test_a_failing_phase_or_first_request_never_reaches_the_host(traced, monkeypatch):
     # The package face reports its own failures without importing _errors at import time.
     from otel_coldstart import first_token
-    from otel_coldstart.session import ContainerSpan, StartupSession
+    from otel_coldstart.session import StartupSession
 
     def broken(*args, **kwargs):
         raise RuntimeError("injected bug in otel-coldstart")
@@ -104,7 +105,7 @@ def test_a_failing_phase_or_first_request_never_reaches_the_host(traced, monkeyp
         with otel_coldstart.phase("build_model"):
             ran.append("phase, start failed")
     with monkeypatch.context() as patched:
-        patched.setattr(ContainerSpan, "finish", broken)
+        patched.setattr(StartupSession, "_end_container", broken)  # after the span's context is detached
         with otel_coldstart.phase("build_model"):
             ran.append("phase, end failed")
     for begin in (broken, lambda session: BrokenRequest()):
@@ -113,6 +114,7 @@ def test_a_failing_phase_or_first_request_never_reaches_the_host(traced, monkeyp
         with otel_coldstart.first_request():
             ran.append("first request")
     assert len(ran) == 4
+    assert trace.get_current_span() is trace.INVALID_SPAN  # no phase left current
     for site in ("phase start", "phase end", "first request start", "first request end"):
         assert any(e.startswith(f"{site}: RuntimeError: injected bug") for e in _errors.INTERNAL_ERRORS), site
 

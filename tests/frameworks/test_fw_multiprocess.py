@@ -13,7 +13,8 @@ import pytest
 pytest.importorskip("torch")
 import torch.distributed  # noqa: E402
 
-from otel_coldstart import instrumentor, semconv  # noqa: E402
+from otel_coldstart import semconv  # noqa: E402
+from otel_coldstart.startup import rank_attributes  # noqa: E402
 from otel_coldstart.demo import LlamaShape, generate_checkpoint  # noqa: E402
 from otel_coldstart.launch import Launch, child_env  # noqa: E402
 
@@ -79,9 +80,9 @@ def test_rank_from_launcher_variables(monkeypatch):
     monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "8")
     monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1")
     assert not torch.distributed.is_initialized()
-    assert instrumentor._rank_attributes() == {semconv.RANK: 3, semconv.WORLD_SIZE: 8, semconv.LOCAL_RANK: 1}
+    assert rank_attributes() == {semconv.RANK: 3, semconv.WORLD_SIZE: 8, semconv.LOCAL_RANK: 1}
     monkeypatch.setenv("RANK", "5")  # torchrun's spelling is preferred
-    assert instrumentor._rank_attributes()[semconv.RANK] == 5
+    assert rank_attributes()[semconv.RANK] == 5
 
 
 def test_child_env_replaces_inherited_context():
