@@ -121,7 +121,7 @@ import contextlib  # noqa: E402
 import functools  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
-from typing import TYPE_CHECKING, Any  # noqa: E402
+from typing import TYPE_CHECKING, Any, Literal  # noqa: E402
 
 from .package import __version__  # noqa: E402
 
@@ -313,7 +313,7 @@ class phase(contextlib.ContextDecorator):
         stack.append(container)
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         stack = getattr(self._local, "stack", None)
         container = stack.pop() if stack else None
         if container is not None:
@@ -326,7 +326,7 @@ class phase(contextlib.ContextDecorator):
 # True once a first request was claimed in this process: every later first_request() is
 # this one global's read (steady-state serving pays nothing else; benchmarks/RESULTS.md).
 _first_request_seen = False
-_inert_first_request = None  # made below: what first_request() returns once one was seen
+_inert_first_request: first_request | None = None  # made below: what first_request() returns once one was seen
 
 
 class first_request(contextlib.ContextDecorator):
@@ -351,7 +351,7 @@ class first_request(contextlib.ContextDecorator):
 
     def __init__(self) -> None:
         if self is not _inert_first_request:
-            self._request = None
+            self._request: Any = None  # first_token's record of the request, while it runs
             self._thread = 0
 
     def __call__(self, func):
@@ -397,7 +397,7 @@ class first_request(contextlib.ContextDecorator):
             self._request, self._thread = request, threading.get_ident()
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         request = self._request
         if request is not None and self._thread == threading.get_ident():
             self._request = None

@@ -25,7 +25,7 @@ analyzer shows it as the context that encloses the start-ups, not as a phase of 
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -77,8 +77,8 @@ class Launch:
         self._tracer_provider = tracer_provider
         self._output_dir = output_dir
         self._setup: export.ExportSetup | None = None
-        self._span = None
-        self._token = None
+        self._span: Any = None  # the launch span, while it runs
+        self._token: Any = None
 
     @property
     def trace_file(self) -> str | None:
@@ -117,7 +117,7 @@ class Launch:
         self._token = otel_context.attach(trace.set_span_in_context(self._span))
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         token, self._token = self._token, None
         if token is not None:
             otel_context.detach(token)

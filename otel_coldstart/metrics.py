@@ -17,6 +17,7 @@ point carries (the root span's trace id), not through a label.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import uuid
@@ -357,7 +358,7 @@ class MetricsSetup:
             if getattr(reader, "_export_interval_millis", None) == float("inf"):
                 # Made at the exit without a thread (periodic_reader): its shutdown exports
                 # nothing, so its one export happens here, on this thread.
-                run_bounded(lambda r=reader: r.force_flush(timeout_millis=timeout_s * 1000), timeout_s)
+                run_bounded(functools.partial(reader.force_flush, timeout_millis=timeout_s * 1000), timeout_s)
         shutdown = getattr(self.provider, "shutdown", None)
         if shutdown is not None:
             run_bounded(lambda: shutdown(timeout_millis=timeout_s * 1000), timeout_s)
@@ -501,4 +502,4 @@ def flush(setup: MetricsSetup | None, timeout_s: float, *, wait: bool = True) ->
             targets = [setup.provider] if hasattr(setup.provider, "force_flush") else []
     millis = max(timeout_s, 1.0) * 1000  # the export itself gets time even when we do not wait
     for target in targets:
-        run_bounded(lambda target=target: target.force_flush(timeout_millis=millis), timeout_s if wait else 0.0)
+        run_bounded(functools.partial(target.force_flush, timeout_millis=millis), timeout_s if wait else 0.0)

@@ -14,7 +14,7 @@ with the attributes of :class:`~otel_coldstart.analyze.model.Span` or ``PhaseTim
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from . import semconv
 

@@ -87,8 +87,8 @@ def _leave_note(state, why=None):
         import json
 
         note = {"pid": os.getpid(), "executable": sys.executable or "python", "state": state, "why": why,
-                "python": "%d.%d.%d" % tuple(sys.version_info[:3])}
-        path = os.path.join(directory, "%d.json" % os.getpid())
+                "python": "{}.{}.{}".format(*sys.version_info[:3])}
+        path = os.path.join(directory, f"{os.getpid()}.json")
         with open(path + ".tmp", "w") as handle:
             json.dump(note, handle)
         os.replace(path + ".tmp", path)
@@ -99,17 +99,17 @@ def _leave_note(state, why=None):
 def _say_not_traced(error):
     """Loudly, at the time: which interpreter, why, what to do. The host still runs."""
     executable = sys.executable or "python"
-    why = "%s: %s" % (type(error).__name__, error)
+    why = f"{type(error).__name__}: {error}"
     try:
         sys.stderr.write(
-            "otel-coldstart run: WARNING: this process is NOT traced: %s (Python %d.%d) cannot import "
-            "otel_coldstart (%s); install otel-coldstart into that interpreter's environment (%s -m pip "
-            "install otel-coldstart), or run the command with the Python that otel-coldstart is installed in\n"
-            % (executable, sys.version_info[0], sys.version_info[1], why, executable))
+            f"otel-coldstart run: WARNING: this process is NOT traced: {executable} (Python {sys.version_info[0]}."
+            f"{sys.version_info[1]}) cannot import otel_coldstart ({why}); install otel-coldstart into that "
+            f"interpreter's environment ({executable} -m pip install otel-coldstart), or run the command with "
+            "the Python that otel-coldstart is installed in\n")
         sys.stderr.flush()
     except Exception:  # no stderr: the note left for the launcher still says why
         pass
-    return "%s cannot import otel_coldstart (%s)" % (executable, why)
+    return f"{executable} cannot import otel_coldstart ({why})"
 
 
 if _disabled():
@@ -124,7 +124,7 @@ else:
             otel_coldstart.instrument()
             _leave_note("started")
         except Exception as error:
-            _leave_note("failed", "instrument() raised %s: %s" % (type(error).__name__, error))
+            _leave_note("failed", f"instrument() raised {type(error).__name__}: {error}")
             try:
                 from otel_coldstart._errors import report_internal_error
 

@@ -64,11 +64,6 @@ class PhaseTime:
         return self.bytes / (busy / 1e9)
 
     @property
-    def untimed_bytes(self) -> int:
-        """Device-work bytes whose transfer time is unknown (not in the throughput)."""
-        return max(0, self.bytes - self.timed_bytes) if self.phase in DEVICE_WORK_PHASES else 0
-
-    @property
     def above_bound(self) -> bool:
         """The bandwidth is above what the host link carries: a timing error, never a fast copy."""
         rate = self.throughput

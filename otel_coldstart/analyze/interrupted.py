@@ -49,7 +49,7 @@ def complete_killed(spans: Iterable[Span]) -> list[Span]:
         return spans
     others = [s for s in spans if s.name != semconv.SPAN_PROGRESS]
     ended = {(s.trace_id, s.span_id) for s in others if s.is_root}
-    present = {(s.trace_id, s.span_id) for s in others}
+    present: set[tuple] = {(s.trace_id, s.span_id) for s in others}  # keys of three shapes, below
     # An import in progress is listed under an id of the record's own (its span gets another
     # when it ends): one that ended after the record was written is known by its start.
     present |= {(s.trace_id, s.name, s.start_ns) for s in others if s.phase == semconv.PHASE_IMPORT}

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         conn.execute(TRACES_TABLE.format(table=table), args.timeout)
         for path in paths:
-            def rows():
+            def rows(path=path):
                 for batch in BatchReader(path, DEFAULT_MAX_BYTES):
                     for span in batch.spans:
                         yield span_row(span)

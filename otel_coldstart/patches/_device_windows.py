@@ -150,8 +150,8 @@ class StreamWindow:
         self.key = key
         self.stream = stream
         self.lock = threading.Lock()
-        self.start_event = None  # None: no segment open
-        self.end_event = None
+        self.start_event: Any = None  # None: no segment open; else a torch.cuda.Event
+        self.end_event: Any = None
         self.segment_start_ns = 0
         self.idle_ns = 0  # the open segment's idle start (see the module docstring)
         self.previous_end_ns = 0  # host clock estimate of when the last closed segment ended

@@ -39,6 +39,7 @@ entries torch saved (its ``autograd_cache_saved`` counter).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import sys
@@ -181,7 +182,7 @@ def _on_compile_start(args) -> None:
         state = _open_compilations(session)
         _finish_waiting(state)  # a compilation whose metrics never came: write it without them
         compile_id = str(getattr(args, "compile_id", ""))
-        attrs = {semconv.COMPILE_ID: compile_id}
+        attrs: dict = {semconv.COMPILE_ID: compile_id}
         trigger = getattr(args, "callback_trigger", None)
         if trigger is not None:
             attrs[semconv.COMPILE_TRIGGER] = getattr(trigger, "name", str(trigger)).lower()
@@ -198,7 +199,7 @@ def _on_compile_start(args) -> None:
         compilation = _Compilation(None, _cache_counts(), compile_id)
         container = session.start_container(semconv.PHASE_COMPILE, attrs)
         compilation.container = container
-        container.on_interrupt = lambda end_ns, c=compilation: _interrupted(c, end_ns)
+        container.on_interrupt = functools.partial(_interrupted, compilation)
         with state.lock:
             state.stack.append(compilation)
 
@@ -314,7 +315,7 @@ def _cache_counts() -> dict | None:
     counters = getattr(utils, "counters", None)
     if counters is None or not hasattr(counters, "get"):
         return None
-    counts = {}
+    counts: dict = {}
     for cache, (group, *keys) in _CACHE_COUNTERS.items():
         values = counters.get(group) or {}
         counts[cache] = tuple(int(values.get(key, 0)) if key else 0 for key in keys)

@@ -215,7 +215,7 @@ def _close_capture(capture: _Capture, error: BaseException | None) -> None:
     session = capture.session
     if session is not _session.ACTIVE:
         return  # uninstrumented (or re-instrumented) since it began
-    attrs = {semconv.GRAPH_API: capture.api}
+    attrs: dict = {semconv.GRAPH_API: capture.api}
     if capture.batch_size is not None:
         attrs[semconv.GRAPH_BATCH_SIZE] = capture.batch_size
     if capture.pre_capture_ns:

@@ -505,7 +505,7 @@ def _snapshot_download(wrapped, instance, args, kwargs):
 
 def _close_snapshot(container, counts: _Counts, files_before: int, result, error) -> None:
     with internal_errors("huggingface_hub: snapshot end"):
-        attrs = {semconv.DOWNLOAD_FILES: max(0, counts.files - files_before)}
+        attrs: dict = {semconv.DOWNLOAD_FILES: max(0, counts.files - files_before)}
         if isinstance(result, str):
             attrs[semconv.DOWNLOAD_PATH] = result
             match = _SNAPSHOT_PATH.search(result + os.sep)

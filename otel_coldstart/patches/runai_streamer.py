@@ -104,7 +104,7 @@ class _Stream:
         self.bytes: dict[int, int] = {}
         self.read_before = read_before
         self.charged = 0  # process read bytes already charged to files
-        self.ambient = None  # the ambient parent of the tensor being handled now
+        self.ambient: _session.AmbientParent | None = None  # the ambient parent of the tensor being handled now
         self.ambient_index: int | None = None
 
 

@@ -34,6 +34,7 @@ expects storage reads (recorder.py). Calls that may reach a device take the full
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 from .. import probes, semconv
 from .. import session as _session
@@ -498,7 +499,7 @@ def _add(session, phase, detail, detail_attrs, nbytes, start, end, io_before, io
         major_faults = io_after.major_faults - io_before.major_faults
     else:  # the source was on a device: no file page can fault in
         read_bytes = major_faults = 0
-    on_add = None
+    on_add: Callable[..., None] | None = None
     queued = False
     if plan is not None:
         queued = plan.queued and phase in _DEVICE_PHASES

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from typing import Literal
 
 from .. import semconv
 from .. import session as _session
@@ -264,7 +265,7 @@ def _step(phase: str, name: str | None = None, once_per_call: bool = False, desc
 
 def _model_class_attributes(model_class, modules_before: int) -> dict:
     # Modules imported meanwhile by any thread count too: an upper bound, said so in semconv.
-    attrs = {semconv.TF_MODULES_IMPORTED: max(0, len(sys.modules) - modules_before)}
+    attrs: dict = {semconv.TF_MODULES_IMPORTED: max(0, len(sys.modules) - modules_before)}
     name, module = getattr(model_class, "__name__", None), getattr(model_class, "__module__", None)
     if isinstance(model_class, type) and isinstance(name, str) and isinstance(module, str):
         attrs[semconv.TF_MODEL_CLASS] = name
@@ -309,7 +310,7 @@ def _meta_init(contexts: list) -> bool:
     torch = sys.modules.get("torch")
     device = getattr(torch, "device", None)
     for context in contexts:
-        if isinstance(device, type) and isinstance(context, device) and context.type == "meta":
+        if isinstance(device, type) and isinstance(context, device) and getattr(context, "type", None) == "meta":
             return True
         func = getattr(context, "func", None)  # a @contextmanager's function
         if getattr(func, "__name__", None) == "init_empty_weights":
@@ -328,7 +329,7 @@ class _BuildModel:
         self.step = _open_step(semconv.PHASE_TF_BUILD_MODEL, {semconv.TF_META_INIT: self.meta_init})
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         step, self.step = self.step, None
         if step is not None:
             step.close(error=exc)

@@ -137,7 +137,7 @@ def _apply_parts(b: Breakdown, cuts: Sequence[Cut]) -> tuple[int, dict[str, int]
 
 
 def _threads_note(results: Sequence[Breakdown], cuts: dict[int, list[Cut]], said: Assumptions) -> None:
-    for index, b in enumerate(results):
+    for index in range(len(results)):
         said.startup = index
         if any(c.concurrency > 1.0 and c.ns for c in cuts.get(index, ())):
             said.add("threads", "time saved in work that ran beside other threads' work shortens the start-up by "
