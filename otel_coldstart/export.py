@@ -248,6 +248,11 @@ def configure_tracing(tracer_provider: trace.TracerProvider | None, output_dir: 
     return build_provider([], "the embedded default", path)
 
 
+def _exporter_factory(name: str):
+    """Makes the span exporter ``name`` when called (on our export thread, at the first export)."""
+    return lambda: _otel_env.exporter_class("traces", name)()
+
+
 def build_provider(names: list[str], chosen_by: str, file_path: str | None = None) -> ExportSetup:
     """Our tracer provider, exporting to the exporters ``names`` (those that can be made; the
     setting ``chosen_by`` chose them) or to the OTLP JSON file at ``file_path``. It is
@@ -260,7 +265,7 @@ def build_provider(names: list[str], chosen_by: str, file_path: str | None = Non
         names = [name for name in names if _otel_env.exporter_installed("traces", name)]
         file = OtlpJsonFile(file_path) if file_path else None
         sink = file or own_tracing.SdkExporters(
-            [(name, lambda name=name: _otel_env.exporter_class("traces", name)()) for name in names],
+            [(name, _exporter_factory(name)) for name in names],
             lambda name, exc: _otel_env.exporter_left_out("traces", name, exc))
         provider: trace.TracerProvider = own_tracing.OwnTracerProvider(default_resource(), sink)
     else:
