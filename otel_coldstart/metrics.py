@@ -148,10 +148,6 @@ class StartupFacts:
     shard_positions: tuple[str, ...] = field(default_factory=tuple)  # per breakdown.shards
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
 def startup_facts(breakdown: Breakdown, records: Iterable[Span]) -> StartupFacts:
     root = breakdown.root
     window = [s for s in records if not s.is_root and verdicts.in_startup_window(s, root)]
@@ -160,10 +156,10 @@ def startup_facts(breakdown: Breakdown, records: Iterable[Span]) -> StartupFacts
     for span in window:
         if span.phase in BANDWIDTH_PHASES and span.is_aggregate:
             entry = sums[span.phase]
-            entry["bytes"] += _int(span.attributes.get(semconv.BYTES))
+            entry["bytes"] += verdicts.positive_int(span.attributes, semconv.BYTES)
             entry["busy_ns"] += span.busy_ns
-            entry["pinned"] += _int(span.attributes.get(semconv.COPY_PINNED_BYTES))
-            entry["pageable"] += _int(span.attributes.get(semconv.COPY_PAGEABLE_BYTES))
+            entry["pinned"] += verdicts.positive_int(span.attributes, semconv.COPY_PINNED_BYTES)
+            entry["pageable"] += verdicts.positive_int(span.attributes, semconv.COPY_PAGEABLE_BYTES)
             sample = bandwidth_sample(span)
             if sample is not None:
                 entry["timed_bytes"] += sample[0]

@@ -14,7 +14,7 @@ import weakref
 from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
 
-from .. import semconv
+from .. import semconv, verdicts
 from .model import Span
 
 
@@ -98,34 +98,26 @@ def union_ns(intervals: Iterable[tuple[int, int]]) -> int:
     return total
 
 
-def _int(value) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _str(value) -> str | None:
-    return value if isinstance(value, str) else None
-
-
 def _item(span: Span) -> DownloadItem:
     a = span.attributes
     path = a.get(semconv.DOWNLOAD_PATH)
-    source, repo, filename = (_str(a.get(semconv.DOWNLOAD_SOURCE)), _str(a.get(semconv.DOWNLOAD_REPO)),
-                              _str(a.get(semconv.DOWNLOAD_FILENAME)))
+    source, repo, filename = (verdicts.str_value(a, semconv.DOWNLOAD_SOURCE), verdicts.str_value(a, semconv.DOWNLOAD_REPO),
+                              verdicts.str_value(a, semconv.DOWNLOAD_FILENAME))
     key = path if isinstance(path, str) else f"{source}:{repo}/{filename}"
     transfer = a.get(semconv.DOWNLOAD_TRANSFER_S)
     expected = a.get(semconv.DOWNLOAD_EXPECTED_BYTES)
     reasons = a.get(semconv.DOWNLOAD_RETRY_REASONS)
-    nbytes = _int(a.get(semconv.DOWNLOAD_BYTES))
+    nbytes = verdicts.positive_int(a, semconv.DOWNLOAD_BYTES)
     return DownloadItem(
         key=key, source=source, repo=repo, filename=filename, path=path if isinstance(path, str) else None,
-        host=_str(a.get(semconv.DOWNLOAD_HOST)), cached=a.get(semconv.DOWNLOAD_CACHE_HIT) is True and nbytes == 0,
-        bytes=nbytes, cached_bytes=_int(a.get(semconv.DOWNLOAD_CACHED_BYTES)),
+        host=verdicts.str_value(a, semconv.DOWNLOAD_HOST), cached=a.get(semconv.DOWNLOAD_CACHE_HIT) is True and nbytes == 0,
+        bytes=nbytes, cached_bytes=verdicts.positive_int(a, semconv.DOWNLOAD_CACHED_BYTES),
         expected_bytes=expected if isinstance(expected, int) else None, start_ns=span.start_ns, end_ns=span.end_ns,
         transfer_s=float(transfer) if isinstance(transfer, (int, float)) else None,
-        resumed=a.get(semconv.DOWNLOAD_RESUMED) is True, retries=_int(a.get(semconv.DOWNLOAD_RETRIES)),
+        resumed=a.get(semconv.DOWNLOAD_RESUMED) is True, retries=verdicts.positive_int(a, semconv.DOWNLOAD_RETRIES),
         retry_reasons=tuple(str(r) for r in reasons) if isinstance(reasons, (list, tuple)) else (),
         interrupted=a.get(semconv.INTERRUPTED) is True,
-        transport=_str(a.get(semconv.DOWNLOAD_TRANSPORT)))
+        transport=verdicts.str_value(a, semconv.DOWNLOAD_TRANSPORT))
 
 
 def _merge(first: DownloadItem, other: DownloadItem) -> DownloadItem:

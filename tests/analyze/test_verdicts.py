@@ -118,8 +118,15 @@ def test_patches_use_the_same_cold_thresholds():
 
 
 def test_attribute_typing():
-    assert verdicts.int_value(True) is None and verdicts.int_value(3) == 3
-    assert verdicts.positive_int({"k": -1}, "k") == 0 and verdicts.positive_int({"k": "7"}, "k") == 0
+    """One rule for a bad value: another type than asked for reads as absent (None), and a
+    count or byte total reads absent, bad or not positive as 0."""
+    attrs = {"bool": True, "int": 3, "neg": -1, "float": 3.0, "text": "7"}
+    assert [verdicts.int_value(attrs, k) for k in ("bool", "int", "neg", "float", "text", "none")] == \
+        [None, 3, -1, None, None, None]
+    assert [verdicts.positive_int(attrs, k) for k in ("bool", "int", "neg", "float", "text", "none")] == \
+        [0, 3, 0, 0, 0, 0]
+    assert verdicts.number_value(attrs, "bool") is None and verdicts.number_value(attrs, "int") == 3.0
+    assert verdicts.str_value(attrs, "text") == "7" and verdicts.str_value(attrs, "int") is None
 
 
 def test_verdicts_import_is_light():

@@ -42,7 +42,8 @@ PER_TRACE_RULES = (straggler_rank,)
 # Rules that read every start-up given at once (a reference may be in another start-up).
 ACROSS_STARTUPS_RULES = (compile_cache,)
 # Per-start-up rules whose saving is a whatif lever's projection: given what the levers learn.
-LEVER_RULES = (cold_cache, pickle_checkpoints, dominant_phase, pageable_h2d, graph_captures, hidden_mmap_reads)
+LEVER_RULES = (cold_cache, pickle_checkpoints, dominant_phase, pageable_h2d, graph_captures, hidden_mmap_reads,
+               imports_from_source, imports_from_storage, download_in_startup, hub_metadata_cached)
 
 
 def find(results: Sequence[Breakdown], floor: StorageFloor | None = None,
