@@ -31,7 +31,9 @@ from . import _host_warnings, _otel_env, ending, export, own_tracing, patches, s
 from . import session as _session
 from ._errors import internal_errors, report_internal_error
 from .patches.imports import run_as_plugin  # the import hook is always loaded: its target always is
-from .startup import Options, Startup, configure_metrics, metrics_can_wait, rank_attributes
+from .options import Options
+from .rank import rank_attributes
+from .startup import Startup, configure_metrics, metrics_can_wait
 
 _hooks_registered = False
 
@@ -80,17 +82,24 @@ _rank_attributes = rank_attributes  # re-exported (instrumentor, tests)
 class Controller:
     """One per process (``CONTROLLER``). See :func:`otel_coldstart.instrument` for options."""
 
-    def __init__(self) -> None:
-        self.startup: Startup | None = None
+    @property
+    def startup(self) -> Startup | None:
+        """The active start-up. Its one pointer is ``session.ACTIVE``, which the patches read on
+        every intercepted call (a plain module global: the cheapest check there is)."""
+        session = _session.ACTIVE
+        return session.startup if session is not None else None
+
+    @startup.setter
+    def startup(self, startup: Startup | None) -> None:
+        _session.ACTIVE = startup.session if startup is not None else None
 
     @property
     def active(self) -> bool:
-        return self.startup is not None
+        return _session.ACTIVE is not None
 
     @property
     def session(self) -> "_session.StartupSession | None":
-        startup = self.startup
-        return startup.session if startup is not None else None
+        return _session.ACTIVE
 
     @property
     def trace_file(self) -> str | None:
@@ -116,7 +125,6 @@ class Controller:
             self._start(options, kwargs, entered_ns)
         except Exception:
             report_internal_error("instrument")
-            _session.ACTIVE = None
             self.startup = None
 
     def _start(self, options: Options, kwargs: dict, entered_ns: int) -> None:
@@ -147,9 +155,9 @@ class Controller:
             parent_context=_launcher_context(), root_attributes=rank_attributes(),
             import_attributes=_own_import_attributes(entered_ns),
         )
-        startup = self.startup = Startup(session, setup, options, summary, metrics_setup, metrics_later)
+        startup = Startup(session, setup, options, summary, metrics_setup, metrics_later)
         startup.start_inflight(metrics_setup)
-        _session.ACTIVE = session
+        self.startup = startup
         _host_warnings.install()  # warnings raised inside our wrappers keep the host's line
         if not _register_hooks():
             # The hooks of an earlier start-up in this process only fire for libraries imported
@@ -166,24 +174,19 @@ class Controller:
         """Uninstrument: end the start-up if open and drain it, remove every patch, give the
         host back its SIGTERM disposition, drop the start-up."""
         startup = self.startup
-        ending.SIGTERM.release()
         if startup is not None:
-            startup.release()
+            startup.finish(semconv.END_UNINSTRUMENTED)  # gives the host back its SIGTERM disposition too
         for module in patches.loaded():  # one never imported never patched anything
             with internal_errors(f"unpatch {module.__name__}"):
                 module.unpatch()
         with internal_errors("warnings"):
             _host_warnings.uninstall()
-        _session.ACTIVE = None
         self.startup = None
 
     def ready(self) -> None:
         startup = self.startup
-        if startup is None:
-            return
-        # Serving begins: the host's SIGTERM disposition is its own again.
-        ending.SIGTERM.release()
-        startup.finish(semconv.END_READY)
+        if startup is not None:
+            startup.finish(semconv.END_READY)  # serving begins: the host's SIGTERM disposition is its own again
 
     def at_exit(self, reason: str = semconv.END_EXIT, exception_type: str | None = None) -> None:
         """The exit or SIGTERM (from ending.py, never inside a signal handler): end the
@@ -266,7 +269,6 @@ def _forget_after_fork() -> None:
     installed (they do nothing without a session) and a later instrument() in the child
     (vLLM's plugin hook, say) starts the child's own start-up, rooted at the fork.
     ending.py lets go of the SIGTERM watcher."""
-    _session.ACTIVE = None
     CONTROLLER.startup = None
     from .patches import _guard
 

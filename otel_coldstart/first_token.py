@@ -140,7 +140,7 @@ def begin(session, source: str = SOURCE_API) -> FirstRequest | None:
 
 def end_running(session, reason: str) -> None:
     """The process is ending (exit, SIGTERM, ``uninstrument()``) while the first request runs:
-    end it marked interrupted with ``reason``. Called by Startup.finish before the drain."""
+    end it marked interrupted with ``reason``. Called by Startup._drain, first."""
     state = session.state(_STATE, _State)
     running = state.running
     if running is not None:

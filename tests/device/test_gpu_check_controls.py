@@ -54,7 +54,7 @@ def device(traced, monkeypatch):
     monkeypatch.setattr(tensor_ops, "_cuda_possible", True)
     from otel_coldstart.controller import CONTROLLER
 
-    monkeypatch.setattr(CONTROLLER.startup, "cuda_up", True)  # per start-up (startup.py)
+    monkeypatch.setattr(_session.ACTIVE.state(tensor_ops.__name__, tensor_ops._CudaSeen), "up", True)  # per start-up
     yield line
 
 
