@@ -31,7 +31,7 @@ from . import _host_warnings, _otel_env, ending, export, own_tracing, patches, s
 from . import session as _session
 from ._errors import internal_errors, report_internal_error
 from .patches.imports import run_as_plugin  # the import hook is always loaded: its target always is
-from .options import Options
+from .options import Options, env_flag
 from .rank import rank_attributes
 from .startup import Startup, configure_metrics, metrics_can_wait
 
@@ -138,7 +138,7 @@ class Controller:
         resource_attrs = dict(resource.attributes) if resource is not None else {}
         summary = options.summary
         if summary is None:
-            summary = _session.env_flag("OTEL_COLDSTART_SUMMARY", setup.file_path is not None)
+            summary = env_flag("OTEL_COLDSTART_SUMMARY", setup.file_path is not None)
         # Metrics only we push (OTLP, console): made on a thread of ours when first needed (the
         # in-flight monitor's first tick, or after ready()), never on the host's thread: the
         # metrics SDK and an OTLP exporter are ~80 ms of imports.
@@ -267,15 +267,14 @@ def _forget_after_fork() -> None:
     (at the child's exit, or at the child's ready()) would export spans with the parent's
     ids. All of it lives on the Startup, so dropping it forgets it. The wrappers stay
     installed (they do nothing without a session) and a later instrument() in the child
-    (vLLM's plugin hook, say) starts the child's own start-up, rooted at the fork.
-    ending.py lets go of the SIGTERM watcher."""
+    (vLLM's plugin hook, say) starts the child's own start-up, rooted at the fork. Per
+    process, each by its own at-fork hook: ending.py lets go of the SIGTERM watcher,
+    patches/_guard.py of the parent's running captures."""
     CONTROLLER.startup = None
-    from .patches import _guard
-
-    _guard.reset_captures()  # per process: a capture running in the parent is not running in the child
 
 
-ending.forget_in_child(_forget_after_fork)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 _RUNTIME_IMPORT_NS = time.perf_counter_ns() - _RUNTIME_IMPORT_STARTED_NS

@@ -64,6 +64,14 @@ def seconds_option(value: Any, env: str, default: float) -> float:
         return default
 
 
+def env_flag(name: str, default: bool) -> bool:
+    """A yes/no environment variable (``OTEL_COLDSTART_SUMMARY``): unset or empty is ``default``."""
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return default
+    return value.strip().lower() not in ("0", "false", "no", "off")
+
+
 def history_directories(value) -> tuple[str, ...] | None:
     """Where the time-to-ready estimate looks for earlier start-ups: the directories passed
     (a path, several joined by os.pathsep, or a list), else ``OTEL_COLDSTART_HISTORY_DIR``;

@@ -203,16 +203,6 @@ class OpenWork(namedtuple("OpenWork", (
     __slots__ = ()
 
 
-class _Tracked:
-    """An entry of the open-work registry: what it is, and how to end it if cut short."""
-
-    __slots__ = ("view", "interrupt")
-
-    def __init__(self, view: OpenWork, interrupt: Callable[[int], None]) -> None:
-        self.view = view
-        self.interrupt = interrupt
-
-
 class StartupSession:
     def __init__(self, tracer: trace.Tracer, *, resource: Mapping[str, Any], start_at: str = "process",
                  parent_context=None, root_attributes: Mapping[str, Any] | None = None,
@@ -234,7 +224,9 @@ class StartupSession:
         # A forked child inherits this object (through a phase() or a handle it is inside):
         # its spans are the parent's to end and export, never the child's copy's.
         self.pid = os.getpid()
-        self._open: dict[Hashable, _Tracked] = {}  # open work, by key (see track_open)
+        # The one registry of open work, by key (see track_open): (what it is, how to end it
+        # if the start-up is cut short). The in-flight board reads it too (open_entries).
+        self._open: dict[Hashable, tuple[OpenWork, Callable[[int], None]]] = {}
         self._states: dict[str, Any] = {}  # each patch module's per-start-up state
         # Per thread and per start-up: the stack of pending Module.to parents, the ambient
         # parents of safe_open handles, graph captures running on the thread, spare CUDA
@@ -399,7 +391,7 @@ class StartupSession:
         ``interrupt(end_ns)`` if the start-up is cut short (exit, SIGTERM) before it ends."""
         view = OpenWork(name, phase, start_ns, threading.get_ident(), span_id, label)
         with self._lock:
-            self._open[key] = _Tracked(view, interrupt)
+            self._open[key] = (view, interrupt)
 
     def untrack_open(self, key: Hashable) -> bool:
         """The work ended. False if it was not open (ended already)."""
@@ -416,7 +408,7 @@ class StartupSession:
         """(key, view) of what is running now, oldest first: the key of a live span is its
         :class:`ContainerSpan` (the in-flight board reads its file read or download)."""
         with self._lock:
-            entries = [(key, tracked.view) for key, tracked in self._open.items()]
+            entries = [(key, view) for key, (view, _) in self._open.items()]
         return sorted(entries, key=lambda entry: entry[1].start_ns)
 
     def running_phase(self) -> str | None:
@@ -523,9 +515,9 @@ class StartupSession:
         that a parent's aggregates are flushed under it."""
         with self._lock:
             tracked = list(self._open.values())
-        for item in sorted(tracked, key=lambda t: t.view.start_ns, reverse=True):
+        for _, interrupt in sorted(tracked, key=lambda entry: entry[0].start_ns, reverse=True):
             with internal_errors("interrupt open work"):
-                item.interrupt(end_ns)
+                interrupt(end_ns)
 
     def records(self) -> "list[SpanRecord]":
         """Every span ended so far, as the analyzer's records (the same pure functions the
@@ -593,10 +585,3 @@ def _parent_id_from_context(ctx) -> int | None:
 
 def _span_id(parent: SpanContext | None) -> int | None:
     return parent.span_id if parent is not None and parent.is_valid else None
-
-
-def env_flag(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
-    if value is None or value.strip() == "":
-        return default
-    return value.strip().lower() not in ("0", "false", "no", "off")

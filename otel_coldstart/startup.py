@@ -66,14 +66,13 @@ class Startup:
     def _count_first_use(self, nbytes: int) -> None:
         """On the monitor thread: bytes the first requests read, onto their counter (metrics
         only we push are made now if the after-ready job has not made them yet)."""
-        metrics_setup = self.make_metrics_later() if self.metrics_later else self.metrics
+        metrics_setup = self.metrics_now()
         if metrics_setup is None:
             return
-        from .metrics import StartupMetrics, identifying_attributes
+        from .metrics import StartupMetrics
 
         if self._first_use_metrics is None:
-            labels = identifying_attributes(self.session.resource, self.options.metric_attributes)
-            self._first_use_metrics = (StartupMetrics(metrics_setup.provider), labels)
+            self._first_use_metrics = (StartupMetrics(metrics_setup.provider), self.metric_labels())
         instruments, labels = self._first_use_metrics
         instruments.add_first_use(nbytes, labels)
 
@@ -95,18 +94,13 @@ class Startup:
         provider the host configured keeps its own schedule."""
         from . import inflight
 
-        setup, options = self.setup, self.options
-        flush = self._own_flush()
-        labels = None
-        if metrics_setup is not None:
-            from .metrics import identifying_attributes
-
-            labels = identifying_attributes(self.session.resource, options.metric_attributes)
+        options = self.options
         with internal_errors("inflight start"):
             self.progress = inflight.start_for(
                 self.session, progress_interval_s=options.progress_interval_s, stall_after_s=options.stall_after_s,
-                flush=flush, meter_provider=metrics_setup.provider if metrics_setup is not None else None,
-                labels=labels, prepare=(lambda: self.make_metrics_later()) if self.metrics_later else None,
+                flush=self._own_flush(), meter_provider=metrics_setup.provider if metrics_setup is not None else None,
+                labels=self.metric_labels() if metrics_setup is not None else None,
+                prepare=(lambda: self.make_metrics_later()) if self.metrics_later else None,
                 history=self._history_sources())
 
     def _history_sources(self) -> dict | None:
@@ -133,15 +127,23 @@ class Startup:
             if self.metrics is None and self.metrics_later:
                 with own_tracing.SDK_IMPORTS:
                     self.metrics = configure_metrics(None, None)
-                session = self.session
-                if self.metrics is not None and self.progress is not None and not session.ended:
+                if self.metrics is not None and self.progress is not None and not self.session.ended:
                     with internal_errors("inflight gauges"):
                         from .inflight import register_gauges
-                        from .metrics import identifying_attributes
 
-                        labels = identifying_attributes(session.resource, self.options.metric_attributes)
-                        register_gauges(self.metrics.provider, self.progress, labels)
+                        register_gauges(self.metrics.provider, self.progress, self.metric_labels())
             return self.metrics
+
+    def metrics_now(self):
+        """The metrics set-up, made now if it is one only we push (on a thread of ours)."""
+        return self.make_metrics_later() if self.metrics_later else self.metrics
+
+    def metric_labels(self) -> dict:
+        """The attributes each of this start-up's metrics carries (the metrics module: only
+        imported where metrics exist)."""
+        from .metrics import identifying_attributes
+
+        return identifying_attributes(self.session.resource, self.options.metric_attributes)
 
     def make_exporters_before_exit(self) -> None:
         """At the exit, before thread pools shut down: the exporters made later (span
@@ -373,11 +375,10 @@ class Startup:
         if breakdown is None or self.metrics is None:
             return
         with internal_errors("metrics"):
-            from .metrics import StartupMetrics, identifying_attributes
+            from .metrics import StartupMetrics
 
             session = self.session
-            labels = identifying_attributes(session.resource, self.options.metric_attributes)
-            StartupMetrics(self.metrics.provider).record(breakdown, labels, session.records(),
+            StartupMetrics(self.metrics.provider).record(breakdown, self.metric_labels(), session.records(),
                                                          trace_context=session.root_context)
 
     def print_summary(self, breakdown) -> None:

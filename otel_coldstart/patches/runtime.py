@@ -68,10 +68,7 @@ _initialised_seen = False  # CUDA came up under our eyes: once per process
 class _FailureRecorded:
     """Per start-up (``session.state``): a failed CUDA initialisation has its span."""
 
-    __slots__ = ("recorded",)
-
-    def __init__(self) -> None:
-        self.recorded = False
+    recorded = False
 
 
 def get_version() -> str | None:

@@ -64,10 +64,7 @@ class _CudaSeen:
     """Per start-up (``session.state``): CUDA is initialised; until then a copy to CUDA
     initialises it before its clock starts."""
 
-    __slots__ = ("up",)
-
-    def __init__(self) -> None:
-        self.up = False
+    up = False
 
 
 def _cuda_up() -> bool:
