@@ -166,9 +166,9 @@ class Controller:
             for name, targets in patches.TARGETS.items():
                 if any(target in sys.modules for target in targets):
                     _patch_named(name)
-        ending.register_exit(self.at_exit)
+        ending.register_exit(self.end)
         if options.handle_sigterm:
-            ending.SIGTERM.install(lambda: self.at_exit(semconv.END_SIGTERM), options.export_timeout_s)
+            ending.SIGTERM.install(lambda: self.end(semconv.END_SIGTERM), options.export_timeout_s)
 
     def stop(self) -> None:
         """Uninstrument: end the start-up if open and drain it, remove every patch, give the
@@ -184,13 +184,11 @@ class Controller:
         self.startup = None
 
     def ready(self) -> None:
-        startup = self.startup
-        if startup is not None:
-            startup.finish(semconv.END_READY)  # serving begins: the host's SIGTERM disposition is its own again
+        self.end(semconv.END_READY)  # serving begins: the host's SIGTERM disposition is its own again
 
-    def at_exit(self, reason: str = semconv.END_EXIT, exception_type: str | None = None) -> None:
-        """The exit or SIGTERM (from ending.py, never inside a signal handler): end the
-        start-up if still open and drain everything within one ``export_timeout_s``."""
+    def end(self, reason: str = semconv.END_EXIT, exception_type: str | None = None) -> None:
+        """``ready()``, the exit or SIGTERM (from ending.py, never inside a signal handler):
+        the active start-up's one ending (``Startup.finish``), if there is one."""
         startup = self.startup
         if startup is not None:
             startup.finish(reason, exception_type)
