@@ -359,18 +359,12 @@ class ProgressBoard:
 
             self.time_to_ready = time_to_ready.LiveEstimate.load(time_to_ready.sources_for(**sources))
 
-    def remaining_s(self, snap: Snapshot) -> float | None:
-        """The time-to-ready estimate for ``snap``, None without one (no history, not read yet)."""
+    def estimate(self, snap: Snapshot):
+        """The time-to-ready estimate for ``snap`` (its ``remaining_s``, and ``overrun_s``: how
+        far past the earlier start-ups it is where matched), None without one (no history,
+        not read yet)."""
         live = self.time_to_ready
-        estimate = live.estimate(snap) if live is not None else None
-        return estimate.remaining_s if estimate is not None else None
-
-    def overrun_s(self, snap: Snapshot) -> float | None:
-        """How far past the earlier start-ups ``snap`` is where it was matched (0: not past),
-        None without an estimate."""
-        live = self.time_to_ready
-        estimate = live.estimate(snap) if live is not None else None
-        return estimate.overrun_s if estimate is not None else None
+        return live.estimate(snap) if live is not None else None
 
     def tick(self, now_ns: int | None = None, first: bool = False) -> None:
         """One wake-up: notice progress or a stall, and write a record when one is due: the
@@ -665,6 +659,9 @@ def register_gauges(meter_provider, board: ProgressBoard, labels: dict) -> None:
                 return []
         return callback
 
+    def estimated(field: str):  # a figure of the time-to-ready estimate (absent without one)
+        return lambda snap: getattr(source.board.estimate(snap), field, None)
+
     from .package import __version__
 
     meter = meter_provider.get_meter("otel_coldstart", __version__)
@@ -681,11 +678,11 @@ def register_gauges(meter_provider, board: ProgressBoard, labels: dict) -> None:
         semconv.METRIC_INFLIGHT_EXPECTED, [observe(lambda s: s.bytes_expected)], unit="By",
         description="Start-ups in flight: checkpoint bytes expected (the index's total_size, else the files seen)")
     meter.create_observable_gauge(
-        semconv.METRIC_INFLIGHT_REMAINING, [observe(lambda s: source.board.remaining_s(s))], unit="s",
+        semconv.METRIC_INFLIGHT_REMAINING, [observe(estimated("remaining_s"))], unit="s",
         description="Start-ups in flight: estimated seconds left to ready(), from earlier start-ups of the "
                     "service (absent without any)")
     meter.create_observable_gauge(
-        semconv.METRIC_INFLIGHT_OVERRUN, [observe(lambda s: source.board.overrun_s(s))], unit="s",
+        semconv.METRIC_INFLIGHT_OVERRUN, [observe(estimated("overrun_s"))], unit="s",
         description="Start-ups in flight: seconds past the earlier start-ups of the service where this one is "
                     "(a step longer than before; 0 when not past, absent without any)")
 
