@@ -20,6 +20,7 @@ import io
 import json
 import os
 import re
+import sys
 import time
 import urllib.parse
 from decimal import Decimal
@@ -301,8 +302,29 @@ def typed_value(text: str):
     return text
 
 
+def flat_attributes(text: str) -> dict:
+    """A JSON attribute column's text (toJSONString) as flat attributes: ClickHouse's JSON
+    type made a path of each dotted key, so its objects are joined back into dotted keys.
+    The values keep their types (the JSON column kept them); arrays come back as tuples."""
+    out: dict = {}
+
+    def walk(prefix: str, value: dict) -> None:
+        for key, item in value.items():
+            if isinstance(item, dict):
+                walk(f"{prefix}{key}.", item)
+            else:
+                out[sys.intern(prefix + key)] = tuple(item) if isinstance(item, list) else item
+
+    walk("", json.loads(text) if text else {})
+    return out
+
+
 _INT = re.compile(r"^-?(0|[1-9][0-9]{0,18})$")
 _FLOAT = re.compile(r"^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$")
+
+
+def _json_value(value):
+    return list(value) if isinstance(value, tuple) else value
 
 
 def _status(status: str) -> str:
@@ -314,9 +336,11 @@ def _timestamp(ns: int) -> str:
     return f"{ns // 10**9}.{ns % 10**9:09d}"
 
 
-def span_row(span, scope_name: str = "otel_coldstart") -> dict:
-    """One otel_traces row for a span, as the exporter would have written it."""
-    resource = {k: attribute_text(v) for k, v in span.resource.items()}
+def span_row(span, scope_name: str = "otel_coldstart", json_attributes: bool = False) -> dict:
+    """One otel_traces row for a span, as the exporter would have written it: attributes as
+    text for Map columns, typed for JSON ones (``json_attributes``)."""
+    value = _json_value if json_attributes else attribute_text
+    resource = {k: value(v) for k, v in span.resource.items()}
     return {
         "Timestamp": _timestamp(span.start_ns),
         "TraceId": span.trace_id,
@@ -325,17 +349,17 @@ def span_row(span, scope_name: str = "otel_coldstart") -> dict:
         "TraceState": "",
         "SpanName": span.name,
         "SpanKind": "Internal",
-        "ServiceName": resource.get("service.name", ""),
+        "ServiceName": attribute_text(span.resource.get("service.name", "")),
         "ResourceAttributes": resource,
         "ScopeName": scope_name,
         "ScopeVersion": "",
-        "SpanAttributes": {k: attribute_text(v) for k, v in span.attributes.items()},
+        "SpanAttributes": {k: value(v) for k, v in span.attributes.items()},
         "Duration": (span.end_ns - span.start_ns) % 2**64,  # the exporter's uint64: an end before the start wraps
         "StatusCode": _status(span.status),
         "StatusMessage": "",
         "Events.Timestamp": [_timestamp(e.time_ns) for e in span.events],
         "Events.Name": [e.name for e in span.events],
-        "Events.Attributes": [{k: attribute_text(v) for k, v in e.attributes.items()} for e in span.events],
+        "Events.Attributes": [{k: value(v) for k, v in e.attributes.items()} for e in span.events],
         "Links.TraceId": [],
         "Links.SpanId": [],
         "Links.TraceState": [],

@@ -93,6 +93,9 @@ class Selection:
     to_ns: int = LATEST_NS
     service: str | None = None
     conditions: list[Condition] = field(default_factory=list)
+    # The attribute columns are JSON (newer exporters' json option), not Map(String, String):
+    # read from the table's own column types (columns_sql) before anything else is sent.
+    json_attributes: bool = False
 
     def root_filter(self, params: dict, prefix: str = "", killed_too: bool = False) -> str:
         """The WHERE of the roots, its values put in ``params``. ``killed_too``: also the
@@ -114,7 +117,8 @@ class Selection:
             else:
                 key = f"{prefix}w{number}k"
                 params[key] = cond.key
-                column = f"{'ResourceAttributes' if cond.scope == 'resource' else 'SpanAttributes'}[{{{key}:String}}]"
+                column = attribute('ResourceAttributes' if cond.scope == 'resource' else 'SpanAttributes',
+                                   f"{{{key}:String}}", self.json_attributes)
             parts.append(f"{column} {'!=' if cond.negate else '='} {{{value}:String}}")
         return " AND ".join(parts)
 
@@ -158,7 +162,11 @@ def reduce_sql(selection: Selection) -> tuple[str, dict]:
     itself."""
     params: dict = {}
     table = check_table(selection.table)
-    attr = _span_attr
+    json_attributes = selection.json_attributes
+
+    def attr(key: str) -> str:
+        return attribute("SpanAttributes", _q(key), json_attributes)
+
     # Span.busy_ns: an aggregate's busy_s (banker's rounding, as Python's round), never more
     # than its duration; otherwise, or without a usable busy_s, the duration.
     busy = (f"if({attr(semconv.AGGREGATE)} = 'true' AND bs >= 0, "
@@ -168,7 +176,7 @@ def reduce_sql(selection: Selection) -> tuple[str, dict]:
     stored = f"nullIf(greatest(toInt64OrNull({attr(semconv.CACHE_STORAGE_READ_BYTES)}), -1), -1)"
     counter = f"nullIf(greatest(toInt64OrNull({attr(semconv.IO_READ_BYTES)}), -1), -1)"
     # breakdown._storage_read_bytes: the per-file figure, else (an older trace) the span's own counter
-    read_bytes = (f"if({stored} IS NOT NULL OR {_span_has(semconv.CACHE_STORAGE_READ_UNKNOWN)}, {stored}, "
+    read_bytes = (f"if({stored} IS NOT NULL OR {has_attribute('SpanAttributes', _q(semconv.CACHE_STORAGE_READ_UNKNOWN), json_attributes)}, {stored}, "
                   f"{counter})")
     size = f"toInt64OrNull({attr(semconv.FILE_SIZE)})"
     recorded = attr(semconv.CACHE_STATE)
@@ -185,7 +193,8 @@ def reduce_sql(selection: Selection) -> tuple[str, dict]:
                f"OR (phase = '' AND (SpanName IN {_tuple(VLLM_SERVER_SPANS)} OR startsWith({attr('code.namespace')}, 'vllm'))) "
                f"OR SpanId IN ('', '0000000000000000') OR TraceId IN ('', '00000000000000000000000000000000')")
     roots = (f"SELECT cityHash64(TraceId) AS th, TraceId AS tid, SpanId AS rid, toUnixTimestamp64Nano(Timestamp) AS r0, "
-             f"r0 + toInt64(Duration) AS r1, StatusCode AS rstatus, SpanAttributes AS rattrs, ResourceAttributes AS rres "
+             f"r0 + toInt64(Duration) AS r1, StatusCode AS rstatus, {whole('SpanAttributes', json_attributes)} AS rattrs, "
+             f"{whole('ResourceAttributes', json_attributes)} AS rres "
              f"FROM {table} WHERE {selection.root_filter(params, 'r_')}")
     thread = f"toInt64OrNull({attr(semconv.THREAD_ID)})"
     # One window a trace (several roots: the trace is flagged below, by its spans' count of roots).
@@ -251,15 +260,41 @@ def reduce_sql(selection: Selection) -> tuple[str, dict]:
     return sql, params
 
 
-def _span_attr(key: str) -> str:
-    """A span attribute's text ('' where the span has none). Through the Map's keys and
-    values subcolumns: one indexOf over the keys is a third of the cost of ``map[key]``,
-    and 5M spans take a dozen lookups each."""
-    return f"SpanAttributes.values[indexOf(SpanAttributes.keys, {_q(key)})]"
+def attribute(column: str, key: str, json_attributes: bool) -> str:
+    """An attribute's text ('' where there is none); ``key`` is SQL (a literal or a bound
+    parameter). A Map through its keys and values subcolumns: one indexOf over the keys is
+    a third of the cost of ``map[key]``, and 5M spans take a dozen lookups each. A JSON
+    column by its path (a dotted key is a path there), its typed value as text, as the
+    Map holds it (true, 3, 0.25)."""
+    if json_attributes:
+        return f"toString(getSubcolumn({column}, {key}))"
+    return f"{column}.values[indexOf({column}.keys, {key})]"
 
 
-def _span_has(key: str) -> str:
-    return f"has(SpanAttributes.keys, {_q(key)})"
+def has_attribute(column: str, key: str, json_attributes: bool) -> str:
+    if json_attributes:
+        return f"getSubcolumn({column}, {key}) IS NOT NULL"
+    return f"has({column}.keys, {key})"
+
+
+def whole(column: str, json_attributes: bool) -> str:
+    """Every attribute of the column: the Map itself, or the JSON as text (its objects are
+    the dotted keys' parts, joined again by sources/clickhouse.flat_attributes)."""
+    return f"toJSONString({column})" if json_attributes else column
+
+
+def columns_sql(table: str) -> tuple[str, dict]:
+    """The table's attribute column types (Map or JSON), and whether the table is there."""
+    name = check_table(table).replace("`", "")
+    database, _, bare = name.rpartition(".")
+    return ("SELECT name, type FROM system.columns WHERE database = if({db:String} = '', currentDatabase(), "
+            "{db:String}) AND table = {tb:String} AND name IN ('SpanAttributes', 'ResourceAttributes')",
+            {"db": database, "tb": bare})
+
+
+def json_typed(types: dict[str, str]) -> bool:
+    """True when the exporter wrote the attributes as JSON (its ``json`` option)."""
+    return any(t.startswith(("JSON", "Object(")) for t in types.values())
 
 
 def killed_sql(selection: Selection) -> tuple[str, dict]:
@@ -289,8 +324,11 @@ def spans_sql(selection: Selection, trace_ids: list[str] | None) -> tuple[str, d
     params["s_from"] = str(max(0, selection.from_ns - SPAN_SLACK_NS))
     params["s_to"] = str(selection.to_ns + SPAN_SLACK_NS)
     return (f"SELECT TraceId, SpanId, ParentSpanId, SpanName, toUnixTimestamp64Nano(Timestamp), toInt64(Duration), "
-            f"StatusCode, SpanAttributes, ResourceAttributes, Events.Name, "
-            f"arrayMap(t -> toUnixTimestamp64Nano(t), Events.Timestamp), Events.Attributes FROM {table} "
+            f"StatusCode, {whole('SpanAttributes', selection.json_attributes)}, "
+            f"{whole('ResourceAttributes', selection.json_attributes)}, Events.Name, "
+            f"arrayMap(t -> toUnixTimestamp64Nano(t), Events.Timestamp), "
+            f"{'arrayMap(x -> toJSONString(x), Events.Attributes)' if selection.json_attributes else 'Events.Attributes'} "
+            f"FROM {table} "
             f"WHERE {traces} "
             f"AND Timestamp >= fromUnixTimestamp64Nano({{s_from:Int64}}) "
             f"AND Timestamp < fromUnixTimestamp64Nano({{s_to:Int64}})", params)
