@@ -99,6 +99,34 @@ def _rows(text: str | bytes) -> Iterator[list]:
             yield json.loads(line)
 
 
+ARROW_BATCH_ROWS = 8192  # rows made into Python objects at once: the heap holds one batch of them
+
+
+def _arrow_rows(data: bytes) -> Iterator[list]:
+    """The rows of an ArrowStream answer, as the JSON rows are: lists of Python values, a Map
+    as a dict; made a batch at a time, column by column (pyarrow's to_pylist)."""
+    import pyarrow
+
+    if not data:
+        return
+    table = pyarrow.ipc.open_stream(data).read_all()
+    for batch in table.to_batches(max_chunksize=ARROW_BATCH_ROWS):
+        columns = [_python(column) for column in batch.columns]
+        yield from map(list, zip(*columns))
+
+
+def _python(column) -> list:
+    import pyarrow
+
+    kind = column.type
+    values = column.to_pylist()
+    if pyarrow.types.is_map(kind):
+        return [dict(v) if v is not None else {} for v in values]
+    if pyarrow.types.is_list(kind) and pyarrow.types.is_map(kind.value_type):
+        return [[dict(m) if m is not None else {} for m in v] if v is not None else [] for v in values]
+    return values
+
+
 class ChdbConnection(Connection):
     def __init__(self, path: str) -> None:
         try:
@@ -120,9 +148,11 @@ class ChdbConnection(Connection):
             raise ClickHouseError(f"{self.shown}: {error}", error.kind) from None
         return result.bytes() if hasattr(result, "bytes") else str(result).encode()
 
-    def query(self, sql: str, params: dict, timeout: float, max_rows: int | None = None) -> list[list]:
-        return _rows(self._run(sql + _settings(timeout, max_rows),
-                               params={name: _param_text(value) for name, value in params.items()}))
+    def query(self, sql: str, params: dict, timeout: float, max_rows: int | None = None) -> Iterator[list]:
+        """Arrow, not JSON text: chDB writes a 100,000-row reduction as JSON in ~1.7 s of CPU and
+        Python parses it in ~1 s more; as Arrow (pyarrow comes with chdb) both are a fraction."""
+        return _arrow_rows(self._run(sql + _settings(timeout, max_rows), "ArrowStream",
+                                     params={name: _param_text(value) for name, value in params.items()}))
 
     def execute(self, sql: str, timeout: float) -> None:
         self._run(sql, "TabSeparated")
