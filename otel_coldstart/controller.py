@@ -27,7 +27,7 @@ import wrapt  # noqa: E402
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from . import _host_warnings, _otel_env, ending, export, own_tracing, patches, semconv
+from . import _host_warnings, _otel_env, ending, export, own_cost, own_tracing, patches, semconv
 from . import session as _session
 from ._errors import internal_errors, report_internal_error
 from .patches.imports import run_as_plugin  # the import hook is always loaded: its target always is
@@ -142,11 +142,15 @@ class Controller:
             own_tracing.before_thread_pools_shut_down(_make_exporters_before_exit)
         if not setup.exports and not summary and metrics_setup is None and not metrics_later:
             return  # OTEL_TRACES_EXPORTER=none and nothing else would read the start-up: stay out
+        own_import = _own_import_attributes(entered_ns)
         session = _session.StartupSession(
             tracer, resource=resource_attrs, start_at=options.start_at,
             parent_context=_launcher_context(), root_attributes=rank_attributes(),
-            import_attributes=_own_import_attributes(entered_ns),
+            import_attributes=own_import,
         )
+        # On the root when the start-up ends; the set-up only where the start-up counts from the
+        # process's start (start_at="instrument" begins after it).
+        own_cost.attach(session, own_import[semconv.IMPORT_OWN_S] if options.start_at == "process" else None)
         startup = self.startup = Startup(session, setup, options, summary, metrics_setup, metrics_later)
         startup.start_inflight(metrics_setup)
         _session.ACTIVE = session

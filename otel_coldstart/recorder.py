@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, Hashable
 from opentelemetry import context as _otel_context
 from opentelemetry.trace import SpanContext
 
-from . import probes, semconv
+from . import own_cost, probes, semconv
 from ._errors import internal_errors, report_internal_error
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -328,6 +328,8 @@ class Recorder:
             if read_bytes or major_faults:
                 aggregate.read_bytes += read_bytes
                 aggregate.major_faults += major_faults
+        # The plugin's own cost (own_cost.py): this bookkeeping after the host's call.
+        own_cost.of(self._session).add(phase, time.time_ns() - end_ns)
 
     def add(self, phase: str, detail: Hashable, detail_attributes: dict | None, nbytes: int,
             start_ns: int, end_ns: int, read_bytes: int, major_faults: int,
@@ -359,6 +361,7 @@ class Recorder:
             if on_add is not None:
                 with internal_errors("aggregate on_add"):
                     on_add(aggregate)
+        own_cost.of(self._session).add(phase, time.time_ns() - end_ns)
 
     def child_phase_bytes(self, parent: "PendingParent") -> dict[str, int]:
         """Bytes per phase recorded so far under a pending parent (its phase is only known

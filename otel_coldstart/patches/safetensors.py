@@ -28,7 +28,7 @@ from .. import probes, semconv
 from .. import session as _session
 from .._errors import report_internal_error
 from .._regular_files import open_regular
-from ._files import FileRead, in_file_read, traced_read
+from ._files import FileRead, charge_own_cost, in_file_read, traced_read
 from ._files import _local as _file_reads  # .depth: in_file_read() without a call, per tensor
 from ._storage import observe_file
 from ._wrapping import ColdstartWrapper, PatchSet, installed_version
@@ -198,6 +198,7 @@ def _enter(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
     opened = time.time_ns()
     result = wrapped(*args, **kwargs)
+    began = time.perf_counter_ns()
     try:
         state = _open_handles(session)
         with state.lock:
@@ -213,23 +214,32 @@ def _enter(wrapped, instance, args, kwargs):
             stale.close(None, stale.read.last_ns if stale.read else None)
     except Exception:
         report_internal_error("safe_open.__enter__")
+    charge_own_cost(session, began)
     return result
 
 
 def _exit(wrapped, instance, args, kwargs):
     session = _session.ACTIVE
-    if session is None:
+    # Inside a traced whole-file read (load_file's own handle) no handle was registered: its
+    # __enter__ stood aside too, and a handle always exits inside the read that entered it.
+    if session is None or _file_reads.depth:
         return wrapped(*args, **kwargs)
+    began = time.perf_counter_ns()
     state = _open_handles(session)
     with state.lock:
         handle = state.handles.pop(id(instance), None)
+    host_began = time.perf_counter_ns()
     try:
         result = wrapped(*args, **kwargs)
     except BaseException as raised:  # the handle's own exit failed (or was interrupted): it ends with that
+        host_ns = time.perf_counter_ns() - host_began
         _close_exited(state, handle, raised)
+        charge_own_cost(session, began, host_ns)
         raise
+    host_ns = time.perf_counter_ns() - host_began
     error = args[1] if len(args) > 1 and isinstance(args[1], BaseException) else None
     _close_exited(state, handle, error)
+    charge_own_cost(session, began, host_ns)
     return result
 
 
@@ -249,6 +259,7 @@ def _get_tensor(wrapped, instance, args, kwargs):
     session = _session.ACTIVE
     if session is None or _file_reads.depth:  # _files.in_file_read(), written out
         return wrapped(*args, **kwargs)
+    began = time.perf_counter_ns()
     read = io_before = None
     try:
         # A handle's read is opened once (its first tensor); every later call finds it with one
@@ -267,7 +278,9 @@ def _get_tensor(wrapped, instance, args, kwargs):
             io_before = probes.thread_io()
     except Exception:
         report_internal_error("safe_open.get_tensor")
+    host_began = time.perf_counter_ns()
     result = wrapped(*args, **kwargs)
+    host_ns = time.perf_counter_ns() - host_began
     if read is not None:
         try:
             if io_before is None:
@@ -278,6 +291,7 @@ def _get_tensor(wrapped, instance, args, kwargs):
                             io_after.major_faults - io_before.major_faults, result.nbytes, time.time_ns())
         except Exception:
             report_internal_error("safe_open.get_tensor")
+    charge_own_cost(session, began, host_ns)
     return result
 
 
@@ -290,6 +304,7 @@ def _get(method: str):
         session = _session.ACTIVE
         if session is None or in_file_read():
             return wrapped(*args, **kwargs)
+        began = time.perf_counter_ns()
         read = io_before = None
         try:
             if method == "get_slice":  # no data yet: the slice's [...] reads it
@@ -301,7 +316,9 @@ def _get(method: str):
                 read = _read_for(session, instance)
         except Exception:
             report_internal_error(where)
+        host_began = time.perf_counter_ns()
         result = wrapped(*args, **kwargs)
+        host_ns = time.perf_counter_ns() - host_began
         if method == "get_slice":
             try:
                 _track_slice(session, result, instance)
@@ -315,6 +332,7 @@ def _get(method: str):
                             sum(t.nbytes for t in result.values()), time.time_ns())
             except Exception:
                 report_internal_error(where)
+        charge_own_cost(session, began, host_ns)
         return result
 
     return wrapper
@@ -365,8 +383,11 @@ def _slice_getitem(wrapped, instance, args, kwargs):
         report_internal_error("safe_open slice")
     if read is None:
         return wrapped(*args, **kwargs)
+    began = time.perf_counter_ns()
     io_before = probes.thread_io() if session.recorder.sample_io else None  # as get_tensor
+    host_began = time.perf_counter_ns()
     result = wrapped(*args, **kwargs)
+    host_ns = time.perf_counter_ns() - host_began
     try:
         if io_before is not None:
             io_after = probes.thread_io()
@@ -376,6 +397,7 @@ def _slice_getitem(wrapped, instance, args, kwargs):
             read.add_io(0, 0, result.nbytes, time.time_ns())
     except Exception:
         report_internal_error("safe_open slice")
+    charge_own_cost(session, began, host_ns)
     return result
 
 
@@ -454,6 +476,7 @@ def _open_handle(wrapped, instance, args, kwargs):
     session = _session.ACTIVE
     if session is None or in_file_read():
         return wrapped(*args, **kwargs)
+    began = time.perf_counter_ns()
     path = None
     try:
         filename = args[0] if args else kwargs.get("filename")
@@ -465,7 +488,9 @@ def _open_handle(wrapped, instance, args, kwargs):
     except Exception:
         report_internal_error("safe_open")
     opened = time.time_ns()
+    host_began = time.perf_counter_ns()
     handle_object = wrapped(*args, **kwargs)
+    host_ns = time.perf_counter_ns() - host_began
     if path is not None:
         try:
             state = _open_handles(session)
@@ -473,6 +498,7 @@ def _open_handle(wrapped, instance, args, kwargs):
                 state.handles[id(handle_object)] = _Handle(opened, in_with=False, path=path)
         except Exception:
             report_internal_error("safe_open")
+    charge_own_cost(session, began, host_ns)
     return handle_object
 
 
