@@ -148,11 +148,11 @@ class Controller:
             parent_context=_launcher_context(), root_attributes=rank_attributes(),
             import_attributes=own_import,
         )
-        # On the root when the start-up ends; the set-up only where the start-up counts from the
-        # process's start (start_at="instrument" begins after it).
-        own_cost.attach(session, own_import[semconv.IMPORT_OWN_S] if options.start_at == "process" else None)
         startup = self.startup = Startup(session, setup, options, summary, metrics_setup, metrics_later)
         startup.start_inflight(metrics_setup)
+        # On the root when the start-up ends, after every other end-of-start-up step; the set-up
+        # only where the start-up counts from the process's start (start_at="instrument" begins after it).
+        own_cost.attach(session, own_import[semconv.IMPORT_OWN_S] if options.start_at == "process" else None)
         _session.ACTIVE = session
         _host_warnings.install()  # warnings raised inside our wrappers keep the host's line
         if not _register_hooks():

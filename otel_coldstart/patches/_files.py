@@ -123,6 +123,10 @@ class FileRead:
         whichever thread touches them, possibly after this span (safe_open handles).
         ``opened_unseen``: the loader opened the file (and read its header) before any hook
         of ours ran, so residency measured now is already after that read."""
+        # The span starts before the file facts are gathered: that work of ours lands inside
+        # it, where the report says it (own_cost.py), not in whatever encloses the read.
+        start_ns = start_ns or time.time_ns()
+        self.after_end_ns = 0  # our own work after the span's end (its figure, its export)
         self.session = session
         self.path = path
         self.read_bytes = 0
@@ -197,6 +201,7 @@ class FileRead:
                reads_deferred: bool = False, attributes: dict | None = None, detach: bool = True) -> None:
         """End the span. ``reads_deferred``: the loader mapped the file and will read it on
         first touch (torch.load(mmap=True)), so this span's reads say nothing of the cache."""
+        began = time.perf_counter_ns()
         end = end_ns or time.time_ns()
         attrs: dict[str, Any] = dict(attributes or {})
         expected = self.bytes or self.size or 0
@@ -223,6 +228,7 @@ class FileRead:
         if detach:  # stop being current now, on this thread, whenever the span ends
             self.container.detach()
         self._end_with_storage_figure(attrs, verdict_evidence, error, end, lazy=self.lazy_reads or reads_deferred)
+        self.after_end_ns += time.perf_counter_ns() - began
 
     def _end_with_storage_figure(self, attrs: dict, verdict_evidence: list, error, end_ns: int, lazy: bool) -> None:
         """End the span now, at the read's end, with the file's storage figure known now (see
@@ -274,10 +280,17 @@ def in_file_read() -> bool:
     return _local.depth > 0
 
 
-def charge_own_cost(session, began_ns: int, host_ns: int = 0) -> None:
+def charge_own_cost(session, began_ns: int, host_ns: int = 0, read: "FileRead | None" = None) -> None:
     """A file hook's own cost (own_cost.py): ``perf_counter_ns()`` from ``began_ns`` to now,
-    less ``host_ns``, the host's call inside it; charged to ``deserialize``, where it lands."""
-    own_cost.of(session).add(semconv.PHASE_DESERIALIZE, time.perf_counter_ns() - began_ns - host_ns)
+    less ``host_ns``, the host's call inside it. Charged where it lands: ``deserialize`` (the
+    file's span), except what ending ``read``'s span did after its end time (between spans)."""
+    spent = time.perf_counter_ns() - began_ns - host_ns
+    cost = own_cost.of(session)
+    after = min(spent, read.after_end_ns) if read is not None else 0
+    if after > 0:
+        read.after_end_ns = 0  # charged once
+        cost.add(semconv.UNATTRIBUTED, after)
+    cost.add(semconv.PHASE_DESERIALIZE, spent - after)
 
 
 def traced_read(open_read, wrapped, args, kwargs, finish=None):
@@ -301,7 +314,7 @@ def traced_read(open_read, wrapped, args, kwargs, finish=None):
         _local.depth -= 1
         _close(read, io_before, exc, finish)
         if read is not None:
-            charge_own_cost(read.session, began, host_ns)
+            charge_own_cost(read.session, began, host_ns, read)
         raise
     host_ns = time.perf_counter_ns() - host_began
     _local.depth -= 1
@@ -310,7 +323,7 @@ def traced_read(open_read, wrapped, args, kwargs, finish=None):
             read.bytes = read.bytes or _tensor_bytes(result)
     _close(read, io_before, None, finish)
     if read is not None:
-        charge_own_cost(read.session, began, host_ns)
+        charge_own_cost(read.session, began, host_ns, read)
     return result
 
 

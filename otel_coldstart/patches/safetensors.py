@@ -98,10 +98,13 @@ def unpatch() -> None:
 
 
 def end_of_startup(session) -> None:
-    # At ready(), a handle inside a with-block ends at its __exit__ (work still open ends when
-    # it ends); one used without a with-block has no end of its own: it ends at its last read.
-    # Any other end closes every handle (the start-up was cut short).
-    close_open_handles(session, entered_too=session.end_reason != semconv.END_READY)
+    # Every handle's span ends at its last read: the start-up's reads of the file are over, its
+    # figure is settled with the other files', and what it still maps out of the page cache is
+    # followed after ready() (first-use records) like any mapped file, whether the server keeps
+    # the handle inside a with-block or not (issue 39 item 7). At ready(), one inside a
+    # with-block stays known, ended, until its __exit__: reads through it while serving open no
+    # span and pay no hook. Any other end forgets every handle (the start-up was cut short).
+    close_open_handles(session, keep_entered=session.end_reason == semconv.END_READY)
 
 
 # --- whole-file loads ----------------------------------------------------------------------
@@ -146,7 +149,7 @@ class _Handle:
     """
 
     __slots__ = ("opened_ns", "thread", "in_with", "encloses", "parent", "read", "ambient", "path", "path_known",
-                 "lock", "seen_open")
+                 "lock", "seen_open", "ended")
 
     def __init__(self, opened_ns: int, in_with: bool, parent=None, path: str | None = None) -> None:
         self.opened_ns = opened_ns
@@ -164,6 +167,7 @@ class _Handle:
         self.seen_open = path is not None
         self.path_known = path is not None
         self.lock = threading.Lock()
+        self.ended = False  # its span was ended by the end of the start-up (kept open while serving)
 
     def know_path(self, handle_object) -> None:
         if not self.path_known:
@@ -186,6 +190,9 @@ class _Handle:
             return self.read
 
     def close(self, error: BaseException | None, end_ns: int | None) -> None:
+        if self.ended:
+            return
+        self.ended = True
         if self.ambient is not None:
             self.ambient.open = False
         if self.read is not None:
@@ -234,12 +241,12 @@ def _exit(wrapped, instance, args, kwargs):
     except BaseException as raised:  # the handle's own exit failed (or was interrupted): it ends with that
         host_ns = time.perf_counter_ns() - host_began
         _close_exited(state, handle, raised)
-        charge_own_cost(session, began, host_ns)
+        charge_own_cost(session, began, host_ns, handle.read if handle is not None else None)
         raise
     host_ns = time.perf_counter_ns() - host_began
     error = args[1] if len(args) > 1 and isinstance(args[1], BaseException) else None
     _close_exited(state, handle, error)
-    charge_own_cost(session, began, host_ns)
+    charge_own_cost(session, began, host_ns, handle.read if handle is not None else None)
     return result
 
 
@@ -266,7 +273,9 @@ def _get_tensor(wrapped, instance, args, kwargs):
         # dictionary lookup (atomic: no lock on the per-tensor path).
         handle = session.state(__name__, _OpenHandles).handles.get(id(instance))
         read = handle.read if handle is not None else None
-        if read is None:
+        if handle is not None and handle.ended:  # a handle kept open after ready(): serving
+            read = None
+        elif read is None:
             # Once per handle, before _read_for: finding the file reads its header, and those
             # reads are this file's reads too.
             io_before = probes.thread_io()
@@ -374,7 +383,7 @@ def _slice_getitem(wrapped, instance, args, kwargs):
     state = _open_handles(session)
     with state.lock:
         handle = state.slices.get(id(instance))
-    if handle is None:
+    if handle is None or handle.ended:  # not ours, or a handle kept open after ready(): serving
         return wrapped(*args, **kwargs)
     read = None
     try:
@@ -477,6 +486,7 @@ def _open_handle(wrapped, instance, args, kwargs):
     if session is None or in_file_read():
         return wrapped(*args, **kwargs)
     began = time.perf_counter_ns()
+    opened = time.time_ns()  # the handle's span starts here: the residency measured below lands in it
     path = None
     try:
         filename = args[0] if args else kwargs.get("filename")
@@ -487,7 +497,6 @@ def _open_handle(wrapped, instance, args, kwargs):
             path = None
     except Exception:
         report_internal_error("safe_open")
-    opened = time.time_ns()
     host_began = time.perf_counter_ns()
     handle_object = wrapped(*args, **kwargs)
     host_ns = time.perf_counter_ns() - host_began
@@ -502,15 +511,18 @@ def _open_handle(wrapped, instance, args, kwargs):
     return handle_object
 
 
-def close_open_handles(session, entered_too: bool = True) -> None:
+def close_open_handles(session, keep_entered: bool = False) -> None:
     """End the spans of handles still open (used without ``with``, or never exited) at
-    their last read; ``entered_too=False`` leaves those inside a with-block to their exit."""
+    their last read; ``keep_entered``: those inside a with-block stay known, ended, until
+    their exit (whatever is read through them later belongs to no span)."""
     state = _open_handles(session)
     with state.lock:
-        handles = [h for h in state.handles.values() if entered_too or not h.in_with]
-        for key in [k for k, h in state.handles.items() if entered_too or not h.in_with]:
+        # One inside a with-block that read nothing yet stays open: a file first read after
+        # ready() (an adapter loaded on demand) is after-ready work, its span ending at the exit.
+        handles = [h for h in state.handles.values() if not (keep_entered and h.in_with and h.read is None)]
+        for key in [k for k, h in state.handles.items() if not (keep_entered and h.in_with)]:
             del state.handles[key]
-        if entered_too:
+        if not keep_entered:
             state.slices.clear()
     for handle in handles:
         try:
