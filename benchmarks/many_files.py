@@ -87,7 +87,8 @@ def measure(pairs: int, files: int, apis, root: str, output_dir: str, log=sys.st
             rows.append({"plain_s": plain["load_s"], "coldstart_s": traced["load_s"],
                          "ratio": traced["load_s"] / plain["load_s"], "added_per_file_us": added / files * 1e6,
                          "added_cpu_per_file_us": (traced["load_cpu_s"] - plain["load_cpu_s"]) / files * 1e6,
-                         "own_in_window_s": own_in_window, "own_over_added": own_in_window / added if added > 0 else None,
+                         "own_in_window_s": own_in_window,
+                         "own_over_added": own_in_window / added if added > 0 else None,
                          "own_cost": own, "startup_plain_s": plain["startup_s"],
                          "startup_coldstart_s": traced["startup_s"]})
             if log:
@@ -132,12 +133,9 @@ def main(argv=None) -> int:
     load_before = common.load_average()
     result = measure(pairs, files, args.apis, root, output_dir)
     result.update({"benchmark": "many_files", "smoke": args.smoke, "when": common.stamp(),
-                   "load_average": [load_before, common.load_average()], "machine": common.machine()})
-    render(result, sys.stdout)
-    sys.stdout.write(f"\nload average {load_before} -> {common.load_average()}\n")
-    if args.json:
-        common.write_json(args.json, result)
-    return 0
+                   "load_average": {"before": load_before, "after": common.load_average()},
+                   "machine": common.machine()})
+    return common.finish(result, render, args.json)
 
 
 if __name__ == "__main__":
