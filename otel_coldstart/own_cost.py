@@ -24,9 +24,6 @@ import time
 from . import semconv
 from ._fork_warning import OWN_THREAD_PREFIX
 
-_STATE_KEY = __name__
-
-
 class OwnCost:
     """Nanoseconds of the plugin's own work on the host's threads, by phase.
 
@@ -45,10 +42,17 @@ class OwnCost:
             by_phase = self.by_phase_ns
             by_phase[phase] = by_phase.get(phase, 0) + nanoseconds
 
+    def add_since(self, phase: str, end_ns: int) -> None:
+        """The bookkeeping from a host call's end (``time.time_ns()`` then) to now. An end
+        further back than a second is not this call's (a caller's recorded end from elsewhere)."""
+        elapsed = time.time_ns() - end_ns
+        if 0 < elapsed < 1_000_000_000:
+            self.add(phase, elapsed)
+
 
 def of(session) -> OwnCost:
-    """The start-up's accumulator (per session: a new start-up, or a forked child's, starts at 0)."""
-    return session.state(_STATE_KEY, OwnCost)
+    """The start-up's accumulator, kept by its recorder (a new start-up starts at 0)."""
+    return session.recorder.own_cost
 
 
 def own_threads_cpu_ns() -> int:

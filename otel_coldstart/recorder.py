@@ -226,6 +226,7 @@ class Recorder:
         # Sample each call's storage reads (getrusage around it): only once reads are
         # expected (expect_storage_reads) or were seen at a boundary. Read by every call.
         self.sample_io = False
+        self.own_cost = own_cost.OwnCost()  # the plugin's own time in this start-up (own_cost.py)
 
     # --- storage reads: per call only where they can happen -------------------------------------
 
@@ -328,8 +329,7 @@ class Recorder:
             if read_bytes or major_faults:
                 aggregate.read_bytes += read_bytes
                 aggregate.major_faults += major_faults
-        # The plugin's own cost (own_cost.py): this bookkeeping after the host's call.
-        own_cost.of(self._session).add(phase, time.time_ns() - end_ns)
+        self.own_cost.add_since(phase, end_ns)  # the plugin's own cost: this bookkeeping (own_cost.py)
 
     def add(self, phase: str, detail: Hashable, detail_attributes: dict | None, nbytes: int,
             start_ns: int, end_ns: int, read_bytes: int, major_faults: int,
@@ -361,7 +361,7 @@ class Recorder:
             if on_add is not None:
                 with internal_errors("aggregate on_add"):
                     on_add(aggregate)
-        own_cost.of(self._session).add(phase, time.time_ns() - end_ns)
+        self.own_cost.add_since(phase, end_ns)
 
     def child_phase_bytes(self, parent: "PendingParent") -> dict[str, int]:
         """Bytes per phase recorded so far under a pending parent (its phase is only known
