@@ -53,16 +53,22 @@ def experts(tmp_path):
     return path
 
 
-def test_reads_through_a_handle_kept_after_ready_are_said_and_followed(tmp_path, experts):
-    size = os.path.getsize(experts)
+def _serve(tmp_path, server: str, experts: str) -> subprocess.CompletedProcess:
+    """Run ``server`` in a fresh process on the evicted ``experts`` file, traces to a file."""
     set_state(experts, "evicted")
     env = dict(os.environ, OTEL_COLDSTART_OUTPUT_DIR=str(tmp_path / "traces"), OTEL_COLDSTART_SUMMARY="1")
     for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "TRACEPARENT",
                  "OTEL_COLDSTART_FIRST_USE_S"):
         env.pop(name, None)
-    done = subprocess.run([sys.executable, "-c", SERVER, experts], env=env, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", server, experts], env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def test_reads_through_a_handle_kept_after_ready_are_said_and_followed(tmp_path, experts):
+    size = os.path.getsize(experts)
+    done = _serve(tmp_path, SERVER, experts)
     read_after = int(next(line for line in done.stdout.splitlines() if line.startswith("READ_AFTER")).split()[1])
     assert read_after == 20 * MiB
 
@@ -101,14 +107,7 @@ print("EXITED", flush=True)
 
 def test_reads_through_a_with_block_handle_kept_across_ready_are_followed(tmp_path, experts):
     size = os.path.getsize(experts)
-    set_state(experts, "evicted")
-    env = dict(os.environ, OTEL_COLDSTART_OUTPUT_DIR=str(tmp_path / "traces"), OTEL_COLDSTART_SUMMARY="1")
-    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "TRACEPARENT",
-                 "OTEL_COLDSTART_FIRST_USE_S"):
-        env.pop(name, None)
-    done = subprocess.run([sys.executable, "-c", SERVER_IN_WITH, experts], env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = _serve(tmp_path, SERVER_IN_WITH, experts)
     assert "EXITED" in done.stdout
     read_after = int(next(line for line in done.stdout.splitlines() if line.startswith("READ_AFTER")).split()[1])
     assert read_after == 20 * MiB
