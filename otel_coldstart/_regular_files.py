@@ -15,10 +15,16 @@ import stat
 
 
 def is_regular_file(path: str) -> bool:
+    return regular_file_stat(path) is not None
+
+
+def regular_file_stat(path: str) -> os.stat_result | None:
+    """``os.stat(path)`` if it is a regular file, else None (one stat for both questions)."""
     try:
-        return stat.S_ISREG(os.stat(path).st_mode)
+        facts = os.stat(path)
     except (OSError, ValueError, TypeError):
-        return False
+        return None
+    return facts if stat.S_ISREG(facts.st_mode) else None
 
 
 def open_regular_fd(path: str) -> int:

@@ -147,13 +147,17 @@ class Controller:
             own_tracing.before_thread_pools_shut_down(_make_exporters_before_exit)
         if not setup.exports and not summary and metrics_setup is None and not metrics_later:
             return  # OTEL_TRACES_EXPORTER=none and nothing else would read the start-up: stay out
+        own_import = _own_import_attributes(entered_ns)
         session = _session.StartupSession(
             tracer, resource=resource_attrs, start_at=options.start_at,
             parent_context=_launcher_context(), root_attributes=rank_attributes(),
-            import_attributes=_own_import_attributes(entered_ns),
+            import_attributes=own_import,
         )
         startup = Startup(session, setup, options, summary, metrics_setup, metrics_later)
         startup.start_inflight(metrics_setup)
+        # The set-up counts toward the plugin's own cost only where the start-up counts from the
+        # process's start (start_at="instrument" begins after it): put on the root at its end.
+        startup.own_setup_s = own_import[semconv.IMPORT_OWN_S] if options.start_at == "process" else None
         self.startup = startup
         _host_warnings.install()  # warnings raised inside our wrappers keep the host's line
         if not _register_hooks():

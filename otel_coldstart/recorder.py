@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, Hashable
 from opentelemetry import context as _otel_context
 from opentelemetry.trace import SpanContext
 
-from . import probes, semconv
+from . import own_cost, probes, semconv
 from ._errors import internal_errors, report_internal_error
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -226,6 +226,7 @@ class Recorder:
         # Sample each call's storage reads (getrusage around it): only once reads are
         # expected (expect_storage_reads) or were seen at a boundary. Read by every call.
         self.sample_io = False
+        self.own_cost = own_cost.OwnCost()  # the plugin's own time in this start-up (own_cost.py)
 
     # --- storage reads: per call only where they can happen -------------------------------------
 
@@ -328,6 +329,7 @@ class Recorder:
             if read_bytes or major_faults:
                 aggregate.read_bytes += read_bytes
                 aggregate.major_faults += major_faults
+        self.own_cost.add_since(phase, end_ns)  # the plugin's own cost: this bookkeeping (own_cost.py)
 
     def add(self, phase: str, detail: Hashable, detail_attributes: dict | None, nbytes: int,
             start_ns: int, end_ns: int, read_bytes: int, major_faults: int,
@@ -359,6 +361,7 @@ class Recorder:
             if on_add is not None:
                 with internal_errors("aggregate on_add"):
                     on_add(aggregate)
+        self.own_cost.add_since(phase, end_ns)
 
     def child_phase_bytes(self, parent: "PendingParent") -> dict[str, int]:
         """Bytes per phase recorded so far under a pending parent (its phase is only known

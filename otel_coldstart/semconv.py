@@ -131,6 +131,13 @@ PROCESS_START_SOURCE = "coldstart.process_start.source"  # proc | instrument
 # what it pulls in that was not imported yet, plus instrument() up to the span's end), so the
 # analyzer never advises "import less" about the plugin's own cost.
 IMPORT_OWN_S = "coldstart.import.own_s"
+# On the root span, when the start-up ends: the plugin's own cost (own_cost.py), in seconds:
+# the whole, its set-up (import + instrument()), its threads' CPU time, and its work on the
+# host's threads by the phase it landed in (coldstart.own_cost.phase.<phase>_s).
+OWN_COST_S = "coldstart.own_cost_s"
+OWN_COST_SETUP_S = "coldstart.own_cost.setup_s"
+OWN_COST_THREADS_CPU_S = "coldstart.own_cost.threads_cpu_s"
+OWN_COST_PHASE_PREFIX = "coldstart.own_cost.phase."
 # On an `otel-coldstart run` launch span: how many Python processes of the command started the
 # plugin, and why each of the others did not ("<interpreter> cannot import otel_coldstart (...)").
 LAUNCH_PROCESSES_STARTED = "coldstart.launch.processes_started"

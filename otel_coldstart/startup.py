@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 
-from . import _otel_env, ending, export, own_tracing, patches, semconv
+from . import _otel_env, ending, export, own_cost, own_tracing, patches, semconv
 from . import session as _session
 from ._bounded import in_background
 from ._errors import internal_errors, report_internal_error
@@ -54,6 +54,7 @@ class Startup:
         self.storage = StorageLedger(session)
         self.progress = None  # inflight.ProgressBoard, once started
         self.after_ready_job: threading.Thread | None = None
+        self.own_setup_s: float | None = None  # the plugin's import and set-up, where the start-up counts it
         self.first_use = None  # first_use.FollowUp: files still partly on storage at ready(), followed
         self._first_use_metrics = None  # (StartupMetrics, labels) its counter is added to
         self.plans: list[Plan] = []  # what finish() decided, in order (for tests and debugging)
@@ -193,7 +194,8 @@ class Startup:
                      self.storage.settle_all,  # the storage figures of files read lazily
                      self._follow_first_use,  # before the board stops: its thread takes the follow-up
                      self._note_dropped_spans,
-                     self._stop_progress):
+                     self._stop_progress,
+                     self._note_own_cost):  # last: every step above is ours too
             with internal_errors(f"end of start-up: {step.__name__}"):
                 step()
         session.end_root()  # the aggregates still collecting, then the root, saying why it ended
@@ -228,6 +230,10 @@ class Startup:
         dropped = getattr(self.setup.provider, "dropped_spans", 0)
         if isinstance(dropped, int) and dropped > 0:
             self.session.root_attributes[semconv.EXPORT_DROPPED_SPANS] = dropped
+
+    def _note_own_cost(self) -> None:
+        """What the plugin itself cost this start-up (own_cost.py), on the root."""
+        own_cost.note_on_root(self.session, self.own_setup_s)
 
     def _stop_progress(self) -> None:
         """No more progress records; the gauges report nothing (a follow-up keeps the thread)."""

@@ -15,6 +15,7 @@ from .first_request import document as first_request_document
 from .lazy import lazy_files
 from .downloads import downloads, to_dict as downloads_to_dict
 from .render_explain import explain_document
+from .own_cost import own_cost_document
 
 SCHEMA = "otel-coldstart.analysis/1"
 
@@ -98,6 +99,7 @@ def startup_to_dict(b: Breakdown) -> dict:
             for c in b.context
         ],
         **explain_document(b),  # "imports", "compile", "captures"
+        **own_cost_document(b),  # "own_cost_s" and its parts: the plugin's own time, apart
     }
 
 

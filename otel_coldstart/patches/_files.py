@@ -6,6 +6,7 @@ path and when the read ends.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -13,9 +14,9 @@ import threading
 import time
 from typing import Any
 
-from .. import probes, semconv
+from .. import own_cost, probes, semconv
 from .._errors import internal_errors, report_internal_error
-from .._regular_files import is_regular_file, open_regular
+from .._regular_files import open_regular, regular_file_stat
 from . import _storage
 from ..verdicts import cache_state_from_reads, cache_state_from_residency, combine_cache_states
 from ._tensor_bytes import tensor_nbytes
@@ -23,13 +24,6 @@ from ._tensor_bytes import tensor_nbytes
 _SHARD_NAME = re.compile(r"(\d+)-of-(\d+)")
 _index_cache: dict[str, tuple[float, dict[str, int]]] = {}
 _index_lock = threading.Lock()
-
-
-def _size_or(path: str, default: int | None) -> int | None:
-    try:
-        return os.path.getsize(path)
-    except OSError:  # the host's load will raise its own error for this
-        return default
 
 
 def detect_format(path: str) -> str | None:
@@ -52,6 +46,11 @@ def shard_position(path: str) -> tuple[int | None, int | None]:
     positions = _index_positions(directory)
     if name in positions:
         return positions[name], len(set(positions.values()))
+    return _position_from_name(name)
+
+
+@functools.lru_cache(maxsize=4096)  # a start-up of 2,000 files asks once per file name
+def _position_from_name(name: str) -> tuple[int | None, int | None]:
     match = None
     for match in _SHARD_NAME.finditer(name):  # noqa: B007 - the last match is wanted
         pass
@@ -123,6 +122,10 @@ class FileRead:
         whichever thread touches them, possibly after this span (safe_open handles).
         ``opened_unseen``: the loader opened the file (and read its header) before any hook
         of ours ran, so residency measured now is already after that read."""
+        # The span starts before the file facts are gathered: that work of ours lands inside
+        # it, where the report says it (own_cost.py), not in whatever encloses the read.
+        start_ns = start_ns or time.time_ns()
+        self.after_end_ns = 0  # our own work after the span's end (its figure, its export)
         self.session = session
         self.path = path
         self.read_bytes = 0
@@ -139,18 +142,19 @@ class FileRead:
         if path is not None:
             attrs[semconv.FILE_PATH] = path
         # A FIFO, socket or device is never opened or read by us (it is the host's stream).
-        if path is not None and is_regular_file(path):
+        facts = regular_file_stat(path) if path is not None else None  # one stat for every fact below
+        if path is not None and facts is not None:
             with internal_errors("file facts"):
                 # Residency first: anything we read ourselves (a format sniff) would warm it.
                 self.stored, self.carries_figure, self.resident_ratio = _storage.start_file_span(
-                    session, path, before_open=not opened_unseen)
+                    session, path, before_open=not opened_unseen, facts=facts)
                 if self.resident_ratio is None or self.resident_ratio < _storage.SETTLE_AT_ONCE_FROM:
                     # Pages of it may come from storage, in this read or in the casts and copies
                     # that touch its mapped tensors later: count each call's reads from now on.
                     session.recorder.expect_storage_reads()
                 self.trusted = (probes.io_accounting_available() and probes.filesystem_trusted(self.stored.fs_type)
                                 if self.stored is not None else probes.read_bytes_trusted(path))
-                size = _size_or(path, size)
+                size = facts.st_size
                 if fmt is None:
                     fmt = detect_format(path)
                 # Every file read takes a place in the order, so that a file without an index
@@ -196,6 +200,7 @@ class FileRead:
                reads_deferred: bool = False, attributes: dict | None = None, detach: bool = True) -> None:
         """End the span. ``reads_deferred``: the loader mapped the file and will read it on
         first touch (torch.load(mmap=True)), so this span's reads say nothing of the cache."""
+        began = time.perf_counter_ns()
         end = end_ns or time.time_ns()
         attrs: dict[str, Any] = dict(attributes or {})
         expected = self.bytes or self.size or 0
@@ -222,6 +227,7 @@ class FileRead:
         if detach:  # stop being current now, on this thread, whenever the span ends
             self.container.detach()
         self._end_with_storage_figure(attrs, verdict_evidence, error, end, lazy=self.lazy_reads or reads_deferred)
+        self.after_end_ns += time.perf_counter_ns() - began
 
     def _end_with_storage_figure(self, attrs: dict, verdict_evidence: list, error, end_ns: int, lazy: bool) -> None:
         """End the span now, at the read's end, with the file's storage figure known now (see
@@ -273,6 +279,19 @@ def in_file_read() -> bool:
     return _local.depth > 0
 
 
+def charge_own_cost(session, began_ns: int, host_ns: int = 0, read: "FileRead | None" = None) -> None:
+    """A file hook's own cost (own_cost.py): ``perf_counter_ns()`` from ``began_ns`` to now,
+    less ``host_ns``, the host's call inside it. Charged where it lands: ``deserialize`` (the
+    file's span), except what ending ``read``'s span did after its end time (between spans)."""
+    spent = time.perf_counter_ns() - began_ns - host_ns
+    cost = own_cost.of(session)
+    after = min(spent, read.after_end_ns) if read is not None else 0
+    if after > 0:
+        read.after_end_ns = 0  # charged once
+        cost.add(semconv.UNATTRIBUTED, after)
+    cost.add(semconv.PHASE_DESERIALIZE, spent - after)
+
+
 def traced_read(open_read, wrapped, args, kwargs, finish=None):
     """Run the host's ``wrapped(*args, **kwargs)`` inside the span ``open_read()`` starts.
 
@@ -280,22 +299,30 @@ def traced_read(open_read, wrapped, args, kwargs, finish=None):
     re-raised unchanged after the span records it. ``finish(read)`` returns extra keyword
     arguments for :meth:`FileRead.finish`.
     """
+    began = time.perf_counter_ns()
     read = io_before = None
     with internal_errors("file read start"):
         read = open_read()
         io_before = probes.thread_io()
     _local.depth += 1
+    host_began = time.perf_counter_ns()
     try:
         result = wrapped(*args, **kwargs)
     except BaseException as exc:
+        host_ns = time.perf_counter_ns() - host_began
         _local.depth -= 1
         _close(read, io_before, exc, finish)
+        if read is not None:
+            charge_own_cost(read.session, began, host_ns, read)
         raise
+    host_ns = time.perf_counter_ns() - host_began
     _local.depth -= 1
     if read is not None:
         with internal_errors("file read bytes"):
             read.bytes = read.bytes or _tensor_bytes(result)
     _close(read, io_before, None, finish)
+    if read is not None:
+        charge_own_cost(read.session, began, host_ns, read)
     return result
 
 

@@ -141,13 +141,15 @@ class StorageLedger:
         self.lazily_unread: list[LazyFile] = []
         self._mapped: tuple[set, set] | None = None  # /proc/self/maps, read once by that pass
 
-    def observe(self, path: str, *, before_open: bool = True) -> StoredFile | None:
+    def observe(self, path: str, *, before_open: bool = True, facts: os.stat_result | None = None) -> StoredFile | None:
         """The file's facts, measured once per start-up, at the first sight of it: before the
-        loader opens it where a wrapper of ours sees the open (``before_open``)."""
-        try:
-            facts = os.stat(path)
-        except (OSError, ValueError, TypeError):
-            return None  # the host's own call will raise its error for this
+        loader opens it where a wrapper of ours sees the open (``before_open``). ``facts``:
+        ``os.stat(path)`` where the caller has just taken it."""
+        if facts is None:
+            try:
+                facts = os.stat(path)
+            except (OSError, ValueError, TypeError):
+                return None  # the host's own call will raise its error for this
         if not stat.S_ISREG(facts.st_mode):
             return None  # a FIFO, socket or device: never opened by us (an open could block)
         # The file itself, whatever name it was reached by (HF caches link snapshots to
@@ -257,13 +259,14 @@ def observe_file(session, path: str | None, *, before_open: bool = True) -> Stor
     return ledger_for(session).observe(path, before_open=before_open)
 
 
-def start_file_span(session, path: str, *, before_open: bool) -> tuple[StoredFile | None, bool, float | None]:
+def start_file_span(session, path: str, *, before_open: bool,
+                    facts: os.stat_result | None = None) -> tuple[StoredFile | None, bool, float | None]:
     """For a file span starting now: (the file's facts, whether this span carries the file's
     storage figure, the residency its cache verdict rests on). The first span of a file uses
     the residency from before the file's first read; a later span (the file read again) is
     judged on the residency now, and leaves the storage figure to the first."""
     ledger = ledger_for(session)
-    stored = ledger.observe(path, before_open=before_open)
+    stored = ledger.observe(path, before_open=before_open, facts=facts)
     first = ledger.claim(stored)
     if stored is None:
         return None, first, None

@@ -28,7 +28,7 @@ from .. import probes, semconv
 from .. import session as _session
 from .._errors import internal_errors, report_internal_error
 from .._regular_files import open_regular
-from ._files import FileRead, in_file_read, traced_read
+from ._files import FileRead, charge_own_cost, in_file_read, traced_read
 from ._files import _local as _file_reads  # .depth: in_file_read() without a call, per tensor
 from ._storage import observe_file
 from ._wrapping import ColdstartWrapper, PatchSet, installed_version
@@ -98,10 +98,13 @@ def unpatch() -> None:
 
 
 def end_of_startup(session) -> None:
-    # At ready(), a handle inside a with-block ends at its __exit__ (work still open ends when
-    # it ends); one used without a with-block has no end of its own: it ends at its last read.
-    # Any other end closes every handle (the start-up was cut short).
-    close_open_handles(session, entered_too=session.end_reason != semconv.END_READY)
+    # Every handle's span ends at its last read: the start-up's reads of the file are over, its
+    # figure is settled with the other files', and what it still maps out of the page cache is
+    # followed after ready() (first-use records) like any mapped file, whether the server keeps
+    # the handle inside a with-block or not (issue 39 item 7). At ready(), one inside a
+    # with-block stays known, ended, until its __exit__: reads through it while serving open no
+    # span and pay no hook. Any other end forgets every handle (the start-up was cut short).
+    close_open_handles(session, keep_entered=session.end_reason == semconv.END_READY)
 
 
 # --- whole-file loads ----------------------------------------------------------------------
@@ -146,7 +149,7 @@ class _Handle:
     """
 
     __slots__ = ("opened_ns", "thread", "in_with", "encloses", "parent", "read", "ambient", "path", "path_known",
-                 "lock", "seen_open")
+                 "lock", "seen_open", "ended")
 
     def __init__(self, opened_ns: int, in_with: bool, parent=None, path: str | None = None) -> None:
         self.opened_ns = opened_ns
@@ -164,6 +167,7 @@ class _Handle:
         self.seen_open = path is not None
         self.path_known = path is not None
         self.lock = threading.Lock()
+        self.ended = False  # its span was ended by the end of the start-up (kept open while serving)
 
     def know_path(self, handle_object) -> None:
         if not self.path_known:
@@ -186,6 +190,9 @@ class _Handle:
             return self.read
 
     def close(self, error: BaseException | None, end_ns: int | None) -> None:
+        if self.ended:
+            return
+        self.ended = True
         if self.ambient is not None:
             self.ambient.open = False
         if self.read is not None:
@@ -198,6 +205,7 @@ def _enter(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
     opened = time.time_ns()
     result = wrapped(*args, **kwargs)
+    began = time.perf_counter_ns()
     with internal_errors("safe_open.__enter__"):
         state = _open_handles(session)
         with state.lock:
@@ -211,23 +219,32 @@ def _enter(wrapped, instance, args, kwargs):
                 state.handles[id(instance)] = _Handle(opened, in_with=True, parent=session.parent_span_context())
         if stale is not None:  # an earlier handle at the same address that never exited
             stale.close(None, stale.read.last_ns if stale.read else None)
+    charge_own_cost(session, began)
     return result
 
 
 def _exit(wrapped, instance, args, kwargs):
     session = _session.ACTIVE
-    if session is None:
+    # Inside a traced whole-file read (load_file's own handle) no handle was registered: its
+    # __enter__ stood aside too, and a handle always exits inside the read that entered it.
+    if session is None or _file_reads.depth:
         return wrapped(*args, **kwargs)
+    began = time.perf_counter_ns()
     state = _open_handles(session)
     with state.lock:
         handle = state.handles.pop(id(instance), None)
+    host_began = time.perf_counter_ns()
     try:
         result = wrapped(*args, **kwargs)
     except BaseException as raised:  # the handle's own exit failed (or was interrupted): it ends with that
+        host_ns = time.perf_counter_ns() - host_began
         _close_exited(state, handle, raised)
+        charge_own_cost(session, began, host_ns, handle.read if handle is not None else None)
         raise
+    host_ns = time.perf_counter_ns() - host_began
     error = args[1] if len(args) > 1 and isinstance(args[1], BaseException) else None
     _close_exited(state, handle, error)
+    charge_own_cost(session, began, host_ns, handle.read if handle is not None else None)
     return result
 
 
@@ -245,13 +262,16 @@ def _get_tensor(wrapped, instance, args, kwargs):
     session = _session.ACTIVE
     if session is None or _file_reads.depth:  # _files.in_file_read(), written out
         return wrapped(*args, **kwargs)
+    began = time.perf_counter_ns()
     read = io_before = None
     try:
         # A handle's read is opened once (its first tensor); every later call finds it with one
         # dictionary lookup (atomic: no lock on the per-tensor path).
         handle = session.state(__name__, _OpenHandles).handles.get(id(instance))
         read = handle.read if handle is not None else None
-        if read is None:
+        if handle is not None and handle.ended:  # a handle kept open after ready(): serving
+            read = None
+        elif read is None:
             # Once per handle, before _read_for: finding the file reads its header, and those
             # reads are this file's reads too.
             io_before = probes.thread_io()
@@ -263,7 +283,9 @@ def _get_tensor(wrapped, instance, args, kwargs):
             io_before = probes.thread_io()
     except Exception:
         report_internal_error("safe_open.get_tensor")
+    host_began = time.perf_counter_ns()
     result = wrapped(*args, **kwargs)
+    host_ns = time.perf_counter_ns() - host_began
     if read is not None:
         try:
             if io_before is None:
@@ -274,6 +296,7 @@ def _get_tensor(wrapped, instance, args, kwargs):
                             io_after.major_faults - io_before.major_faults, result.nbytes, time.time_ns())
         except Exception:
             report_internal_error("safe_open.get_tensor")
+    charge_own_cost(session, began, host_ns)
     return result
 
 
@@ -286,6 +309,7 @@ def _get(method: str):
         session = _session.ACTIVE
         if session is None or in_file_read():
             return wrapped(*args, **kwargs)
+        began = time.perf_counter_ns()
         read = io_before = None
         try:
             if method == "get_slice":  # no data yet: the slice's [...] reads it
@@ -297,7 +321,9 @@ def _get(method: str):
                 read = _read_for(session, instance)
         except Exception:
             report_internal_error(where)
+        host_began = time.perf_counter_ns()
         result = wrapped(*args, **kwargs)
+        host_ns = time.perf_counter_ns() - host_began
         if method == "get_slice":
             try:
                 _track_slice(session, result, instance)
@@ -311,6 +337,7 @@ def _get(method: str):
                             sum(t.nbytes for t in result.values()), time.time_ns())
             except Exception:
                 report_internal_error(where)
+        charge_own_cost(session, began, host_ns)
         return result
 
     return wrapper
@@ -352,7 +379,7 @@ def _slice_getitem(wrapped, instance, args, kwargs):
     state = _open_handles(session)
     with state.lock:
         handle = state.slices.get(id(instance))
-    if handle is None:
+    if handle is None or handle.ended:  # not ours, or a handle kept open after ready(): serving
         return wrapped(*args, **kwargs)
     read = None
     try:
@@ -361,8 +388,11 @@ def _slice_getitem(wrapped, instance, args, kwargs):
         report_internal_error("safe_open slice")
     if read is None:
         return wrapped(*args, **kwargs)
+    began = time.perf_counter_ns()
     io_before = probes.thread_io() if session.recorder.sample_io else None  # as get_tensor
+    host_began = time.perf_counter_ns()
     result = wrapped(*args, **kwargs)
+    host_ns = time.perf_counter_ns() - host_began
     try:
         if io_before is not None:
             io_after = probes.thread_io()
@@ -372,6 +402,7 @@ def _slice_getitem(wrapped, instance, args, kwargs):
             read.add_io(0, 0, result.nbytes, time.time_ns())
     except Exception:
         report_internal_error("safe_open slice")
+    charge_own_cost(session, began, host_ns)
     return result
 
 
@@ -450,6 +481,8 @@ def _open_handle(wrapped, instance, args, kwargs):
     session = _session.ACTIVE
     if session is None or in_file_read():
         return wrapped(*args, **kwargs)
+    began = time.perf_counter_ns()
+    opened = time.time_ns()  # the handle's span starts here: the residency measured below lands in it
     path = None
     with internal_errors("safe_open"):
         filename = args[0] if args else kwargs.get("filename")
@@ -458,25 +491,30 @@ def _open_handle(wrapped, instance, args, kwargs):
             observe_file(session, path)  # before the header read
         else:
             path = None
-    opened = time.time_ns()
+    host_began = time.perf_counter_ns()
     handle_object = wrapped(*args, **kwargs)
+    host_ns = time.perf_counter_ns() - host_began
     if path is not None:
         with internal_errors("safe_open"):
             state = _open_handles(session)
             with state.lock:
                 state.handles[id(handle_object)] = _Handle(opened, in_with=False, path=path)
+    charge_own_cost(session, began, host_ns)
     return handle_object
 
 
-def close_open_handles(session, entered_too: bool = True) -> None:
+def close_open_handles(session, keep_entered: bool = False) -> None:
     """End the spans of handles still open (used without ``with``, or never exited) at
-    their last read; ``entered_too=False`` leaves those inside a with-block to their exit."""
+    their last read; ``keep_entered``: those inside a with-block stay known, ended, until
+    their exit (whatever is read through them later belongs to no span)."""
     state = _open_handles(session)
     with state.lock:
-        handles = [h for h in state.handles.values() if entered_too or not h.in_with]
-        for key in [k for k, h in state.handles.items() if entered_too or not h.in_with]:
+        # One inside a with-block that read nothing yet stays open: a file first read after
+        # ready() (an adapter loaded on demand) is after-ready work, its span ending at the exit.
+        handles = [h for h in state.handles.values() if not (keep_entered and h.in_with and h.read is None)]
+        for key in [k for k, h in state.handles.items() if not (keep_entered and h.in_with)]:
             del state.handles[key]
-        if entered_too:
+        if not keep_entered:
             state.slices.clear()
     for handle in handles:
         with internal_errors("safe_open close"):
