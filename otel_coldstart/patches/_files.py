@@ -286,7 +286,7 @@ def charge_own_cost(session, began_ns: int, host_ns: int = 0, read: "FileRead | 
     spent = time.perf_counter_ns() - began_ns - host_ns
     cost = own_cost.of(session)
     after = min(spent, read.after_end_ns) if read is not None else 0
-    if after > 0:
+    if after > 0 and read is not None:
         read.after_end_ns = 0  # charged once
         cost.add(semconv.UNATTRIBUTED, after)
     cost.add(semconv.PHASE_DESERIALIZE, spent - after)
