@@ -104,9 +104,9 @@ def pytest_configure(config):
     # signal, fork or evicted cache seen from outside). New such tests carry the mark.
     config.addinivalue_line("markers", "process: the test starts fresh Python processes (left out of test-fast)")
     # Tests that compare one measured start-up time with another (a projection against the
-    # start-up it predicts): `make test` runs them alone, after the rest, so that the other
-    # tests' processes do not load the 2 cores they measure on.
-    config.addinivalue_line("markers", "timing: compares measured times; run alone after the rest (make test)")
+    # start-up it predicts): `make validate` runs them alone (`make test` leaves them out), so
+    # that the other tests' processes do not load the 2 cores they measure on.
+    config.addinivalue_line("markers", "timing: compares measured times; run alone by `make validate`")
     os.environ.setdefault("OTEL_COLDSTART_SUMMARY", "0")
 
 

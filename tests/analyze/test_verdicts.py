@@ -24,8 +24,6 @@ from otel_coldstart.analyze.render_markdown import render_markdown
 from otel_coldstart.analyze.report import Report
 from otel_coldstart.metrics import StartupMetrics
 
-pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
-
 MiB = 1 << 20
 
 
@@ -124,6 +122,7 @@ def test_attribute_typing():
     assert verdicts.positive_int({"k": -1}, "k") == 0 and verdicts.positive_int({"k": "7"}, "k") == 0
 
 
+@pytest.mark.process
 def test_verdicts_import_is_light():
     """The patches import it, so it imports nothing but semconv (no torch, no analyzer)."""
     import ast
