@@ -33,14 +33,17 @@ def _processes_only_where_marked(request, monkeypatch):
     if request.node.get_closest_marker("process"):
         yield
         return
+    import _posixsubprocess
     import subprocess
 
     def refuse(*args, **kwargs):
-        raise AssertionError(f"{request.node.nodeid} starts a process: mark its module "
-                             "`pytestmark = pytest.mark.process`")
+        raise AssertionError(f"{request.node.nodeid} starts a process: mark it `@pytest.mark.process` "
+                             "(or its module, `pytestmark = pytest.mark.process`, if all its tests do)")
 
     monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse)
     monkeypatch.setattr(os, "fork", refuse)
+    # multiprocessing's spawn and forkserver start their children here, not through Popen.
+    monkeypatch.setattr(_posixsubprocess, "fork_exec", refuse)
     yield
 
 
