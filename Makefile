@@ -39,6 +39,12 @@ validate: install
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not process" -n $(XDIST)
 
+# ruff (the whole tree) and mypy (the package); the rules are in pyproject.toml, why in docs/decisions.md.
+.PHONY: lint
+lint: install
+	$(BIN)/ruff check
+	$(BIN)/mypy otel_coldstart
+
 # The fast set, the ending matrix and the exits' exports on another Python, in its own venv
 # (.venv-pyX.Y): make test-python PY=/root/.pyenv/versions/3.12.1/bin/python
 test-python:

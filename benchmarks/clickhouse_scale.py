@@ -115,10 +115,10 @@ def main() -> int:
         before = os.times()
         done = subprocess.run(command, capture_output=True, text=True)
         after = os.times()
-        line = next((l for l in done.stderr.splitlines() if l.startswith("BENCH")), done.stderr[-500:])
+        line = next((text for text in done.stderr.splitlines() if text.startswith("BENCH")), done.stderr[-500:])
         figures = dict(part.split("=") for part in line.split()[1:]) if line.startswith("BENCH") else {"error": line}
         traced = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "BENCH_TRACEMALLOC": "1"})
-        line = next((l for l in traced.stderr.splitlines() if l.startswith("BENCH")), "")
+        line = next((text for text in traced.stderr.splitlines() if text.startswith("BENCH")), "")
         figures["heap_peak_mb"] = dict(part.split("=") for part in line.split()[1:]).get("heap_peak_mb") if line else None
         figures["cpu_s"] = f"{after.children_user - before.children_user + after.children_system - before.children_system:.2f}"
         figures["load_before"] = f"{load:.2f}"

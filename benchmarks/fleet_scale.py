@@ -213,7 +213,7 @@ def main(argv=None) -> int:
             json.dump(facts, handle)
     results = {"python": sys.version.split()[0], "cpus": os.cpu_count(), **facts, "runs": []}
     print(f"{count} start-ups, {facts['spans']} spans; python {results['python']}, {os.cpu_count()} CPUs")
-    print(f"| command | wall s | CPU s | peak RSS MiB | load (1 min) before -> after |\n|---|---:|---:|---:|---|")
+    print("| command | wall s | CPU s | peak RSS MiB | load (1 min) before -> after |\n|---|---:|---:|---:|---|")
     failed = False
     cpu_so_far = 0.0
     for name, argv_ in commands(directory):

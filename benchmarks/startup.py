@@ -51,7 +51,7 @@ def run_child(side: str, fmt: str, files: list[str], trace_dir: str, gc_phase: s
     spawned_wall = time.time()
     began = time.perf_counter()
     completed = subprocess.run([common.python(), CHILD, side, fmt, *files], env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               capture_output=True, text=True)
     process_s = time.perf_counter() - began
     exited_wall = time.time()
     children_after = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -22,7 +22,6 @@ threads.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile

@@ -121,7 +121,7 @@ import contextlib  # noqa: E402
 import functools  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
-from typing import TYPE_CHECKING, Any  # noqa: E402
+from typing import TYPE_CHECKING, Any, Literal  # noqa: E402
 
 from .package import __version__  # noqa: E402
 
@@ -157,6 +157,14 @@ def _controller():
     from .controller import CONTROLLER
 
     return CONTROLLER
+
+
+def _internal_errors(where: str):
+    """The internal-error guard (``_errors.internal_errors``), loaded when first needed: only
+    where a start-up exists, so the runtime is loaded already (this face stays light)."""
+    from ._errors import internal_errors
+
+    return internal_errors(where)
 
 
 def _loaded_controller():
@@ -297,24 +305,20 @@ class phase(contextlib.ContextDecorator):
         session = None if module is None else module.ACTIVE
         container = None
         if session is not None:
-            try:
+            with _internal_errors("phase start"):
                 container = session.start_container(self.name)
-            except Exception:
-                _report_internal_error("phase start")
         stack = getattr(self._local, "stack", None)
         if stack is None:
             stack = self._local.stack = []
         stack.append(container)
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         stack = getattr(self._local, "stack", None)
         container = stack.pop() if stack else None
         if container is not None:
-            try:
+            with _internal_errors("phase end"):
                 container.finish(error=exc)
-            except Exception:
-                _report_internal_error("phase end")
         return False
 
 
@@ -322,7 +326,7 @@ class phase(contextlib.ContextDecorator):
 # True once a first request was claimed in this process: every later first_request() is
 # this one global's read (steady-state serving pays nothing else; benchmarks/RESULTS.md).
 _first_request_seen = False
-_inert_first_request = None  # made below: what first_request() returns once one was seen
+_inert_first_request: first_request | None = None  # made below: what first_request() returns once one was seen
 
 
 class first_request(contextlib.ContextDecorator):
@@ -347,7 +351,7 @@ class first_request(contextlib.ContextDecorator):
 
     def __init__(self) -> None:
         if self is not _inert_first_request:
-            self._request = None
+            self._request: Any = None  # first_token's record of the request, while it runs
             self._thread = 0
 
     def __call__(self, func):
@@ -384,25 +388,21 @@ class first_request(contextlib.ContextDecorator):
         if session is None:
             return self  # not instrumented (yet): nothing to record into, and nothing claimed
         _first_request_seen = True
-        try:
+        request = None
+        with _internal_errors("first request start"):
             from .first_token import begin
 
             request = begin(session)
-        except Exception:
-            _report_internal_error("first request start")
-            return self
         if request is not None:
             self._request, self._thread = request, threading.get_ident()
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         request = self._request
         if request is not None and self._thread == threading.get_ident():
             self._request = None
-            try:
+            with _internal_errors("first request end"):
                 request.end(exc)
-            except Exception:
-                _report_internal_error("first request end")
         return False
 
 

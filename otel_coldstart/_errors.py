@@ -7,7 +7,13 @@ loudly on any of them (see tests/conftest.py).
 
 Two spellings of the same rule: ``with internal_errors("site"):`` around a block of our own
 code (the usual one), and :func:`report_internal_error` inside an ``except Exception`` block
-where the code must go on differently after a failure (return a default, fall back).
+where the code must go on differently after a failure (return a default, fall back, clean
+up), or in a wrapper run on every call of the host (a tensor's ``.to()``, a read, an
+import): there a ``try`` costs nothing until it fails, and the guard is an object per call.
+
+An ``except Exception`` that reports nothing says why on its line: the host's own objects
+probed (its failure is its own, and its call raises it), a device call the host's error may
+surface in, the exit or a signal handler (nobody left to tell).
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ def _remove_filter() -> None:
     while _installed:
         entry = _installed.pop()
         try:
-            warnings.filters.remove(entry)
+            warnings.filters.remove(entry)  # type: ignore[attr-defined]  # a list at runtime (typeshed: Sequence)
         except ValueError:  # the host reset the filters meanwhile
             pass
     mutated = getattr(warnings, "_filters_mutated", None)

@@ -60,7 +60,7 @@ def install() -> None:
     if callable(current):
         if current is not _showwarnmsg:
             _previous_showwarnmsg = current
-            warnings._showwarnmsg = _showwarnmsg
+            warnings._showwarnmsg = _showwarnmsg  # type: ignore[attr-defined]  # CPython's private hook
     elif warnings.showwarning is not _showwarning:
         _previous_showwarning = warnings.showwarning
         warnings.showwarning = _showwarning
@@ -76,11 +76,11 @@ def uninstall() -> None:
         warnings.showwarning = _previous_showwarning
     _previous_showwarning = None
     if getattr(warnings, "_showwarnmsg", None) is _showwarnmsg and _previous_showwarnmsg is not None:
-        warnings._showwarnmsg = _previous_showwarnmsg
+        warnings._showwarnmsg = _previous_showwarnmsg  # type: ignore[attr-defined]  # CPython's private hook
     _previous_showwarnmsg = None
     if _our_filter is not None:
         try:
-            warnings.filters.remove(_our_filter)
+            warnings.filters.remove(_our_filter)  # type: ignore[attr-defined]  # a list at runtime (typeshed: Sequence)
             mutated = getattr(warnings, "_filters_mutated", None)
             if mutated is not None:
                 mutated()
@@ -136,7 +136,7 @@ def _redispatched(message, category, filename, lineno, source=None) -> bool:
 
 def _showwarnmsg(msg) -> None:
     if not _redispatched(msg.message, msg.category, msg.filename, msg.lineno, getattr(msg, "source", None)):
-        (_previous_showwarnmsg or warnings._showwarnmsg_impl)(msg)
+        (_previous_showwarnmsg or warnings._showwarnmsg_impl)(msg)  # type: ignore[attr-defined]  # CPython's private hook
 
 
 def _showwarning(message, category, filename, lineno, file=None, line=None):

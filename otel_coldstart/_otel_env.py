@@ -80,20 +80,95 @@ def otlp_protocol(signal: str) -> str | None:
     return value.strip() if value and value.strip() else None
 
 
-def load_exporter_class(signal: str, name: str):
-    """The exporter class an installed package registers under ``name`` for ``signal``
-    (the SDK's lookup), or None with a warning when there is none or it cannot be imported."""
-    variable = EXPORTER_VARIABLE[signal]
-    try:
-        from importlib.metadata import entry_points
+# The exporters the plugin knows by name, per signal: (module, class, the distribution's
+# package probed for presence without importing the exporter; None: the SDK, a dependency).
+# Imported only when made. Any other name is looked up among entry points, as the SDK does.
+KNOWN_EXPORTERS = {
+    "traces": {
+        "console": ("opentelemetry.sdk.trace.export", "ConsoleSpanExporter", None),
+        OTLP_GRPC: ("opentelemetry.exporter.otlp.proto.grpc.trace_exporter", "OTLPSpanExporter",
+                    "opentelemetry.exporter.otlp.proto.grpc"),
+        OTLP_HTTP: ("opentelemetry.exporter.otlp.proto.http.trace_exporter", "OTLPSpanExporter",
+                    "opentelemetry.exporter.otlp.proto.http"),
+    },
+    "metrics": {
+        "console": ("opentelemetry.sdk.metrics.export", "ConsoleMetricExporter", None),
+        OTLP_GRPC: ("opentelemetry.exporter.otlp.proto.grpc.metric_exporter", "OTLPMetricExporter",
+                    "opentelemetry.exporter.otlp.proto.grpc"),
+        OTLP_HTTP: ("opentelemetry.exporter.otlp.proto.http.metric_exporter", "OTLPMetricExporter",
+                    "opentelemetry.exporter.otlp.proto.http"),
+    },
+}
 
-        found = [ep for ep in entry_points(group=ENTRY_POINT_GROUP[signal]) if ep.name == name]
-        if not found:
-            logger.warning("otel-coldstart: %s names %r, which no installed package provides: that "
-                           "exporter is left out", variable, name)
-            return None
-        return found[0].load()
-    except Exception as exc:  # an exporter package that does not import: the host still runs
-        logger.warning("otel-coldstart: %s=%s: cannot load exporter %r (%s: %s): it is left out",
-                       variable, os.environ.get(variable, ""), name, type(exc).__name__, exc)
+
+def otlp_endpoint_configured(signal: str) -> bool:
+    """Whether the standard variables name an OTLP endpoint for ``signal`` (traces, metrics)."""
+    specific = f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT"
+    return bool(os.environ.get(specific) or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+
+
+def chosen_exporters(signal: str) -> tuple[list[str], str] | None:
+    """The exporters ``signal`` goes to, and what chose them: those ``OTEL_<SIGNAL>_EXPORTER``
+    names (``[]`` for ``none``), else the embedded default's OTLP when an endpoint is set
+    (the spec's ``http/protobuf`` unless the protocol variable says ``grpc``; the SDK's
+    ``otlp`` defaults to grpc: :func:`exporter_names`); None when neither is set."""
+    named = exporter_names(signal)
+    if named is not None:
+        return named, EXPORTER_VARIABLE[signal]
+    if not otlp_endpoint_configured(signal):
         return None
+    grpc = (otlp_protocol(signal) or "http/protobuf").lower() == "grpc"
+    specific = f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT"
+    return [OTLP_GRPC if grpc else OTLP_HTTP], specific if os.environ.get(specific) else "OTEL_EXPORTER_OTLP_ENDPOINT"
+
+
+def exporter_installed(signal: str, name: str) -> bool:
+    """Whether the known exporter ``name`` is installed, probed without importing it
+    (find_spec imports only the namespace packages above the probed one); one that is not is
+    left out, with the warning :func:`make_exporter` gives."""
+    package = KNOWN_EXPORTERS[signal][name][2]
+    if package is None:
+        return True
+    from importlib.util import find_spec
+
+    try:
+        if find_spec(package) is not None:
+            return True
+    except (ImportError, ValueError):
+        pass
+    exporter_left_out(signal, name, ModuleNotFoundError(f"No module named {package!r}"))
+    return False
+
+
+def exporter_class(signal: str, name: str):
+    """The class of the exporter ``name`` for ``signal``: a known one from its module, any
+    other the one an installed package registers under that name (the SDK's lookup).
+    Raises when there is none or it does not import."""
+    known = KNOWN_EXPORTERS[signal].get(name)
+    if known is not None:
+        import importlib
+
+        return getattr(importlib.import_module(known[0]), known[1])
+    from importlib.metadata import entry_points
+
+    found = [ep for ep in entry_points(group=ENTRY_POINT_GROUP[signal]) if ep.name == name]
+    if not found:
+        raise LookupError(f"no installed package provides {name!r} in {ENTRY_POINT_GROUP[signal]}")
+    return found[0].load()
+
+
+def make_exporter(signal: str, name: str, wrap=None):
+    """The exporter ``name``, made with no arguments as the SDK makes it (it reads its own
+    ``OTEL_EXPORTER_*`` variables), then ``wrap``-ped if given (a reader around it); None,
+    with a warning, when that fails: not installed, or refusing its configuration."""
+    try:
+        made = exporter_class(signal, name)()
+        return made if wrap is None else wrap(made)
+    except Exception as exc:  # the host still runs, without this exporter
+        exporter_left_out(signal, name, exc)
+        return None
+
+
+def exporter_left_out(signal: str, name: str, exc: BaseException) -> None:
+    logger.warning("otel-coldstart: cannot make the %s exporter %r (%s: %s): it is left out", signal, name,
+                   type(exc).__name__, exc)

@@ -74,9 +74,6 @@ def _launcher_context():
     return None
 
 
-_rank_attributes = rank_attributes  # re-exported (instrumentor, tests)
-
-
 class Controller:
     """One per process (``CONTROLLER``). See :func:`otel_coldstart.instrument` for options."""
 

@@ -144,8 +144,8 @@ def load(directory: str, dtype: str = "float16") -> dict:
     import otel_coldstart
 
     with otel_coldstart.phase("import_libraries"):
-        import torch
-        from safetensors import safe_open
+        import torch  # noqa: F401 - imported here so that the phase holds their import time
+        from safetensors import safe_open  # noqa: F401
 
     shape = LlamaShape()
     with otel_coldstart.phase("build_model"):

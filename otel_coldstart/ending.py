@@ -167,7 +167,7 @@ class _KeyboardInterruptFlag:
                 stream.flush()
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
-        except Exception:
+        except Exception:  # inside the SIGINT ending: the exit goes on with Python's own status
             pass
 
 
@@ -354,7 +354,7 @@ def _bind_setsig():
         setsig.argtypes = (ctypes.c_int, ctypes.c_void_p)
         setsig.restype = ctypes.c_void_p
         return setsig
-    except Exception:
+    except Exception:  # no ctypes or no such symbol: the caller exits with the status instead
         return None
 
 
@@ -365,7 +365,7 @@ def _die_of_sigterm(setsig) -> None:
             setsig(signal.SIGTERM, None)  # SIG_DFL is the null handler
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(1.0)  # delivery is immediate; this is only a guard
-    except Exception:
+    except Exception:  # dying of SIGTERM from a handler: _exit below ends it either way
         pass
     os._exit(128 + signal.SIGTERM)  # the shell's spelling of "killed by SIGTERM"
 

@@ -33,7 +33,8 @@ from opentelemetry import trace
 
 from . import _otel_env, own_tracing
 from ._bounded import run_bounded
-from .otlp_json import spans_to_otlp_json, spans_to_otlp_json_line  # noqa: F401  (re-exported: readers and tests use it here)
+from ._otel_env import otlp_endpoint_configured  # noqa: F401  (startup.py reads it here)
+from .otlp_json import spans_to_otlp_json_line
 
 DEFAULT_OUTPUT_DIR = "otel-coldstart-traces"
 FILE_SUFFIX = ".otlp.jsonl"
@@ -119,9 +120,6 @@ def _sdk_file_exporter_class():
         def outcome(self) -> str:
             return self.file.outcome()
 
-        def shutdown(self) -> None:
-            pass
-
         def force_flush(self, timeout_millis: int = 30000) -> bool:
             return True
 
@@ -138,12 +136,6 @@ def default_trace_path(output_dir: str | None = None) -> str:
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now_ns // 1_000_000_000))
     name = f"startup-{stamp}.{now_ns % 1_000_000_000:09d}Z-{os.getpid()}{FILE_SUFFIX}"
     return os.path.abspath(os.path.join(directory, name))
-
-
-def otlp_endpoint_configured(signal: str = "traces") -> bool:
-    """Whether the standard variables name an OTLP endpoint for ``signal`` (traces, metrics)."""
-    specific = f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT"
-    return bool(os.environ.get(specific) or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
 
 
 def default_resource():
@@ -211,7 +203,7 @@ def create_resource(attributes: dict):
                 default_service_name += f":{os.path.basename(sys.executable)}"
             resource = resource.merge(Resource({resources.SERVICE_NAME: default_service_name}))
         return resource
-    except Exception:
+    except Exception:  # the SDK's internals moved: its own Resource.create
         return Resource.create(attributes)
 
 
@@ -237,22 +229,9 @@ class ExportSetup:
             export_in_background()
 
 
-# The exporters OTEL_TRACES_EXPORTER may name that the plugin can make lazily, on the thread
-# that first exports: (module, class, the distribution's package, probed for presence without
-# importing the exporter). Any other name is an entry point, looked up at once.
-_KNOWN_EXPORTERS = {
-    "console": ("opentelemetry.sdk.trace.export", "ConsoleSpanExporter", None),  # the SDK: a dependency
-    _otel_env.OTLP_GRPC: ("opentelemetry.exporter.otlp.proto.grpc.trace_exporter", "OTLPSpanExporter",
-                          "opentelemetry.exporter.otlp.proto.grpc"),
-    _otel_env.OTLP_HTTP: ("opentelemetry.exporter.otlp.proto.http.trace_exporter", "OTLPSpanExporter",
-                          "opentelemetry.exporter.otlp.proto.http"),
-}
-
-
 def configure_tracing(tracer_provider: trace.TracerProvider | None, output_dir: str | None) -> ExportSetup:
-    """Where spans go (see the module's docstring). When the plugin owns the export, its
-    provider is :class:`own_tracing.OwnTracerProvider` (no SDK on the host's thread) unless
-    the environment sets something only the SDK can honour."""
+    """Where spans go (see the module's docstring): a host's provider as it is, else the
+    provider :func:`build_provider` makes for what the environment chose."""
     if tracer_provider is not None:
         return ExportSetup(tracer_provider, False, None, "the tracer provider passed to instrument()")
     global_provider = trace.get_tracer_provider()
@@ -261,109 +240,51 @@ def configure_tracing(tracer_provider: trace.TracerProvider | None, output_dir: 
     if _otel_env.sdk_disabled():
         return ExportSetup(trace.NoOpTracerProvider(), False, None, "nowhere (OTEL_SDK_DISABLED=true)",
                            exports=False)
-    named = _otel_env.exporter_names("traces")
-    own = (own_tracing.usable() and not own_tracing.sdk_settings_in_environment()
-           and all(name in _KNOWN_EXPORTERS for name in named or ()))
-    if named is not None:  # the user chose: exactly those exporters, as the SDK would
-        if own:
-            makers = []
-            for name in named:
-                if _installed(name):
-                    makers.append((name, _exporter_maker(name)))
-                else:
-                    _exporter_left_out(name, ModuleNotFoundError(f"No module named {_KNOWN_EXPORTERS[name][2]!r}"))
-            provider = _own_provider_for_exporters(makers)
-            described = ", ".join(_KNOWN_EXPORTERS[name][1] for name, _ in makers) or "no exporter"
-            return ExportSetup(provider, True, None, f"{described} (OTEL_TRACES_EXPORTER)", exports=bool(makers))
-        provider = _sdk_provider()
-        exporters = [e for e in (_named_span_exporter(name) for name in named) if e is not None]
-        for exporter in exporters:
-            _add_batch_processor(provider, exporter)
-        described = ", ".join(type(e).__name__ for e in exporters) or "no exporter"
-        return ExportSetup(provider, True, None, f"{described} (OTEL_TRACES_EXPORTER)", exports=bool(exporters))
-    if otlp_endpoint_configured():
-        # The embedded default's protocol is the spec's, http/protobuf (OTEL_TRACES_EXPORTER=otlp
-        # is the SDK's, grpc: _otel_env).
-        grpc = (_otel_env.otlp_protocol("traces") or "http/protobuf").lower() == "grpc"
-        name, kind = (_otel_env.OTLP_GRPC, "grpc") if grpc else (_otel_env.OTLP_HTTP, "http")
-        if own and _installed(name):
-            return ExportSetup(_own_provider_for_exporters([(name, _exporter_maker(name))]), True, None,
-                               f"OTLP ({kind})")
-        provider = _sdk_provider()
-        _add_batch_processor(provider, _exporter_maker(name)())
-        return ExportSetup(provider, True, None, f"OTLP ({kind})")
+    chosen = _otel_env.chosen_exporters("traces")
+    if chosen is not None:
+        return build_provider(*chosen)
     path = default_trace_path(output_dir)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    if own:
-        file = OtlpJsonFile(path)
-        provider = own_tracing.OwnTracerProvider(default_resource(), file)
+    return build_provider([], "the embedded default", path)
+
+
+def _exporter_factory(name: str):
+    """Makes the span exporter ``name`` when called (on our export thread, at the first export)."""
+    return lambda: _otel_env.exporter_class("traces", name)()
+
+
+def build_provider(names: list[str], chosen_by: str, file_path: str | None = None) -> ExportSetup:
+    """Our tracer provider, exporting to the exporters ``names`` (those that can be made; the
+    setting ``chosen_by`` chose them) or to the OTLP JSON file at ``file_path``. It is
+    :class:`own_tracing.OwnTracerProvider` (no SDK on the host's thread; exporters made on our
+    thread at the first export) unless the environment sets something only the SDK can
+    honour, or names an exporter we do not know."""
+    known = _otel_env.KNOWN_EXPORTERS["traces"]
+    if (own_tracing.usable() and not own_tracing.sdk_settings_in_environment()
+            and all(name in known for name in names)):
+        names = [name for name in names if _otel_env.exporter_installed("traces", name)]
+        file = OtlpJsonFile(file_path) if file_path else None
+        sink = file or own_tracing.SdkExporters(
+            [(name, _exporter_factory(name)) for name in names],
+            lambda name, exc: _otel_env.exporter_left_out("traces", name, exc))
+        provider: trace.TracerProvider = own_tracing.OwnTracerProvider(default_resource(), sink)
     else:
-        provider = _sdk_provider()
-        exporter = _sdk_file_exporter_class()(path)
-        file = exporter.file
-        _add_batch_processor(provider, exporter)
-    return ExportSetup(provider, True, path, f"OTLP JSON file {path}", file)
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-
-def _own_provider_for_exporters(makers) -> "own_tracing.OwnTracerProvider":
-    return own_tracing.OwnTracerProvider(default_resource(), own_tracing.SdkExporters(makers, _exporter_left_out))
-
-
-def _sdk_provider():
-    from opentelemetry.sdk.trace import TracerProvider
-
-    return TracerProvider(resource=sdk_resource(default_resource()), shutdown_on_exit=False)
-
-
-def _add_batch_processor(provider, exporter) -> None:
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-    provider.add_span_processor(BatchSpanProcessor(exporter))
-
-
-def _installed(name: str) -> bool:
-    """Whether the exporter ``name`` is installed, without importing it (find_spec imports
-    only the namespace packages above the probed one)."""
-    package = _KNOWN_EXPORTERS[name][2]
-    if package is None:
-        return True
-    from importlib.util import find_spec
-
-    try:
-        return find_spec(package) is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def _exporter_maker(name: str):
-    module_name, class_name, _ = _KNOWN_EXPORTERS[name]
-
-    def make():
-        import importlib
-
-        return getattr(importlib.import_module(module_name), class_name)()
-
-    return make
-
-
-def _exporter_left_out(name: str, exc: Exception) -> None:
-    _otel_env.logger.warning("otel-coldstart: OTEL_TRACES_EXPORTER: cannot make exporter %r (%s: %s): "
-                             "it is left out", name, type(exc).__name__, exc)
-
-
-def _named_span_exporter(name: str):
-    """One exporter named in ``OTEL_TRACES_EXPORTER`` (after ``otlp`` was resolved), made
-    with no arguments as the SDK makes it (it reads its own ``OTEL_EXPORTER_*`` variables)."""
-    try:
-        if name in _KNOWN_EXPORTERS:
-            return _exporter_maker(name)()
-        exporter_class = _otel_env.load_exporter_class("traces", name)
-        if exporter_class is None:
-            return None
-        return exporter_class()
-    except Exception as exc:  # not installed, or refuses its configuration: leave it out
-        _exporter_left_out(name, exc)
-        return None
+        provider = TracerProvider(resource=sdk_resource(default_resource()), shutdown_on_exit=False)
+        file = None
+        if file_path:
+            exporters = [_sdk_file_exporter_class()(file_path)]
+            file = exporters[0].file
+        else:
+            made = [(name, _otel_env.make_exporter("traces", name)) for name in names]
+            names = [name for name, exporter in made if exporter is not None]
+            exporters = [exporter for _, exporter in made if exporter is not None]
+        for exporter in exporters:
+            provider.add_span_processor(BatchSpanProcessor(exporter))
+    description = f"OTLP JSON file {file_path}" if file_path else f"{', '.join(names) or 'no exporter'} ({chosen_by})"
+    return ExportSetup(provider, True, file_path, description, file, exports=bool(names or file_path))
 
 
 def flush(setup: ExportSetup, timeout_s: float, *, wait: bool = True) -> None:
@@ -453,16 +374,11 @@ def otlp_endpoint(signal: str = "traces") -> tuple[str, int] | None:
     """(host, port) of the OTLP collector the standard variables send ``signal`` to, as the
     SDK's exporters read them (the signal's endpoint, else the general one, else the
     protocol's default port on localhost); None when no OTLP exporter is named or configured."""
-    names = _otel_env.exporter_names(signal)
-    if names is not None:
-        otlp = [n for n in names if n in (_otel_env.OTLP_GRPC, _otel_env.OTLP_HTTP)]
-        if not otlp:
-            return None
-        grpc = otlp[0] == _otel_env.OTLP_GRPC
-    elif otlp_endpoint_configured(signal):
-        grpc = (_otel_env.otlp_protocol(signal) or "http/protobuf").lower() == "grpc"
-    else:
+    names, _ = _otel_env.chosen_exporters(signal) or ([], "")
+    otlp = [n for n in names if n in (_otel_env.OTLP_GRPC, _otel_env.OTLP_HTTP)]
+    if not otlp:
         return None
+    grpc = otlp[0] == _otel_env.OTLP_GRPC
     url = (os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
            or ("http://localhost:4317" if grpc else "http://localhost:4318")).strip()
     from urllib.parse import urlsplit

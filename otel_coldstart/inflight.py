@@ -375,10 +375,8 @@ class ProgressBoard:
     def _run(self) -> None:
         tick = self.tick_s
         if self.progress_interval_s > 0:
-            try:  # the first record at once: the start-up is on disk from instrument() on
+            with internal_errors("inflight monitor"):  # the first record at once: the start-up is on disk from instrument() on
                 self.tick(first=True)
-            except Exception:
-                report_internal_error("inflight monitor")
         while not self._stop.wait(tick):
             # Both import modules that evaluate generated source (ending.SOURCE_EVALS): never
             # while the process is exiting on a KeyboardInterrupt.

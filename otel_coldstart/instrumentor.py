@@ -12,7 +12,7 @@ from typing import Any, Collection
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
-from .controller import CONTROLLER, _launcher_context, _rank_attributes  # noqa: F401 (re-exported)
+from .controller import CONTROLLER
 from .package import _instruments
 
 

@@ -25,7 +25,7 @@ analyzer shows it as the context that encloses the start-ups, not as a phase of 
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -33,7 +33,7 @@ from opentelemetry.trace import Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from . import export, semconv
-from ._errors import report_internal_error
+from ._errors import internal_errors
 from .controller import _launcher_context
 
 # The lowercase spellings vLLM writes: a child given our parent must not prefer a stale one.
@@ -77,8 +77,8 @@ class Launch:
         self._tracer_provider = tracer_provider
         self._output_dir = output_dir
         self._setup: export.ExportSetup | None = None
-        self._span = None
-        self._token = None
+        self._span: Any = None  # the launch span, while it runs
+        self._token: Any = None
 
     @property
     def trace_file(self) -> str | None:
@@ -117,17 +117,15 @@ class Launch:
         self._token = otel_context.attach(trace.set_span_in_context(self._span))
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         token, self._token = self._token, None
         if token is not None:
             otel_context.detach(token)
-        try:
+        with internal_errors("launch span end"):
             if exc is not None:
                 self._span.record_exception(exc)
                 self._span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
             self._span.end()
             # Bounded: an unreachable collector must not hold the launcher's exit.
             export.finish(self._setup, self.export_timeout_s)
-        except Exception:
-            report_internal_error("launch span end")
         return False

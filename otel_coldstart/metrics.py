@@ -17,6 +17,7 @@ point carries (the root span's trace id), not through a label.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import uuid
@@ -30,7 +31,6 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext
 
 from . import _otel_env, semconv, verdicts
 from ._bounded import exiting, run_bounded
-from .export import otlp_endpoint_configured
 from ._errors import logger
 from .analyze.breakdown import LINK_PHASES, Breakdown, bandwidth_sample, link_of
 from .analyze.model import Span
@@ -148,10 +148,6 @@ class StartupFacts:
     shard_positions: tuple[str, ...] = field(default_factory=tuple)  # per breakdown.shards
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
 def startup_facts(breakdown: Breakdown, records: Iterable[Span]) -> StartupFacts:
     root = breakdown.root
     window = [s for s in records if not s.is_root and verdicts.in_startup_window(s, root)]
@@ -160,10 +156,10 @@ def startup_facts(breakdown: Breakdown, records: Iterable[Span]) -> StartupFacts
     for span in window:
         if span.phase in BANDWIDTH_PHASES and span.is_aggregate:
             entry = sums[span.phase]
-            entry["bytes"] += _int(span.attributes.get(semconv.BYTES))
+            entry["bytes"] += verdicts.positive_int(span.attributes, semconv.BYTES)
             entry["busy_ns"] += span.busy_ns
-            entry["pinned"] += _int(span.attributes.get(semconv.COPY_PINNED_BYTES))
-            entry["pageable"] += _int(span.attributes.get(semconv.COPY_PAGEABLE_BYTES))
+            entry["pinned"] += verdicts.positive_int(span.attributes, semconv.COPY_PINNED_BYTES)
+            entry["pageable"] += verdicts.positive_int(span.attributes, semconv.COPY_PAGEABLE_BYTES)
             sample = bandwidth_sample(span)
             if sample is not None:
                 entry["timed_bytes"] += sample[0]
@@ -358,19 +354,13 @@ class MetricsSetup:
             if getattr(reader, "_export_interval_millis", None) == float("inf"):
                 # Made at the exit without a thread (periodic_reader): its shutdown exports
                 # nothing, so its one export happens here, on this thread.
-                run_bounded(lambda r=reader: r.force_flush(timeout_millis=timeout_s * 1000), timeout_s)
+                run_bounded(functools.partial(reader.force_flush, timeout_millis=timeout_s * 1000), timeout_s)
         shutdown = getattr(self.provider, "shutdown", None)
         if shutdown is not None:
             run_bounded(lambda: shutdown(timeout_millis=timeout_s * 1000), timeout_s)
         if server is not None:
             server.shutdown()
             server.server_close()
-
-
-def metrics_exporters() -> list[str] | None:
-    """``OTEL_METRICS_EXPORTER`` as the SDK reads it (``otlp`` resolved to its protocol):
-    ``[]`` for ``none``, None when unset (the embedded default decides)."""
-    return _otel_env.exporter_names("metrics")
 
 
 def configure_metrics(meter_provider: metrics.MeterProvider | None,
@@ -394,10 +384,9 @@ def configure_metrics(meter_provider: metrics.MeterProvider | None,
     global_provider = metrics.get_meter_provider()
     if _is_sdk_provider(global_provider):
         return MetricsSetup(global_provider, False, "the globally configured meter provider")
-    named = metrics_exporters()
-    if named == []:
+    names, chosen_by = _otel_env.chosen_exporters("metrics") or ([], None)
+    if chosen_by and not names:
         return MetricsSetup(global_provider, False, "OTEL_METRICS_EXPORTER=none")
-    names = named or []
     readers = []
     described = []
     address = None
@@ -417,17 +406,12 @@ def configure_metrics(meter_provider: metrics.MeterProvider | None,
             port = prometheus_port if prometheus_port is not None else int(
                 os.environ.get("OTEL_EXPORTER_PROMETHEUS_PORT") or DEFAULT_PROMETHEUS_PORT)
             address = (host, port)
-    if named is None and otlp_endpoint_configured("metrics"):
-        exporter = _otlp_metric_exporter()
-        push_reader = periodic_reader(exporter)
-        readers.append(push_reader)
-        described.append(f"OTLP ({type(exporter).__module__.split('.')[-2]})")
     for name in names:
         if name != "prometheus":
-            reader = _named_metric_reader(name)
+            reader = _otel_env.make_exporter("metrics", name, _reader_for)
             if reader is not None:
                 readers.append(reader)
-                described.append(f"{name} (OTEL_METRICS_EXPORTER)")
+                described.append(f"{name} ({chosen_by})")
     if not readers:
         return MetricsSetup(global_provider, False, "the global meter provider (none configured)")
 
@@ -489,39 +473,12 @@ def periodic_reader(exporter):
     return PeriodicExportingMetricReader(exporter)
 
 
-def _named_metric_reader(name: str):
-    """A reader for one exporter named in ``OTEL_METRICS_EXPORTER`` (``otlp`` already
-    resolved), made as the SDK makes it: a pull reader as it is, a push exporter behind a
-    periodic reader."""
-    try:
-        from opentelemetry.sdk.metrics.export import MetricReader
+def _reader_for(made):
+    """What the SDK makes of a metrics exporter: a pull reader as it is, a push exporter
+    behind a periodic reader."""
+    from opentelemetry.sdk.metrics.export import MetricReader
 
-        if name == "console":
-            from opentelemetry.sdk.metrics.export import ConsoleMetricExporter as component
-        elif name == _otel_env.OTLP_GRPC:
-            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as component
-        elif name == _otel_env.OTLP_HTTP:
-            from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as component
-        else:
-            component = _otel_env.load_exporter_class("metrics", name)
-            if component is None:
-                return None
-        made = component()
-        return made if isinstance(made, MetricReader) else periodic_reader(made)
-    except Exception as exc:  # not installed, or refuses its configuration: leave it out
-        logger.warning("otel-coldstart: OTEL_METRICS_EXPORTER: cannot make exporter %r (%s: %s): it is left out",
-                       name, type(exc).__name__, exc)
-        return None
-
-
-def _otlp_metric_exporter():
-    protocol = (os.environ.get("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL") or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-                or "http/protobuf").strip().lower()
-    if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-    else:
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-    return OTLPMetricExporter()
+    return made if isinstance(made, MetricReader) else periodic_reader(made)
 
 
 def flush(setup: MetricsSetup | None, timeout_s: float, *, wait: bool = True) -> None:
@@ -541,4 +498,4 @@ def flush(setup: MetricsSetup | None, timeout_s: float, *, wait: bool = True) ->
             targets = [setup.provider] if hasattr(setup.provider, "force_flush") else []
     millis = max(timeout_s, 1.0) * 1000  # the export itself gets time even when we do not wait
     for target in targets:
-        run_bounded(lambda target=target: target.force_flush(timeout_millis=millis), timeout_s if wait else 0.0)
+        run_bounded(functools.partial(target.force_flush, timeout_millis=millis), timeout_s if wait else 0.0)

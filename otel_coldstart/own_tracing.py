@@ -166,7 +166,7 @@ def usable() -> bool:
             api_ok = hasattr(BoundedAttributes, "_set_items") and hasattr(Link(SpanContext(1, 1, False)),
                                                                           "_attributes")
             _usable = parts >= OWN_PROVIDER_MIN_SDK and api_ok
-        except Exception:
+        except Exception:  # a version or an API we cannot read: the SDK's own provider
             _usable = False
     return _usable
 

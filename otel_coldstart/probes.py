@@ -16,16 +16,17 @@ import mmap
 import os
 import sys
 import time
+from typing import Any, Callable
 
 from ._regular_files import open_regular, open_regular_fd
 
 try:
     import resource
 except ImportError:  # Windows
-    resource = None  # type: ignore[assignment]
+    resource = None
 
 
-def _thread_usage_probe() -> tuple[object | None, str | None]:
+def _thread_usage_probe() -> tuple[Callable[[int], Any] | None, str | None]:
     """``(getrusage, None)`` if per-thread storage reads can be counted here, else
     ``(None, reason)``. ``ru_inblock`` of ``RUSAGE_THREAD`` is the kernel's per-task
     read_bytes in 512-byte units on Linux only (other systems count operations, not blocks)."""

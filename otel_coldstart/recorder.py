@@ -67,7 +67,7 @@ class ThreadState:
         self.capturing = 0
         self.acc: _Accumulator | None = None
         self.lock = threading.RLock()  # re-entrant: a signal handler on this thread may end the start-up mid-add
-        self.io_mark = None
+        self.io_mark: probes.ThreadIO | None = None
 
 
 _threads = threading.local()
@@ -122,14 +122,14 @@ class _Accumulator:
         self.recorder = recorder
         self.context = _NOT_LOOKED_UP
         self.generation = -1
-        self.parent = None
-        self.parent_key = None
+        self.parent: Any = None  # a SpanContext or a PendingParent
+        self.parent_key: Hashable = None
         self.slots: dict[tuple, Aggregate] = {}  # (parent key, phase, detail) -> this thread's aggregate
         # The aggregate the last call joined, its phase and detail: the next call with the same
         # parent, phase and (the same object for) detail joins it without a key and a lookup.
         self.last: Aggregate | None = None
-        self.last_phase = None
-        self.last_detail = None
+        self.last_phase: str | None = None
+        self.last_detail: Hashable = None
 
 
 _NOT_LOOKED_UP = object()
@@ -172,7 +172,7 @@ class Aggregate:
         self.settle: Callable[["Aggregate", float | None], bool] | None = None
         # The owning thread's lock (ThreadState.lock): its additions and the close that
         # takes it for writing exclude each other. Closed: taken; later calls start another.
-        self.lock: threading.Lock | None = None
+        self.lock: threading.RLock | None = None  # the adding thread's ThreadState.lock
         self.closed = False
 
     def run_end_hooks(self) -> None:

@@ -462,16 +462,18 @@ LIST_ATTRIBUTES = {
     IMPORT_PACKAGES_S: "double",
     "process.command_args": "string",  # OTel semconv; on the coldstart.launch span of `otel-coldstart run`
 }
-# --- model delivery: downloads (issue 37; patches/huggingface_hub.py, patches/s3.py) -------
+# --- model delivery: downloads (issue 37; patches/huggingface_hub.py, s3.py, fsspec.py) ---
 # One span per file fetched for the start-up (or found in the local cache), phase download;
 # the requests made for metadata (HEAD of a file, repo info, revision resolution, a Xet
 # token) are spans of their own, so a fully cached start still shows its round trips.
 SPAN_DOWNLOAD_FILE = "coldstart.download.file"  # one file: hf_hub_download, an S3 object
 SPAN_DOWNLOAD_SNAPSHOT = "coldstart.download.snapshot"  # snapshot_download: parent of its files
 SPAN_DOWNLOAD_METADATA = "coldstart.download.metadata"  # one metadata request to the hub
-DOWNLOAD_SOURCE = "coldstart.download.source"  # huggingface_hub | s3
+DOWNLOAD_SOURCE = "coldstart.download.source"  # huggingface_hub | s3 | fsspec | runai_streamer
 DOWNLOAD_SOURCE_HF = "huggingface_hub"
 DOWNLOAD_SOURCE_S3 = "s3"
+DOWNLOAD_SOURCE_FSSPEC = "fsspec"  # a remote file opened through an fsspec file system
+DOWNLOAD_SOURCE_RUNAI = "runai_streamer"  # an object-store file the Run:ai Model Streamer streamed
 DOWNLOAD_REPO = "coldstart.download.repo"  # the hub repo id (org/name), or the S3 bucket
 DOWNLOAD_REPO_TYPE = "coldstart.download.repo_type"  # model | dataset | space (hub)
 DOWNLOAD_FILENAME = "coldstart.download.filename"  # the file in the repo, or the S3 key
@@ -489,7 +491,7 @@ DOWNLOAD_RESUMED = "coldstart.download.resumed"  # true: a transfer went on from
 DOWNLOAD_RETRIES = "coldstart.download.retries"  # transfers started again after a failure
 DOWNLOAD_RETRY_REASONS = "coldstart.download.retry_reasons"  # string[]: the error type of each
 DOWNLOAD_TRANSFER_S = "coldstart.download.transfer_s"  # seconds moving bytes (retries' waits included)
-DOWNLOAD_TRANSPORT = "coldstart.download.transport"  # http | xet | s3
+DOWNLOAD_TRANSPORT = "coldstart.download.transport"  # http | xet | s3 | the fsspec protocol (hf, s3, gcs, https…)
 DOWNLOAD_NOT_FOUND = "coldstart.download.not_found"  # true: the hub has no such file (an optional one probed)
 DOWNLOAD_FILES = "coldstart.download.files"  # on a snapshot span: files it returned
 # On a metadata span.

@@ -305,7 +305,7 @@ class StartupSession:
         if parent is None:
             parent = self.parent_span_context()
         start = time.time_ns() if start_ns is None else start_ns
-        attrs = {semconv.PHASE: phase}
+        attrs: dict = {semconv.PHASE: phase}
         attrs.update(_thread_attributes())
         if self.ended:
             attrs[semconv.AFTER_READY] = True
@@ -352,7 +352,7 @@ class StartupSession:
         """Write a finished span after the fact (aggregates, pending parents)."""
         if self.pid != os.getpid():
             return _FORKED_COPY  # the parent's session, inherited by a forked child: not ours
-        attrs = {semconv.PHASE: phase}
+        attrs: dict = {semconv.PHASE: phase}
         # Aggregates flushed at the end cover work done before it: not after-ready.
         if self.ended and (self.end_ns is None or start_ns >= self.end_ns):
             attrs[semconv.AFTER_READY] = True

@@ -248,7 +248,7 @@ class Startup:
         provider the host configured keeps its own schedule."""
         from . import inflight
 
-        setup, options = self.setup, self.options
+        options = self.options
         flush = self._own_flush()
         labels = None
         if metrics_setup is not None:

@@ -14,21 +14,27 @@ with the attributes of :class:`~otel_coldstart.analyze.model.Span` or ``PhaseTim
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from . import semconv
 
 # --- attribute typing -------------------------------------------------------------------
+# The one set of typed attribute readers, each ``(attributes, key)``, and one rule for a bad
+# value: a value of another type than the one asked for reads as absent (a bool is no number,
+# a float no int, a string is not parsed: the trace readers already gave each value its type,
+# analyze/_values.py). Absent is None, except for a count or byte total (``positive_int``),
+# where absent, bad and not positive all read as 0: a sum can add it as it is.
 
 
-def int_value(value: Any) -> int | None:
+def int_value(attributes: Mapping[str, Any], key: str) -> int | None:
     """An integer attribute; bools (a subclass of int in Python) are not integers here."""
+    value = attributes.get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def positive_int(attributes: Mapping[str, Any], key: str) -> int:
     """A count or byte total: the value when it is a positive integer, else 0."""
-    value = int_value(attributes.get(key))
+    value = int_value(attributes, key)
     return value if value is not None and value > 0 else 0
 
 

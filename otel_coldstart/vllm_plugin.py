@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import os
 
-from ._errors import report_internal_error
+from ._errors import internal_errors
 from .patches import vllm as vllm_patch
 
 READY_POINTS = vllm_patch.READY_POINTS  # kept for callers of the old location
@@ -54,7 +54,7 @@ def enabled() -> bool:
 
 def register() -> None:
     """The ``vllm.general_plugins`` entry point. Never raises into vLLM."""
-    try:
+    with internal_errors("vllm plugin"):
         if not enabled():
             return
         from .controller import CONTROLLER, _patch_module  # the runtime, never the package face
@@ -64,8 +64,6 @@ def register() -> None:
         # start() patched the armed module if it made the start-up; if the host had
         # instrumented already, patch it now (idempotent).
         _patch_module(vllm_patch)
-    except Exception:
-        report_internal_error("vllm plugin")
 
 
 def _provider_like_vllms():

@@ -20,7 +20,7 @@ def _report_like_site(exc: BaseException) -> None:
         else:
             sys.stderr.write("Error in sitecustomize; set PYTHONVERBOSE for traceback:\n"
                              f"{exc.__class__.__name__}: {exc}\n")
-    except Exception:
+    except Exception:  # no stderr to write to: as site.py, nothing more to say
         pass
 
 
@@ -70,7 +70,7 @@ def _disabled() -> bool:
 
 try:
     _run_shadowed_sitecustomize()  # reports the host's own errors as Python would
-except Exception:
+except Exception:  # our own bookkeeping, before anything that could report it: the host starts regardless
     pass
 
 # `otel-coldstart run` names a directory where every Python process it starts leaves one
@@ -87,8 +87,8 @@ def _leave_note(state, why=None):
         import json
 
         note = {"pid": os.getpid(), "executable": sys.executable or "python", "state": state, "why": why,
-                "python": "%d.%d.%d" % tuple(sys.version_info[:3])}
-        path = os.path.join(directory, "%d.json" % os.getpid())
+                "python": "{}.{}.{}".format(*sys.version_info[:3])}
+        path = os.path.join(directory, f"{os.getpid()}.json")
         with open(path + ".tmp", "w") as handle:
             json.dump(note, handle)
         os.replace(path + ".tmp", path)
@@ -99,17 +99,17 @@ def _leave_note(state, why=None):
 def _say_not_traced(error):
     """Loudly, at the time: which interpreter, why, what to do. The host still runs."""
     executable = sys.executable or "python"
-    why = "%s: %s" % (type(error).__name__, error)
+    why = f"{type(error).__name__}: {error}"
     try:
         sys.stderr.write(
-            "otel-coldstart run: WARNING: this process is NOT traced: %s (Python %d.%d) cannot import "
-            "otel_coldstart (%s); install otel-coldstart into that interpreter's environment (%s -m pip "
-            "install otel-coldstart), or run the command with the Python that otel-coldstart is installed in\n"
-            % (executable, sys.version_info[0], sys.version_info[1], why, executable))
+            f"otel-coldstart run: WARNING: this process is NOT traced: {executable} (Python {sys.version_info[0]}."
+            f"{sys.version_info[1]}) cannot import otel_coldstart ({why}); install otel-coldstart into that "
+            f"interpreter's environment ({executable} -m pip install otel-coldstart), or run the command with "
+            "the Python that otel-coldstart is installed in\n")
         sys.stderr.flush()
-    except Exception:
+    except Exception:  # no stderr: the note left for the launcher still says why
         pass
-    return "%s cannot import otel_coldstart (%s)" % (executable, why)
+    return f"{executable} cannot import otel_coldstart ({why})"
 
 
 if _disabled():
@@ -124,10 +124,10 @@ else:
             otel_coldstart.instrument()
             _leave_note("started")
         except Exception as error:
-            _leave_note("failed", "instrument() raised %s: %s" % (type(error).__name__, error))
+            _leave_note("failed", f"instrument() raised {type(error).__name__}: {error}")
             try:
                 from otel_coldstart._errors import report_internal_error
 
                 report_internal_error("otel-coldstart run: instrument()")
-            except Exception:
+            except Exception:  # the note above says it already; the host runs on
                 pass

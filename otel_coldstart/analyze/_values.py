@@ -109,10 +109,10 @@ def coerce_string(value: str):
         else:
             return number if INT64_MIN <= number <= INT64_MAX else value
     try:
-        number = float(value)
+        real = float(value)
     except ValueError:
         return value
-    return number if math.isfinite(number) else value
+    return real if math.isfinite(real) else value
 
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1

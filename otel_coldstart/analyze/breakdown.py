@@ -64,11 +64,6 @@ class PhaseTime:
         return self.bytes / (busy / 1e9)
 
     @property
-    def untimed_bytes(self) -> int:
-        """Device-work bytes whose transfer time is unknown (not in the throughput)."""
-        return max(0, self.bytes - self.timed_bytes) if self.phase in DEVICE_WORK_PHASES else 0
-
-    @property
     def above_bound(self) -> bool:
         """The bandwidth is above what the host link carries: a timing error, never a fast copy."""
         rate = self.throughput
@@ -96,14 +91,14 @@ def _bandwidth_sample(span: Span, attrs: Mapping[str, Any], nbytes: int) -> tupl
         int_value = verdicts.int_value
         keys = getattr(attrs, "_index", attrs)  # most of these keys are absent: looked for in C (model.Attributes)
         if (semconv.COPY_ASYNC_UNRESOLVED in keys and attrs.get(semconv.COPY_ASYNC_UNRESOLVED) is True) or \
-                (semconv.COPY_UNTIMED_CALLS in keys and int_value(attrs.get(semconv.COPY_UNTIMED_CALLS))):
+                (semconv.COPY_UNTIMED_CALLS in keys and int_value(attrs, semconv.COPY_UNTIMED_CALLS)):
             return None
         if semconv.COPY_ASYNC_S in keys:
             rate = attrs.get(semconv.THROUGHPUT)
             if isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0:
                 return nbytes, max(1, round(nbytes / rate * 1e9))
             return None
-        if (semconv.COPY_NON_BLOCKING_CALLS in keys and int_value(attrs.get(semconv.COPY_NON_BLOCKING_CALLS))) or \
+        if (semconv.COPY_NON_BLOCKING_CALLS in keys and int_value(attrs, semconv.COPY_NON_BLOCKING_CALLS)) or \
                 span.phase == semconv.PHASE_D2D:
             return None
     busy = span.busy_ns
@@ -232,6 +227,9 @@ class Breakdown:
     outline: tuple = ()
     # The first request after ready() (analyze/first_request.py), None when the trace has none.
     first_request: "FirstRequest | None" = None
+    # Each phased span's self time (span id -> ns), as the phases add it up: the one figure the
+    # what-if levers cap their cuts at and the compile-cache hit is measured in. Empty when slim.
+    self_ns: Mapping[str, int] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     @property
     def trace_id(self) -> str:
@@ -239,13 +237,11 @@ class Breakdown:
 
     @property
     def rank(self) -> int | None:
-        value = self.root.attributes.get(semconv.RANK)
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
+        return verdicts.int_value(self.root.attributes, semconv.RANK)
 
     @property
     def world_size(self) -> int | None:
-        value = self.root.attributes.get(semconv.WORLD_SIZE)
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
+        return verdicts.int_value(self.root.attributes, semconv.WORLD_SIZE)
 
     @property
     def duration_ns(self) -> int:
@@ -258,14 +254,12 @@ class Breakdown:
     @property
     def end_reason(self) -> str | None:
         """How the start-up ended: semconv.END_* (ready, exit, exception, sigterm, ...)."""
-        value = self.root.attributes.get(semconv.END_REASON)
-        return value if isinstance(value, str) else None
+        return verdicts.str_value(self.root.attributes, semconv.END_REASON)
 
     @property
     def end_phase(self) -> str | None:
         """The phase that was running when the start-up was cut short, if it was."""
-        value = self.root.attributes.get(semconv.END_PHASE)
-        return value if isinstance(value, str) else None
+        return verdicts.str_value(self.root.attributes, semconv.END_PHASE)
 
     @property
     def end_description(self) -> str:
@@ -286,19 +280,35 @@ class Breakdown:
         return self.total_busy_ns / wall if wall > 0 else 1.0
 
     @property
-    def dominant(self) -> PhaseTime | None:
-        """The phase that dominates (verdicts.dominant_phase), None when none does. With an
-        outline, chosen among the finest phases: ours, and each server span's own time that
-        none of its children or our phases cover (a "phase" named after that span)."""
+    def candidates(self) -> Sequence[PhaseTime]:
+        """The phases the dominant one, the largest and the runner-up are chosen among, largest
+        first: ours; with an outline, the finest phases: ours, and each server span's own time
+        that none of its children or our phases cover (a "phase" named after that span)."""
         if self.outline:
             from .outline import finest_phases  # only for start-ups that have an outline
 
-            return verdicts.dominant_phase(finest_phases(self), self.duration_ns)
-        return verdicts.dominant_phase(self.phases, self.duration_ns)
+            return finest_phases(self)
+        return self.phases
+
+    @property
+    def dominant(self) -> PhaseTime | None:
+        """The phase that dominates (verdicts.dominant_phase), None when none does."""
+        return verdicts.dominant_phase(self.candidates, self.duration_ns)
 
     @property
     def largest(self) -> PhaseTime | None:
-        return self.phases[0] if self.phases else None
+        ranked = self._ranked()
+        return ranked[0] if ranked else None
+
+    @property
+    def runner_up(self) -> PhaseTime | None:
+        """The next phase after the largest (the dominant one, when one dominates), from the
+        same candidates: with an outline, a server step's own time can be it."""
+        ranked = self._ranked()
+        return ranked[1] if len(ranked) > 1 else None
+
+    def _ranked(self) -> list[PhaseTime]:
+        return [p for p in self.candidates if p.phase != semconv.UNATTRIBUTED]  # never a phase (verdicts)
 
     @property
     def cold_shards(self) -> tuple[ShardRead, ...]:
@@ -329,7 +339,8 @@ class Breakdown:
         nothing on a slim record (its cold shards, graph captures; ``dominant`` picks among our
         phases only, without a server's own steps): compare and capacity read none of it.
         ``breakdowns(spans, slim=True)`` gives the same records without building the rest."""
-        return dataclasses.replace(self, spans=(), gaps=(), context=(), shards=(), outline=(), slim_cache=self.cache)
+        return dataclasses.replace(self, spans=(), gaps=(), context=(), shards=(), outline=(), slim_cache=self.cache,
+                                   self_ns={})
 
     def phase(self, name: str) -> PhaseTime | None:
         for item in self.phases:
@@ -455,7 +466,7 @@ def _nearest_phased_ancestor(span: Span, by_id: dict[str, Span], root_id: str,
     return result
 
 
-def _same_thread(a: Span, b: Span) -> bool:
+def same_thread(a: Span, b: Span) -> bool:
     ta, tb = a.thread_id, b.thread_id
     return ta is None or tb is None or ta == tb
 
@@ -511,7 +522,7 @@ def self_times(window: Iterable[Span], children: dict[str, list[Span]]) -> list[
         kids = children.get(span.span_id)
         if kids:
             thread = span.thread_id
-            busy -= sum(c.busy_ns for c in kids  # _same_thread(span, c), inlined
+            busy -= sum(c.busy_ns for c in kids  # same_thread(span, c), inlined
                         if thread is None or c.thread_id is None or c.thread_id == thread)
         own.append(max(0, busy))
     return own
@@ -579,7 +590,7 @@ def breakdown_and_tree(root: Span, members: Sequence[Span], foreign: Sequence[Sp
             item[3] += sample[0]
             item[4] += sample[1]
 
-    on_root_thread = top_level if across_processes else [s for s in top_level if _same_thread(root, s)]
+    on_root_thread = top_level if across_processes else [s for s in top_level if same_thread(root, s)]
     gaps = _gaps(root, on_root_thread) if across_processes or not slim else ()
     if across_processes:
         unattributed = sum(g.duration_ns for g in gaps)
@@ -608,6 +619,7 @@ def breakdown_and_tree(root: Span, members: Sequence[Span], foreign: Sequence[Sp
         link=link,
         slim_cache=cache_verdict(cache_states) if slim else None,
         first_request=first_request_of(root, members),
+        self_ns={} if slim else {s.span_id: own for s, own in zip(window, own_times)},
     )
     return breakdown, PhasedSpans(window, by_id, children, orphans, own_times)
 
@@ -726,10 +738,10 @@ def _storage_read_bytes(attrs: Mapping[str, Any]) -> int | None:
     """Bytes of the file that came from storage during the start-up: the per-file figure
     (every thread, reads after the span included), else, in traces written before it existed,
     the span's own per-thread counter; None where the trace says no honest figure exists."""
-    figure = verdicts.int_value(attrs.get(semconv.CACHE_STORAGE_READ_BYTES))
+    figure = verdicts.int_value(attrs, semconv.CACHE_STORAGE_READ_BYTES)
     if figure is not None or semconv.CACHE_STORAGE_READ_UNKNOWN in attrs:
         return figure
-    return verdicts.int_value(attrs.get(semconv.IO_READ_BYTES))
+    return verdicts.int_value(attrs, semconv.IO_READ_BYTES)
 
 
 def _read_state(attrs: Mapping[str, Any]) -> str | None:
@@ -738,7 +750,7 @@ def _read_state(attrs: Mapping[str, Any]) -> str | None:
     only the start-up's verdict, :func:`cache_verdict`)."""
     state = attrs.get(semconv.CACHE_STATE)
     return verdicts.shard_cache_state(state if isinstance(state, str) else None, _storage_read_bytes(attrs),
-                                      verdicts.int_value(attrs.get(semconv.FILE_SIZE)))
+                                      verdicts.int_value(attrs, semconv.FILE_SIZE))
 
 
 def _shard_read(span: Span) -> ShardRead:
@@ -752,9 +764,9 @@ def _shard_read(span: Span) -> ShardRead:
     int_value = verdicts.int_value
     return ShardRead(
         path=path if isinstance(path, str) else None,
-        index=int_value(attrs.get(semconv.SHARD_INDEX)),
-        count=int_value(attrs.get(semconv.SHARD_COUNT)),
-        size=int_value(attrs.get(semconv.FILE_SIZE)),
+        index=int_value(attrs, semconv.SHARD_INDEX),
+        count=int_value(attrs, semconv.SHARD_COUNT),
+        size=int_value(attrs, semconv.FILE_SIZE),
         format=fmt if isinstance(fmt, str) else None,
         duration_ns=span.duration_ns,
         read_bytes=_storage_read_bytes(attrs),

@@ -25,7 +25,8 @@ from typing import NamedTuple, Sequence
 
 from .. import semconv, verdicts
 from .breakdown import Breakdown
-from .report import Unready, end_reason, split_unready
+from .end_reasons import end_word
+from .report import Unready, split_unready
 from .stats import percentile
 from .units import format_seconds
 
@@ -140,7 +141,7 @@ def no_first_token_reason(b: Breakdown) -> str | None:
     from .first_request import OK
 
     if not b.ready:
-        return end_reason(b)
+        return end_word(b)
     request = b.first_request
     if request is None:
         return "no first request"

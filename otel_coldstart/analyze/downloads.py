@@ -14,7 +14,7 @@ import weakref
 from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
 
-from .. import semconv
+from .. import semconv, verdicts
 from .model import Span
 
 
@@ -98,28 +98,26 @@ def union_ns(intervals: Iterable[tuple[int, int]]) -> int:
     return total
 
 
-def _int(value) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
 def _item(span: Span) -> DownloadItem:
     a = span.attributes
     path = a.get(semconv.DOWNLOAD_PATH)
-    source, repo, filename = a.get(semconv.DOWNLOAD_SOURCE), a.get(semconv.DOWNLOAD_REPO), a.get(semconv.DOWNLOAD_FILENAME)
+    source, repo, filename = (verdicts.str_value(a, semconv.DOWNLOAD_SOURCE), verdicts.str_value(a, semconv.DOWNLOAD_REPO),
+                              verdicts.str_value(a, semconv.DOWNLOAD_FILENAME))
     key = path if isinstance(path, str) else f"{source}:{repo}/{filename}"
     transfer = a.get(semconv.DOWNLOAD_TRANSFER_S)
     expected = a.get(semconv.DOWNLOAD_EXPECTED_BYTES)
-    reasons = a.get(semconv.DOWNLOAD_RETRY_REASONS) or ()
-    nbytes = _int(a.get(semconv.DOWNLOAD_BYTES))
+    reasons = a.get(semconv.DOWNLOAD_RETRY_REASONS)
+    nbytes = verdicts.positive_int(a, semconv.DOWNLOAD_BYTES)
     return DownloadItem(
         key=key, source=source, repo=repo, filename=filename, path=path if isinstance(path, str) else None,
-        host=a.get(semconv.DOWNLOAD_HOST), cached=a.get(semconv.DOWNLOAD_CACHE_HIT) is True and nbytes == 0,
-        bytes=nbytes, cached_bytes=_int(a.get(semconv.DOWNLOAD_CACHED_BYTES)),
+        host=verdicts.str_value(a, semconv.DOWNLOAD_HOST), cached=a.get(semconv.DOWNLOAD_CACHE_HIT) is True and nbytes == 0,
+        bytes=nbytes, cached_bytes=verdicts.positive_int(a, semconv.DOWNLOAD_CACHED_BYTES),
         expected_bytes=expected if isinstance(expected, int) else None, start_ns=span.start_ns, end_ns=span.end_ns,
         transfer_s=float(transfer) if isinstance(transfer, (int, float)) else None,
-        resumed=a.get(semconv.DOWNLOAD_RESUMED) is True, retries=_int(a.get(semconv.DOWNLOAD_RETRIES)),
-        retry_reasons=tuple(str(r) for r in reasons), interrupted=a.get(semconv.INTERRUPTED) is True,
-        transport=a.get(semconv.DOWNLOAD_TRANSPORT))
+        resumed=a.get(semconv.DOWNLOAD_RESUMED) is True, retries=verdicts.positive_int(a, semconv.DOWNLOAD_RETRIES),
+        retry_reasons=tuple(str(r) for r in reasons) if isinstance(reasons, (list, tuple)) else (),
+        interrupted=a.get(semconv.INTERRUPTED) is True,
+        transport=verdicts.str_value(a, semconv.DOWNLOAD_TRANSPORT))
 
 
 def _merge(first: DownloadItem, other: DownloadItem) -> DownloadItem:
@@ -177,19 +175,6 @@ def downloads(breakdown) -> Downloads | None:
     return found
 
 
-def written_by_download(breakdown, shard, found: "Downloads | None" = None) -> DownloadItem | None:
-    """The download that wrote a shard's file during this start-up, when there was one: its
-    pages are in the page cache because the download just wrote them, not because the node
-    had them (a "warm" shard read of 0 B from storage)."""
-    found = downloads(breakdown) if found is None else found
-    if found is None or not getattr(shard, "path", None):
-        return None
-    for item in found.fetched:
-        if item.path == shard.path and item.end_ns <= shard.start_ns:
-            return item
-    return None
-
-
 def to_dict(found: Downloads | None, origin_ns: int) -> dict:
     """The ``downloads`` member of ``analyze --format json`` (docs/cli.md)."""
     if found is None:
@@ -224,12 +209,6 @@ def shard_notes(breakdown) -> dict:
             notes[(shard.path, shard.start_ns)] = (
                 f" (written by this start-up's download {_seconds(shard.start_ns - item.end_ns)} earlier)")
     return notes
-
-
-def shard_note(breakdown, shard, notes: dict | None = None) -> str:
-    """What to add to a shard's line when this start-up's download wrote its file."""
-    notes = shard_notes(breakdown) if notes is None else notes
-    return notes.get((shard.path, shard.start_ns), "")
 
 
 def _seconds(ns: int) -> str:

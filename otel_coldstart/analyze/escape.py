@@ -9,6 +9,7 @@ character Markdown or inline HTML gives a meaning to.
 
 from __future__ import annotations
 
+import html
 import re
 
 # C0 controls (tab and newline become spaces), DEL, C1 controls (a lone 0x9b is a CSI in
@@ -23,6 +24,11 @@ _HEX = re.compile(r"^[0-9a-fA-F]+$")
 def terminal_text(value: object) -> str:
     """One line with no control characters (ESC sequences are defused, visibly)."""
     return _CONTROL.sub(lambda m: " " if m.group(0) in "\t\n\r" else "\ufffd", str(value))
+
+
+def html_text(value: object) -> str:
+    """Literal text in HTML, an attribute value included."""
+    return html.escape(str(value), quote=True)
 
 
 def markdown_text(value: object) -> str:

@@ -31,7 +31,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from .. import semconv
+from .. import semconv, verdicts
 from .breakdown import Breakdown
 from .model import Span, SpanEvent
 from .settlements import merge_settlements
@@ -49,7 +49,7 @@ def complete_killed(spans: Iterable[Span]) -> list[Span]:
         return spans
     others = [s for s in spans if s.name != semconv.SPAN_PROGRESS]
     ended = {(s.trace_id, s.span_id) for s in others if s.is_root}
-    present = {(s.trace_id, s.span_id) for s in others}
+    present: set[tuple] = {(s.trace_id, s.span_id) for s in others}  # keys of three shapes, below
     # An import in progress is listed under an id of the record's own (its span gets another
     # when it ends): one that ended after the record was written is known by its start.
     present |= {(s.trace_id, s.name, s.start_ns) for s in others if s.phase == semconv.PHASE_IMPORT}
@@ -87,10 +87,6 @@ def _json(record: Span, key: str, kind: type) -> Any:
     return parsed if isinstance(parsed, kind) else kind()
 
 
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def _hex(value: Any, width: int) -> str | None:
     if not isinstance(value, str) or len(value) != width:
         return None
@@ -110,7 +106,7 @@ def _primitive_attributes(value: Any) -> dict:
 def _rebuild(record: Span, root_id: str, present: set, stall_events: list[SpanEvent]) -> list[Span]:
     last_seen = record.end_ns
     root_info = _json(record, semconv.PROGRESS_ROOT, dict)
-    start = _int(root_info.get("start_ns"))
+    start = verdicts.int_value(root_info, "start_ns")
     if start is None or not 0 <= start <= last_seen:
         start = last_seen
     phase = record.attributes.get(semconv.PROGRESS_PHASE)
@@ -119,7 +115,7 @@ def _rebuild(record: Span, root_id: str, present: set, stall_events: list[SpanEv
         if not isinstance(item, dict):
             continue
         span_id = _hex(item.get("span_id"), 16)
-        item_start = _int(item.get("start_ns"))
+        item_start = verdicts.int_value(item, "start_ns")
         name = item.get("name")
         if span_id is None or item_start is None or not isinstance(name, str) or not start <= item_start <= last_seen:
             continue
@@ -128,7 +124,7 @@ def _rebuild(record: Span, root_id: str, present: set, stall_events: list[SpanEv
         attrs = _primitive_attributes(item.get("attributes"))
         if isinstance(item.get("phase"), str):
             attrs[semconv.PHASE] = item["phase"]
-        if _int(item.get("thread_id")) is not None:
+        if verdicts.int_value(item, "thread_id") is not None:
             attrs[semconv.THREAD_ID] = item["thread_id"]
         attrs[semconv.INTERRUPTED] = True
         events = tuple(e for e in stall_events if e.attributes.get(semconv.STALL_SPAN_ID) == span_id)
@@ -140,7 +136,7 @@ def _rebuild(record: Span, root_id: str, present: set, stall_events: list[SpanEv
     if isinstance(phase, str):
         root_attrs[semconv.END_PHASE] = phase
     for key in (semconv.PROGRESS_BYTES_LOADED, semconv.PROGRESS_BYTES_EXPECTED):
-        if _int(record.attributes.get(key)) is not None:
+        if verdicts.int_value(record.attributes, key) is not None:
             root_attrs[key] = record.attributes[key]
     source = record.attributes.get(semconv.PROGRESS_BYTES_EXPECTED_SOURCE)
     if isinstance(source, str):
@@ -149,7 +145,7 @@ def _rebuild(record: Span, root_id: str, present: set, stall_events: list[SpanEv
     remaining = record.attributes.get(semconv.PROGRESS_REMAINING_S)
     if isinstance(remaining, (int, float)) and not isinstance(remaining, bool) and 0 <= remaining < 1e9:
         root_attrs[semconv.PROGRESS_REMAINING_S] = float(remaining)
-    if _int(record.attributes.get(semconv.PROGRESS_REMAINING_HISTORY)) is not None:
+    if verdicts.int_value(record.attributes, semconv.PROGRESS_REMAINING_HISTORY) is not None:
         root_attrs[semconv.PROGRESS_REMAINING_HISTORY] = record.attributes[semconv.PROGRESS_REMAINING_HISTORY]
     attached = {id(e) for s in open_spans for e in s.events}
     root_events = tuple(e for e in stall_events if id(e) not in attached
@@ -168,12 +164,12 @@ def _rebuild_aggregates(record: Span, root_id: str, start: int, last_seen: int, 
     for item in _json(record, semconv.PROGRESS_AGGREGATES, list)[:MAX_OPEN_REBUILT]:
         if not isinstance(item, dict):
             continue
-        name, item_start, item_end = item.get("name"), _int(item.get("start_ns")), _int(item.get("end_ns"))
+        name, item_start, item_end = item.get("name"), verdicts.int_value(item, "start_ns"), verdicts.int_value(item, "end_ns")
         attrs = _primitive_attributes(item.get("attributes"))
         if (not isinstance(name, str) or item_start is None or item_end is None
                 or not start <= item_start <= item_end <= last_seen or attrs.get(semconv.AGGREGATE) is not True):
             continue
-        thread_id = _int(attrs.get(semconv.THREAD_ID))
+        thread_id = verdicts.int_value(attrs, semconv.THREAD_ID)
         if (record.trace_id, name, thread_id, item_start) in present:
             continue  # written since the record: its own span has the final figures
         if isinstance(item.get("phase"), str):
@@ -248,17 +244,17 @@ def killed(breakdown: Breakdown) -> Killed | None:
         running = (matching or list(items))[-1]
     source = root.attributes.get(semconv.PROGRESS_BYTES_EXPECTED_SOURCE)
     remaining = root.attributes.get(semconv.PROGRESS_REMAINING_S)
-    return Killed(root.duration_ns, phase, running, items, _int(root.attributes.get(semconv.PROGRESS_BYTES_LOADED)),
-                  _int(root.attributes.get(semconv.PROGRESS_BYTES_EXPECTED)),
+    return Killed(root.duration_ns, phase, running, items, verdicts.int_value(root.attributes, semconv.PROGRESS_BYTES_LOADED),
+                  verdicts.int_value(root.attributes, semconv.PROGRESS_BYTES_EXPECTED),
                   source if isinstance(source, str) else None,
                   float(remaining) if isinstance(remaining, float) else None,
-                  _int(root.attributes.get(semconv.PROGRESS_REMAINING_HISTORY)))
+                  verdicts.int_value(root.attributes, semconv.PROGRESS_REMAINING_HISTORY))
 
 
 def _open_item(span: Span) -> OpenAtDeath:
     path = span.attributes.get(semconv.FILE_PATH)
     module = span.attributes.get(semconv.IMPORT_MODULE) if span.phase == semconv.PHASE_IMPORT else None
-    return OpenAtDeath(span.name, span.phase, span.duration_ns, _int(span.attributes.get(semconv.SHARD_INDEX)),
+    return OpenAtDeath(span.name, span.phase, span.duration_ns, verdicts.int_value(span.attributes, semconv.SHARD_INDEX),
                        os.path.basename(path) if isinstance(path, str) else None,
                        module if isinstance(module, str) else None)
 

@@ -60,16 +60,12 @@ class LazyFile:
         return int(self.unread_bytes / self.rate * 1e9) if self.rate else 0
 
 
-def _int(span: Span, key: str) -> int | None:
-    return verdicts.int_value(span.attributes.get(key))
-
-
 def _in_span_read(span: Span) -> tuple[int, int] | None:
     """(bytes read from storage during the span, its duration): its own read rate."""
-    figure = _int(span, semconv.CACHE_STORAGE_READ_BYTES)
+    figure = verdicts.int_value(span.attributes, semconv.CACHE_STORAGE_READ_BYTES)
     if figure is None:
         return None
-    after = _int(span, semconv.CACHE_STORAGE_READ_AFTER_SPAN_BYTES) or 0
+    after = verdicts.int_value(span.attributes, semconv.CACHE_STORAGE_READ_AFTER_SPAN_BYTES) or 0
     in_span = figure - after
     if in_span < MIN_RATE_BYTES or span.duration_ns <= 0:
         return None
@@ -78,11 +74,11 @@ def _in_span_read(span: Span) -> tuple[int, int] | None:
 
 def _first_use(span: Span) -> FirstUse | None:
     attrs = span.attributes
-    read = _int(span, semconv.FIRST_USE_BYTES)
+    read = verdicts.int_value(span.attributes, semconv.FIRST_USE_BYTES)
     if read is None:
         return None
     end = attrs.get(semconv.FIRST_USE_END)
-    return FirstUse(bytes=max(0, read), unread_bytes=_int(span, semconv.FIRST_USE_UNREAD_BYTES),
+    return FirstUse(bytes=max(0, read), unread_bytes=verdicts.int_value(span.attributes, semconv.FIRST_USE_UNREAD_BYTES),
                     first_s=verdicts.number_value(attrs, semconv.FIRST_USE_FIRST_S),
                     last_s=verdicts.number_value(attrs, semconv.FIRST_USE_LAST_S),
                     followed_s=verdicts.number_value(attrs, semconv.FIRST_USE_FOLLOWED_S) or 0.0,
@@ -95,9 +91,9 @@ def lazy_files(breakdown: Breakdown, floor=None) -> list[LazyFile]:
     if not breakdown.ready:
         return []
     files = [s for s in breakdown.spans if s.phase == semconv.PHASE_DESERIALIZE]
-    unread = [(s, _int(s, semconv.LAZY_UNREAD_BYTES)) for s in files]
+    unread = [(s, verdicts.int_value(s.attributes, semconv.LAZY_UNREAD_BYTES)) for s in files]
     unread = [(s, n) for s, n in unread
-              if n is not None and verdicts.is_lazily_unread(n, _int(s, semconv.FILE_SIZE))]
+              if n is not None and verdicts.is_lazily_unread(n, verdicts.int_value(s.attributes, semconv.FILE_SIZE))]
     if not unread:
         return []
     own = {s.span_id: _in_span_read(s) for s in files}
@@ -120,7 +116,7 @@ def lazy_files(breakdown: Breakdown, floor=None) -> list[LazyFile]:
             basis = f"the storage floor's cold read(2) rate, {format_rate(rate)}"
         else:
             rate, basis = None, "no cold read rate known (no cold file read at least 1 MiB in its span, no floor)"
-        found.append(LazyFile(path=path if isinstance(path, str) else None, size=_int(span, semconv.FILE_SIZE),
+        found.append(LazyFile(path=path if isinstance(path, str) else None, size=verdicts.int_value(span.attributes, semconv.FILE_SIZE),
                               unread_bytes=nbytes, rate=rate, rate_basis=basis, first_use=_first_use(span),
                               span=span))
     return found

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Mapping
+from typing import Any
 
 from .. import semconv
 from ._values import INT64_MAX, INT64_MIN

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, Union
+from typing import Any, Iterator, Mapping
 
 from .. import semconv
 
-AttrValue = Union[str, bool, int, float, tuple]
+AttrValue = str | bool | int | float | tuple
 
 
 _new = object.__new__
@@ -35,6 +35,8 @@ class Attributes(Mapping):
     on a million-span trace, the difference between fitting in 1 GB and not."""
 
     __slots__ = ("_index", "_values")
+    _index: Layout
+    _values: tuple
     _layouts: dict[tuple, "Layout"] = {}
     MAX_LAYOUTS = 4096  # a trace with ever-new key sets gets plain dicts beyond this
 
@@ -150,7 +152,7 @@ class Span:
 
 def _derive_compact(span: Span) -> None:
     """__post_init__'s rules, read at the positions the layout knows."""
-    layout, values = span.attributes._index, span.attributes._values
+    layout, values = span.attributes._index, span.attributes._values  # type: ignore[attr-defined]  # compact: Attributes
     span.phase = None if (at := layout.phase) is None or (value := values[at]).__class__ is not str else value
     span.thread_id = None if (at := layout.thread) is None or (value := values[at]).__class__ is not int else value
     if (at := layout.aggregate) is None or not values[at]:

@@ -140,7 +140,7 @@ def _combine(server: list[Span], groups: list[tuple[Span, list[Span]]], trace_sp
         attrs.pop(key, None)  # the start-up of several processes has no single rank or thread
     root = Span(base.trace_id, base.span_id, base.parent_id, semconv.SPAN_ROOT, start, end, attrs, base.resource,
                 base.status)
-    members: list[Span] = []
+    members = []
     seen = {root.span_id}
     for group_root, group_members in groups:
         for span in [group_root, *group_members]:

@@ -9,13 +9,13 @@ benchmark's lines (benchmarks/RESULTS-analyzer.md).
 """
 
 import sys
-from typing import Annotated, Optional, Union
-
-UNSET = object()  # replaced by msgspec.UNSET below when msgspec is installed
+from typing import Annotated, Any
 
 from ._values import INT64_MAX, INT64_MIN, TraceReadError, finite_float, hex_id, unix_ns
 from .model import Attributes, Span
 from .read_otlp import _STATUS, any_value, with_failure
+
+UNSET: Any = object()  # replaced by msgspec.UNSET below when msgspec is installed
 
 try:
     import msgspec
@@ -40,33 +40,33 @@ if msgspec is not None:  # typed structs: the decoder fills them without buildin
     # gc=False throughout: the structs live for one line, and a decoded document holds no
     # reference cycles; untracked structs are made and freed faster (~8% of decoding).
     class AnyValue(msgspec.Struct, gc=False):
-        stringValue: Union[str, _Unset] = UNSET
-        boolValue: Union[bool, str, _Unset] = UNSET
-        intValue: Union[_Int64, _Unset] = UNSET  # "123" is made an int by the decoder (strict=False)
-        doubleValue: Union[float, str, _Unset] = UNSET
-        arrayValue: Union[dict, _Unset] = UNSET
-        bytesValue: Union[str, _Unset] = UNSET
+        stringValue: str | _Unset = UNSET
+        boolValue: bool | str | _Unset = UNSET
+        intValue: _Int64 | _Unset = UNSET  # "123" is made an int by the decoder (strict=False)
+        doubleValue: float | str | _Unset = UNSET
+        arrayValue: dict | _Unset = UNSET
+        bytesValue: str | _Unset = UNSET
 
     class KeyValue(msgspec.Struct, gc=False):
         key: str
-        value: Optional[AnyValue] = None
+        value: AnyValue | None = None
 
     class Status(msgspec.Struct, gc=False):
-        code: Union[int, str] = 0
-        message: Union[str, None] = None
+        code: int | str = 0
+        message: str | None = None
 
     class SpanStruct(msgspec.Struct, gc=False):
-        traceId: Union[str, None] = None
-        spanId: Union[str, None] = None
-        parentSpanId: Union[str, None] = None
-        name: Union[str, None] = None
+        traceId: str | None = None
+        spanId: str | None = None
+        parentSpanId: str | None = None
+        name: str | None = None
         # Nanosecond strings are made ints by the decoder (strict=False) and range-checked
         # there; anything else (a float, "1.5e18") fails and the line goes the general way.
-        startTimeUnixNano: Union[_UnixNs, _Unset] = UNSET
-        endTimeUnixNano: Union[_UnixNs, _Unset] = UNSET
+        startTimeUnixNano: _UnixNs | _Unset = UNSET
+        endTimeUnixNano: _UnixNs | _Unset = UNSET
         attributes: list[KeyValue] = []
-        status: Optional[Status] = None
-        events: Union[list, None, _Unset] = UNSET  # a span with events goes the general way
+        status: Status | None = None
+        events: list | None | _Unset = UNSET  # a span with events goes the general way
 
     class ScopeSpans(msgspec.Struct, gc=False):
         spans: list[SpanStruct] = []
@@ -75,9 +75,9 @@ if msgspec is not None:  # typed structs: the decoder fills them without buildin
         attributes: list[KeyValue] = []
 
     class ResourceSpans(msgspec.Struct, gc=False):
-        resource: Optional[Resource] = None
+        resource: Resource | None = None
         scopeSpans: list[ScopeSpans] = []
-        instrumentationLibrarySpans: Optional[list] = None  # pre-0.15 OTLP: the general path reads it
+        instrumentationLibrarySpans: list | None = None  # pre-0.15 OTLP: the general path reads it
 
     class Document(msgspec.Struct, gc=False):
         resourceSpans: list[ResourceSpans]

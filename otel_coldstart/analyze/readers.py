@@ -171,7 +171,7 @@ def _read_whole(fd: int, size: int) -> bytes | None:
     """All of ``fd`` to its end, or None should it hold more than the ``size`` it had when it
     was opened (it grew meanwhile). Reads of exactly what is expected: a read of the whole
     buffer's size would allocate (and map fresh pages for) 1 MiB for each small file."""
-    chunks = []
+    chunks: list[bytes] = []
     held = 0
     while held <= size:
         chunk = os.read(fd, size + 1 - held)
@@ -251,7 +251,7 @@ def _read_part(handle: BinaryIO, part: Part, max_bytes: int, facts: FileFacts) -
     handle.seek(part.start)
     number_of = _line_counter(handle, part.start)
     for offset, length, line in _lines_from(handle, part.start, part.end, max_bytes):
-        batch = _line_batch(line, part.fast, facts, lambda: number_of(offset), max_bytes)
+        batch = _line_batch(line, part.fast, facts, lambda: number_of(offset), max_bytes)  # noqa: B023 - called within this iteration
         if batch is not None:
             yield Batch(batch, offset, length)
 
@@ -353,7 +353,7 @@ def _read_handle(handle: BinaryIO, size: int, max_bytes: int, path: str,
                 batch = first_batch
                 formats.add("otlp")
             else:
-                batch = _line_batch(line, fast, facts, lambda: number, max_bytes)
+                batch = _line_batch(line, fast, facts, lambda: number, max_bytes)  # noqa: B023 - called within this iteration
             if batch is not None:
                 read_any = read_any or bool(batch)
                 yield Batch(batch, offset, length)  # all of a line's spans or none

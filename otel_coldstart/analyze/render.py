@@ -4,7 +4,7 @@ every format); the functions below it write its parts. They never compute."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence, TextIO
+from typing import TYPE_CHECKING, AbstractSet, Sequence, TextIO
 
 from .. import semconv
 from ..verdicts import DOMINANT_MIN_SHARE
@@ -18,7 +18,7 @@ from .downloads import lines as download_lines, shard_notes
 from .render_explain import render_explain_text
 from .render_interrupted import render_killed_text, render_stalls_text, state_text
 from .shard_rows import shard_rows
-from .units import format_bytes, format_rate, format_seconds  # noqa: F401 - re-exported
+from .units import format_bytes, format_rate, format_seconds
 
 if TYPE_CHECKING:  # pragma: no cover
     from .report import Report
@@ -100,10 +100,10 @@ def render_startup_text(breakdown: Breakdown, out: TextIO) -> None:
         out.write(f"  {_t(line)}\n")
     if breakdown.context:
         out.write("  context (spans that are not ours):\n")
-        for item in breakdown.context[:5]:
-            inside = f" contains {_t(', '.join(item.phases_inside))}" if item.phases_inside else ""
-            where = " (encloses the start-up)" if item.encloses_root else ""
-            out.write(f"    {shorten(_t(item.name), 38):<40}{format_seconds(item.duration_ns):>10}{where}{inside}\n")
+        for context in breakdown.context[:5]:
+            inside = f" contains {_t(', '.join(context.phases_inside))}" if context.phases_inside else ""
+            where = " (encloses the start-up)" if context.encloses_root else ""
+            out.write(f"    {shorten(_t(context.name), 38):<40}{format_seconds(context.duration_ns):>10}{where}{inside}\n")
     render_explain_text(breakdown, out)  # imports, compilations, captures: why those phases took long
     out.write(f"  {_t(dominant_line(breakdown))}\n")
     render_stalls_text(breakdown, out)
@@ -114,7 +114,7 @@ def render_startup_text(breakdown: Breakdown, out: TextIO) -> None:
         )
 
 
-def columns(rows: Sequence[Sequence[str]], right: set[int] = frozenset()) -> list[str]:
+def columns(rows: Sequence[Sequence[str]], right: AbstractSet[int] = frozenset()) -> list[str]:
     """Rows of cells as lines, each column as wide as its widest cell and two spaces from the
     next: however long a value gets ("+3.79 s" beside "3058.47x"), columns never run
     together. ``right``: the columns aligned right (numbers)."""

@@ -4,12 +4,11 @@ one self-contained HTML page in the analyze report's style. Each is a renderer
 
 from __future__ import annotations
 
-import html as html_escape
 import json
 from typing import Sequence, TextIO
 
 from .compare import ALPHA, FASTER, MIN_EFFECT_NS, MIN_EFFECT_RATIO, NOISE, SLOWER
-from .escape import markdown_text, terminal_text
+from .escape import html_text, markdown_text, terminal_text
 from .render import columns
 from .report import CompareReport, Side
 from .units import format_seconds
@@ -146,7 +145,7 @@ def render_compare_html(report: CompareReport, out: TextIO) -> None:
     from .render_html import page_end, page_head
     from .waterfall import phase_colour
 
-    e = lambda v: html_escape.escape(str(v), quote=True)  # noqa: E731
+    e = html_text
     c = report.comparison
     w = out.write
     w(page_head("otel-coldstart compare"))

@@ -4,11 +4,10 @@ Made from analyze/downloads.py; nothing computed here."""
 
 from __future__ import annotations
 
-import html
 from typing import Callable, TextIO
 
 from .downloads import downloads
-from .escape import markdown_text
+from .escape import html_text, markdown_text
 from .units import format_bytes, format_rate, format_seconds
 
 _LIMIT = 40  # rows shown; the count of the rest follows
@@ -59,7 +58,7 @@ def render_downloads_html(b, w: Callable[[str], None]) -> None:
     found, rows = _rows(b)
     if found is None:
         return
-    e = lambda value: html.escape(str(value), quote=True)  # noqa: E731 - everything may come from a trace
+    e = html_text  # everything may come from a trace
     w(f"<h3>Downloads</h3>\n<p>{e(_summary(found))}</p>\n")
     if rows:
         w("<table class=\"data downloads\"><thead><tr><th>file</th><th></th><th class=\"num\">bytes</th>"

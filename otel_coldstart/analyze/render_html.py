@@ -11,7 +11,6 @@ Policy that forbids any (``default-src 'none'``). Everything from a trace is esc
 
 from __future__ import annotations
 
-import html
 import io
 import statistics
 from collections import defaultdict
@@ -20,6 +19,7 @@ from urllib.parse import quote
 
 from .breakdown import Breakdown, bandwidth_warnings, by_trace
 from .capacity import summarize_group
+from .escape import html_text as _e
 from .first_request import lines as first_request_lines
 from .lazy import lines as lazy_lines
 from .render import dominant_line, saving_text
@@ -52,10 +52,6 @@ document.querySelectorAll('table.data tbody tr').forEach(function(tr){
 """
 
 
-def _e(value: object) -> str:
-    return html.escape(str(value), quote=True)
-
-
 def trace_link(template: str | None, jaeger: str | None = None, tempo: str | None = None):
     """A function trace_id -> URL, or None: a template with ``{trace_id}``, else the UI
     page of the Jaeger or Tempo the traces came from."""
@@ -75,11 +71,12 @@ def trace_link(template: str | None, jaeger: str | None = None, tempo: str | Non
 TITLE = "otel-coldstart start-up report"
 
 
-def page_head(title: str) -> str:
-    """The opening of every self-contained page (analyze, compare, capacity): its CSP and style."""
+def page_head(title: str, style: str = "") -> str:
+    """The opening of every self-contained page (each command's): its CSP, and the style with
+    the page's own ``style`` after it."""
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">"
-            f"<title>{_e(title)}</title><style>{STYLE}</style></head><body>\n")
+            f"<title>{_e(title)}</title><style>{STYLE}{style}</style></head><body>\n")
 
 
 def page_end() -> str:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence, TextIO
+from typing import Any, TextIO
 
 from .. import semconv
 from .breakdown import Breakdown

@@ -1,15 +1,18 @@
-"""The what-if report (analyze/whatif/) as text, Markdown, JSON or one self-contained HTML
-page. Renderers write to a file object and compute nothing."""
+"""``whatif`` in every format: text, Markdown, JSON (schema ``otel-coldstart.whatif/1``) and
+one self-contained HTML page. Each is a renderer ``render(report, out)`` over a
+:class:`~.report.WhatIfReport` (analyze/whatif/ computes the projection); they compute nothing."""
 
 from __future__ import annotations
 
-import html
 import json
-from typing import Sequence, TextIO
+from typing import TYPE_CHECKING, Sequence, TextIO
 
-from .escape import markdown_text, terminal_text
+from .escape import html_text, markdown_text, terminal_text
+from .report import WhatIfReport
 from .units import format_seconds
-from .whatif import Projection, Quantiles, Summary, WhatIf
+
+if TYPE_CHECKING:  # the registry of renderers imports this module: not every command needs the levers
+    from .whatif import Projection, Quantiles, Summary, WhatIf
 
 SCHEMA = "otel-coldstart.whatif/1"
 
@@ -46,8 +49,8 @@ def whatif_document(result: WhatIf, skipped: Sequence[str] = ()) -> dict:
     }
 
 
-def render_json(result: WhatIf, out: TextIO, skipped: Sequence[str] = ()) -> None:
-    json.dump(whatif_document(result, skipped), out, indent=2)
+def render_whatif_json(report: WhatIfReport, out: TextIO) -> None:
+    json.dump(whatif_document(report.result, report.skipped), out, indent=2)
     out.write("\n")
 
 
@@ -86,7 +89,15 @@ def _table(w, header: Sequence[str], rows: Sequence[Sequence[str]], markdown: bo
         w(line.rstrip() + "\n")
 
 
-def render_text(result: WhatIf, out: TextIO, markdown: bool = False) -> None:
+def render_whatif_text(report: WhatIfReport, out: TextIO) -> None:
+    _text(report.result, out, markdown=False)
+
+
+def render_whatif_markdown(report: WhatIfReport, out: TextIO) -> None:
+    _text(report.result, out, markdown=True)
+
+
+def _text(result: WhatIf, out: TextIO, markdown: bool) -> None:
     e = markdown_text if markdown else terminal_text
     base = result.baseline
     w = out.write
@@ -125,22 +136,17 @@ def render_text(result: WhatIf, out: TextIO, markdown: bool = False) -> None:
                    markdown, (18, 10, 15, 10, 15), indent="    ")
 
 
-def render_markdown(result: WhatIf, out: TextIO) -> None:
-    render_text(result, out, markdown=True)
-
-
-def render_html(result: WhatIf, out: TextIO, skipped: Sequence[str] = ()) -> None:
-    from .render_html import CSP, STYLE
+def render_whatif_html(report: WhatIfReport, out: TextIO) -> None:
+    from .render_html import page_head
     from .waterfall import phase_colour
 
-    e = lambda v: html.escape(str(v), quote=True)  # noqa: E731
+    e = html_text
+    result, skipped = report.result, report.skipped
     base = result.baseline
     w = out.write
-    w(f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta http-equiv="
-      f"\"Content-Security-Policy\" content=\"{CSP}\"><title>otel-coldstart what if</title>"
-      f"<style>{STYLE}.lever td:first-child{{font-weight:bold}} .bars{{width:420px}}"
-      f".bars div{{height:11px;margin:1px 0}} .p95{{opacity:.45}}</style></head><body>\n"
-      f"<h1>What if</h1>\n<p>{base.n} start-up(s) that reached ready(): total p50 "
+    w(page_head("otel-coldstart what if", ".lever td:first-child{font-weight:bold} .bars{width:420px}"
+                ".bars div{height:11px;margin:1px 0} .p95{opacity:.45}")
+      + f"<h1>What if</h1>\n<p>{base.n} start-up(s) that reached ready(): total p50 "
       f"{e(format_seconds(base.total.p50_ns))}, p95 {e(format_seconds(base.total.p95_ns))}</p>\n")
     for note in result.notes:
         w(f"<p class=\"muted\">{e(note)}</p>\n")

@@ -2,14 +2,16 @@
 
 A report is plain data, as pyinstrument's captured session is: :class:`Report` (what
 ``analyze`` found: start-ups, findings, where they came from, what was left out),
-:class:`CompareReport` and :class:`CapacityReport`. A renderer writes one report in one
-format and computes nothing::
+:class:`CompareReport`, :class:`CapacityReport` and :class:`WhatIfReport`. A renderer writes
+one report in one format and computes nothing::
 
     render(report, out: TextIO) -> None
 
 to a file object, so that a report of 300,000 shards streams instead of being built as one
-string (``render_to_string`` gives the string when wanted). The formats of each command are
-listed in ``analyze/renderers.py``; a new format is one function there.
+string (``render_to_string`` gives the string when wanted). Every format of every command is
+in the one table of ``analyze/renderers.py`` (``RENDERERS[command][format]``); the renderers
+themselves are ``analyze/render*.py``. ``capacity --prometheus`` (histograms, not start-ups)
+writes its own text and JSON in ``cli/_prometheus.py``.
 """
 
 from __future__ import annotations
@@ -76,16 +78,11 @@ class Unready:
         return ", ".join(f"{n} {reason}" for reason, n in self.reasons)
 
 
-def end_reason(b: Breakdown) -> str:
-    """How a start-up that is not ready ended, in one word (semconv.END_*; analyze/end_reasons.py)."""
-    return end_word(b)
-
-
 def split_unready(startups: Sequence[Breakdown], include: bool) -> tuple[list[Breakdown], Unready]:
     """The start-ups the statistics are made of (the ready ones, or all with ``include``)
     and the count of those that did not reach ready(), by end reason."""
     unready = [b for b in startups if not b.ready]
-    reasons = Counter(end_reason(b) for b in unready)
+    reasons = Counter(end_word(b) for b in unready)  # semconv.END_*, in one word
     counted = Unready(len(unready), tuple(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))))
     return (list(startups) if include else [b for b in startups if b.ready]), counted
 
@@ -119,3 +116,11 @@ class CapacityReport:
     skipped: Sequence[str] = ()
     include_unready: bool = False
     ramp_per_min: float | None = None  # a demand ramp (--ramp): the warm pool that covers the lead time
+
+
+@dataclass(frozen=True)
+class WhatIfReport:
+    """What ``whatif`` renders: the projection, and the inputs left out."""
+
+    result: Any  # whatif.WhatIf
+    skipped: Sequence[str] = ()

@@ -88,8 +88,3 @@ def settle(span: Span, settlement: Span) -> Span:
     if settlement.attributes.get(semconv.CACHE_STORAGE_READ_PROVISIONAL) is True:
         attributes[semconv.CACHE_STORAGE_READ_PROVISIONAL] = True  # an interim one: the final never came
     return replace(span, attributes=attributes)
-
-
-def is_provisional(span: Span) -> bool:
-    """The span's storage figure was never settled (the process ended first): a lower bound."""
-    return span.attributes.get(semconv.CACHE_STORAGE_READ_PROVISIONAL) is True

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 
-def format_seconds(ns: int) -> str:
+def format_seconds(ns: float) -> str:
     seconds = ns / 1e9
     if seconds >= 100:
         return f"{seconds:.0f} s"

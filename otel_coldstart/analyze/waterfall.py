@@ -106,7 +106,7 @@ def tick_label(ns: int, step_ns: int, total_ns: int) -> str:
     as the step needs."""
     if ns == 0:
         return "0"
-    for unit, size in (("s", 1_000_000_000), ("ms", 1_000_000), ("us", 1_000)):
+    for unit, size in (("s", 1_000_000_000), ("ms", 1_000_000), ("us", 1_000)):  # noqa: B007 - used after
         if total_ns >= size:
             break
     else:

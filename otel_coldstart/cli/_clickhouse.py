@@ -15,6 +15,7 @@ import datetime
 import functools
 import re
 import sys
+from typing import Sequence
 
 from ..analyze.assemble import analyse_trace
 from ..analyze.from_rows import startup_from_row, status_of
@@ -29,7 +30,7 @@ DEFAULT_TIMEOUT_S = 300.0
 DEFAULT_SINCE = "30d"
 
 
-def add_clickhouse_arguments(parser: argparse.ArgumentParser, *, files_too: bool = True) -> None:
+def add_clickhouse_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("ClickHouse (the Collector's ClickHouse exporter's table; docs/fleet.md)")
     group.add_argument("--clickhouse", metavar="URL",
                        help="read start-ups from ClickHouse: http(s)://[user@]host:8123/database (password from "
@@ -74,7 +75,7 @@ def _since_ns(text: str) -> int:
         raise CliError(f"--since: {exc}; days as e.g. 30d", EXIT_USAGE) from None
 
 
-def selection(args: argparse.Namespace, extra: list[str] = ()):
+def selection(args: argparse.Namespace, extra: Sequence[str] = ()):
     """The start-ups asked for, checked before anything is sent (usage errors: exit 2)."""
     from ..sources.clickhouse_sql import FilterError, Selection, check_table, parse_where
 
@@ -118,7 +119,7 @@ def connect(url: str):
         raise _fail(exc) from None
 
 
-def load_clickhouse(args: argparse.Namespace, extra: list[str] = (), *, label: str | None = None,
+def load_clickhouse(args: argparse.Namespace, extra: Sequence[str] = (), *, label: str | None = None,
                     spans_too: bool = False) -> Inputs:
     """The selected start-ups as Inputs. ``spans_too`` (whatif): every start-up from its spans."""
     from ..sources.clickhouse import ClickHouseError
@@ -135,7 +136,7 @@ def load_clickhouse(args: argparse.Namespace, extra: list[str] = (), *, label: s
                            f"--max-rows {args.max_rows:,}: narrow --since/--where, or raise --max-rows",
                            EXIT_INPUT_TOO_LARGE)
         if spans_too:
-            startups = []
+            startups: list = []
         else:
             sql, params = reduce_sql(chosen)
             startups, left_over = [], set()

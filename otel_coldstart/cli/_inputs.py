@@ -137,6 +137,9 @@ class _InputFacts:
     split: bool = False  # read in parts (split_lines_file): its own verdicts were left to the merge
 
 
+_Read = list[tuple[int, str, _InputFacts]]  # each input read as traces: (index, path, what was found)
+
+
 @dataclass
 class _Outcome:
     results: dict[str, TraceResult]
@@ -233,6 +236,14 @@ def load_files(paths: list[str], args: argparse.Namespace, *, keep_going: bool =
     return next(load_sides([paths], args, keep_going=keep_going, slim=slim))
 
 
+def load_reference(args: argparse.Namespace) -> Inputs | None:
+    """The ``--reference`` start-ups, which the findings and levers learn from, or None: every
+    one of them (``--trace-id`` picks the start-ups reported, not the ones learnt from)."""
+    if not getattr(args, "reference", None):
+        return None
+    return load_files(expand_paths(args.reference), argparse.Namespace(**{**vars(args), "trace_id": None}))
+
+
 def load_sides(sides: list[list[str]], args: argparse.Namespace, *, keep_going: bool = True,
                slim: bool = False) -> Iterator[Inputs]:
     """load_files of each list of paths (compare's two sides), each side read on its own
@@ -276,6 +287,15 @@ def _merge(paths: list[str], outcomes: list[_Outcome], keep_going: bool, slim: b
     """One Inputs from what each process read: per input, its facts; per trace, its result
     (a trace read by several processes analysed again here from all of its spans)."""
     inputs = Inputs([], [])
+    per_input = _merge_facts(outcomes)
+    results = _merge_results(paths, outcomes, slim)
+    read = _traces_read(paths, per_input, inputs, keep_going)
+    _describe_sources(read, *_collect_startups(paths, results, read, inputs), inputs)
+    return inputs
+
+
+def _merge_facts(outcomes: list[_Outcome]) -> dict[int, _InputFacts]:
+    """Per input, what the processes that read a part of it found, as one."""
     per_input: dict[int, _InputFacts] = {}
     for outcome in outcomes:
         for index, item in outcome.inputs.items():
@@ -291,6 +311,12 @@ def _merge(paths: list[str], outcomes: list[_Outcome], keep_going: bool, slim: b
             merged.launch_notes += item.launch_notes
             merged.explanation = merged.explanation or item.explanation
             merged.error = merged.error or item.error
+    return per_input
+
+
+def _merge_results(paths: list[str], outcomes: list[_Outcome], slim: bool) -> dict[str, TraceResult]:
+    """Per trace, its result: a trace that crosses the processes' shares is read again from
+    where each found a part of it, and analysed here whole."""
     results: dict[str, TraceResult] = {}
     crossing: dict[str, dict] = {}
     for outcome in outcomes:
@@ -298,43 +324,41 @@ def _merge(paths: list[str], outcomes: list[_Outcome], keep_going: bool, slim: b
             if trace_id in results:
                 crossing.setdefault(trace_id, {})
             results[trace_id] = result
-    if crossing:
-        for outcome in outcomes:
-            for trace_id in crossing:
-                for index, batches in outcome.where.get(trace_id, {}).items():
-                    crossing[trace_id].setdefault(index, []).extend(batches)
-        for trace_id, where in crossing.items():
-            spans = [s for index, batches in where.items() for s in reread(paths[index], batches, {trace_id})]
-            result = analyse_trace(spans, slim)
-            result.source = min(where)
-            results[trace_id] = result
-    read: list[tuple[int, str, _InputFacts]] = []
+    for outcome in outcomes:
+        for trace_id in crossing:
+            for index, batches in outcome.where.get(trace_id, {}).items():
+                crossing[trace_id].setdefault(index, []).extend(batches)
+    for trace_id, where in crossing.items():
+        spans = [s for index, batches in where.items() for s in reread(paths[index], batches, {trace_id})]
+        result = analyse_trace(spans, slim)
+        result.source = min(where)
+        results[trace_id] = result
+    return results
+
+
+def _traces_read(paths: list[str], per_input: dict[int, _InputFacts], inputs: Inputs, keep_going: bool) -> _Read:
+    """The inputs that are traces (the storage floors among them into ``inputs``): an input
+    that could not be read is an error (with one input, or without ``keep_going``), or left
+    out, said once."""
+    read: _Read = []
     floors: list[StorageFloor] = []
     for index in sorted(per_input):
         item, path = per_input[index], paths[index]
-        if item.error is not None:
-            exc = item.error
-            error = CliError(str(exc), _EXIT_FOR_KIND.get(exc.kind, EXIT_NOT_A_TRACE))
-            if not keep_going or len(paths) == 1:
-                raise error from None
-            inputs.first_error = inputs.first_error or error
-            inputs.skipped.append(str(exc))
-            print(f"otel-coldstart: warning: {exc}; file skipped", file=sys.stderr)
-            continue
-        if item.facts.floor is not None:
+        if item.facts.floor is not None and item.error is None:
             floors.append(item.facts.floor)
             inputs.sources.append({"source": path, "format": "floor", "spans": 0, "startups": 0, "warnings": []})
             continue
-        if item.split:
-            if not item.spans and item.facts.skipped and not item.facts.formats:
-                error = CliError(f"{path}: {item.facts.skipped[0]}", EXIT_NOT_A_TRACE)  # no line of it read
-                if not keep_going or len(paths) == 1:
-                    raise error
-                inputs.first_error = inputs.first_error or error
-                inputs.skipped.append(str(error))
-                continue
-            if item.facts.formats == {"otlp"}:
-                item.facts.formats = {"otlp-lines"}
+        error = _unreadable(path, item)
+        if error is not None:
+            if not keep_going or len(paths) == 1:
+                raise error from None
+            inputs.first_error = inputs.first_error or error
+            inputs.skipped.append(str(error))
+            if item.error is not None:
+                print(f"otel-coldstart: warning: {item.error}; file skipped", file=sys.stderr)
+            continue
+        if item.split and item.facts.formats == {"otlp"}:
+            item.facts.formats = {"otlp-lines"}
         for where in item.facts.skipped:
             inputs.skipped.append(f"{path}: {where}")
         read.append((index, path, item))
@@ -342,6 +366,23 @@ def _merge(paths: list[str], outcomes: list[_Outcome], keep_going: bool, slim: b
         if inputs.first_error is not None:
             raise inputs.first_error
         raise CliError("no trace among the inputs (only storage floor documents)", EXIT_NOT_A_TRACE)
+    inputs.floor = combine(floors)
+    return read
+
+
+def _unreadable(path: str, item: _InputFacts) -> CliError | None:
+    """Why an input cannot be read, or None."""
+    if item.error is not None:
+        return CliError(str(item.error), _EXIT_FOR_KIND.get(item.error.kind, EXIT_NOT_A_TRACE))
+    if item.split and not item.spans and item.facts.skipped and not item.facts.formats:
+        return CliError(f"{path}: {item.facts.skipped[0]}", EXIT_NOT_A_TRACE)  # no line of it read
+    return None
+
+
+def _collect_startups(paths: list[str], results: dict[str, TraceResult], read: _Read,
+                      inputs: Inputs) -> tuple[dict[int, Notes], Notes]:
+    """Every trace's start-ups into ``inputs``, in start order, and what its checks found:
+    per input, the spans that cannot be true; for all together, what was repaired."""
     checks = {index: Notes() for index, *_ in read}
     repairs = Notes()
     startups: list[Breakdown] = []
@@ -357,7 +398,16 @@ def _merge(paths: list[str], outcomes: list[_Outcome], keep_going: bool, slim: b
         first = next(note for notes in checks.values() for note in notes.lines())
         where = f"{paths[0]}: no span in it" if len(paths) == 1 else "no span in the inputs"
         raise CliError(f"{where} can be true ({first})", EXIT_NOT_A_TRACE)
-    chosen = {(b.trace_id, b.root.span_id) for b in startups}
+    inputs.startups = startups
+    if not startups:
+        inputs.explanation = next((item.explanation for _, _, item in read if item.explanation), None)
+    return checks, repairs
+
+
+def _describe_sources(read: _Read, checks: dict[int, Notes], repairs: Notes, inputs: Inputs) -> None:
+    """One description per trace input (format, spans, start-ups, warnings), each warning also
+    said on stderr; what was left out or repaired counts as left out (exit 12)."""
+    chosen = {(b.trace_id, b.root.span_id) for b in inputs.startups}
     for index, path, item in read:
         untrue = checks[index].lines()
         warnings = [f"{where} skipped" for where in item.facts.skipped] + untrue
@@ -372,11 +422,6 @@ def _merge(paths: list[str], outcomes: list[_Outcome], keep_going: bool, slim: b
         print(f"otel-coldstart: warning: {where}: {line}", file=sys.stderr)
     if repaired:
         inputs.sources[-1]["warnings"] += repaired
-    if not startups:
-        inputs.explanation = next((item.explanation for _, _, item in read if item.explanation), None)
-    inputs.startups = startups
-    inputs.floor = combine(floors)
-    return inputs
 
 
 def _launch_spans(spans: list) -> list:
@@ -510,6 +555,14 @@ def output(path: str | None, what: str = "--output") -> Iterator[TextIO]:
     handle = _open_output(path, what)
     with handle:
         yield handle
+
+
+def write_report(command: str, report, args: argparse.Namespace) -> None:
+    """``report`` in the ``--format`` asked (analyze/renderers.py), to ``--output`` or stdout."""
+    from ..analyze.renderers import RENDERERS
+
+    with output(args.output) as out:
+        RENDERERS[command][args.format](report, out)
 
 
 def _is_stdout(path: str) -> bool:

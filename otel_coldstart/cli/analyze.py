@@ -15,16 +15,14 @@ from ..analyze.findings import find
 from ..analyze.interrupted import is_killed
 from ..analyze.render_html import trace_link
 from ..analyze.render_svg import render_svg
-from ..analyze.renderers import ANALYZE
+from ..analyze.renderers import FORMATS
 from ..analyze.report import Budget, Report
 from ._inputs import (add_file_arguments, add_live_arguments, check_live_arguments, expand_paths, load_files,
-                      load_live, output, require_startups)
+                      load_live, load_reference, output, require_startups, write_report)
 from .errors import (EXIT_BUDGET_EXCEEDED, EXIT_INPUT_UNREADABLE, EXIT_NOT_READY, EXIT_OUTPUT_FAILED,
                      EXIT_STARTUP_KILLED, EXIT_USAGE, EXIT_WOULD_OVERWRITE, CliError)
 
 MAX_BUDGET_FILE_BYTES = 1 << 20
-
-HELP = "Print where the start-up time went, and what to do about it, for the start-ups in trace files."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "the reference for per-byte findings")
     add_file_arguments(parser)
     add_live_arguments(parser)
-    parser.add_argument("--format", choices=tuple(ANALYZE), default="text",
+    parser.add_argument("--format", choices=FORMATS, default="text",
                         help="report format (default %(default)s; json: schema otel-coldstart.analysis/1; "
                              "html: one self-contained page with waterfalls, phase chart and findings)")
     parser.add_argument("--trace-url", metavar="TEMPLATE",
@@ -94,14 +92,13 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"unknown budget key(s): {', '.join(unknown)}; valid keys: "
                        f"{', '.join(valid_budget_keys({p.phase for b in results for p in b.phases}))}", EXIT_USAGE)
     violations = check_budgets(results, budget)
-    reference = _reference(args)
+    reference = load_reference(args)
     floor = inputs.floor or (reference.floor if reference else None)
     report = Report(results, find(results, floor, tuple(reference.startups) if reference else ()), inputs.sources,
                     inputs.skipped + (reference.skipped if reference else []), floor,
                     Budget(budget, violations) if budget else None,
                     trace_link(args.trace_url, args.jaeger, args.tempo))
-    with output(args.output) as out:
-        ANALYZE[args.format](report, out)
+    write_report("analyze", report, args)
     kept = _write_waterfalls(results, args.waterfall, args.force) if args.waterfall else 0
     for violation in violations:
         print(f"otel-coldstart: over budget: {violation.describe()}", file=sys.stderr)
@@ -120,13 +117,6 @@ def run(args: argparse.Namespace) -> int:
             else EXIT_NOT_READY if unready
             else EXIT_STARTUP_KILLED if any(is_killed(b) for b in results) else 0)
     return inputs.exit_code(code)
-
-
-def _reference(args: argparse.Namespace):
-    """The --reference start-ups (every one: --trace-id picks the start-ups reported), or None."""
-    if not getattr(args, "reference", None):
-        return None
-    return load_files(expand_paths(args.reference), argparse.Namespace(**{**vars(args), "trace_id": None}))
 
 
 def check_waterfall_directory(directory: str) -> None:

@@ -11,15 +11,12 @@ import sys
 
 from ..analyze.compare import compare
 from ..analyze.programs import mixed_programs
-from ..analyze.renderers import COMPARE
+from ..analyze.renderers import FORMATS
 from ..analyze.report import CompareReport, Side, split_unready
-from ._inputs import (Inputs, add_file_arguments, add_jobs_argument, expand_paths, load_sides, output,
-                      require_startups)
+from ._inputs import (Inputs, add_file_arguments, add_jobs_argument, expand_paths, load_sides, require_startups,
+                      write_report)
 from ._clickhouse import add_clickhouse_arguments, files_or_clickhouse, load_clickhouse
 from .errors import EXIT_NO_STARTUP, CliError
-
-HELP = ("Per-phase medians, spread and a verdict (slower / faster / within noise) between two traces "
-        "or two sets of traces.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--include-unready", action="store_true",
                         help="count start-ups that did not reach ready() (killed, SIGTERM, crashed) in the "
                              "statistics; by default they are counted apart, by how they ended")
-    parser.add_argument("--format", choices=tuple(COMPARE), default="text",
+    parser.add_argument("--format", choices=FORMATS, default="text",
                         help="report format (default %(default)s; html: one self-contained page)")
     parser.add_argument("--output", "-o", metavar="FILE", help="write the report here (never overwrites)")
     add_clickhouse_arguments(parser)
@@ -72,8 +69,7 @@ def _compare(args: argparse.Namespace, sides, b_is_there) -> int:
     b_is_there()
     b_inputs, b, b_side = _side("B", args.b, next(sides), args)
     report = CompareReport(compare(a, b), a_side, b_side, args.include_unready)
-    with output(args.output) as out:
-        COMPARE[args.format](report, out)
+    write_report("compare", report, args)
     for note in report.comparison.warnings:  # also in the report; here after it was written (a failed write says only that)
         print(f"otel-coldstart: warning: {note}", file=sys.stderr)
     for name, side in (("A", a), ("B", b)):  # two programs under one service name, pooled in a side

@@ -10,10 +10,6 @@ import sys
 from .. import demo
 from .errors import CliError
 
-HELP = ("Generate (once) a small Llama-shaped 4-shard safetensors checkpoint, evict its first "
-        "shard from the page cache, load it instrumented and print the breakdown (the report on "
-        "stdout, progress on stderr).")
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint-dir", default=None,

@@ -13,9 +13,6 @@ from ._clickhouse import DEFAULT_TIMEOUT_S, _fail, connect
 from ._inputs import expand_paths
 from .errors import EXIT_NOT_A_TRACE, EXIT_PARTIAL_INPUT, EXIT_USAGE, CliError
 
-HELP = ("Load trace files into ClickHouse, in the table the Collector's ClickHouse exporter writes "
-        "(for capacity/compare/whatif --clickhouse).")
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="+", metavar="FILE", help="trace files or directories")
@@ -42,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         conn.execute(TRACES_TABLE.format(table=table), args.timeout)
         for path in paths:
-            def rows():
+            def rows(path=path):
                 for batch in BatchReader(path, DEFAULT_MAX_BYTES):
                     for span in batch.spans:
                         yield span_row(span)

@@ -10,10 +10,6 @@ import sys
 from .. import floor
 from .errors import EXIT_INPUT_UNREADABLE, EXIT_USAGE, EXIT_WOULD_OVERWRITE, CliError
 
-HELP = ("Read the files (or every file in the directories) with plain read(2), evicted from the "
-        "page cache and then resident, and print the bytes/s: the floor a loader's throughput "
-        "compares against.")
-
 
 MAX_BLOCK_SIZE = 1 << 30  # one read(2) buffer is allocated at this size
 

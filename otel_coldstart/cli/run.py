@@ -19,7 +19,6 @@ import sys
 from . import _run_notes
 from .errors import EXIT_USAGE, CliError
 
-HELP = "Run a command with every Python process it starts instrumented, all in one trace."
 
 # Like a shell: the command could not be found, or could not be executed.
 EXIT_COMMAND_NOT_FOUND = 127

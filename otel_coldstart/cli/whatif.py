@@ -6,16 +6,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..analyze import render_whatif
 from ..analyze.programs import mixed_programs
+from ..analyze.renderers import FORMATS
+from ..analyze.report import WhatIfReport
 from ..analyze.storage_floor import combine
 from ..analyze.whatif import ALL, LEVERS, Options, project
-from ._inputs import add_file_arguments, expand_paths, load_files, output, require_startups
+from ._inputs import add_file_arguments, expand_paths, load_files, load_reference, require_startups, write_report
 from ._clickhouse import add_clickhouse_arguments, files_or_clickhouse, load_clickhouse
 from .errors import EXIT_USAGE, EXIT_NO_STARTUP, CliError
 
-HELP = ("Projected p50/p95 start-up per lever (prewarm, serving-dtype, pinned, compile-cache, fewer-captures, "
-        "to-safetensors, bytecode, prewarm-imports, all), from the traces' own evidence, with the assumptions in words.")
 
 MAX_KEEP_SIZES = 4096
 
@@ -37,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--until", choices=("ready", "first-token"), default="ready",
                         help="where each start-up ends: ready() (default) or its first token (ready() plus its "
                              "first request as measured); start-ups without a first token are left out, said so")
-    parser.add_argument("--format", choices=("text", "markdown", "json", "html"), default="text",
+    parser.add_argument("--format", choices=FORMATS, default="text",
                         help="report format (default %(default)s; json: schema otel-coldstart.whatif/1)")
     parser.add_argument("--output", "-o", metavar="FILE", help="write the report here (never overwrites)")
     add_clickhouse_arguments(parser)
@@ -65,9 +64,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         inputs = load_files(expand_paths(args.files), args)
     results = require_startups(inputs, args.trace_id)
-    # --trace-id picks the start-ups to project, not the ones to learn from
-    reference = (load_files(expand_paths(args.reference), argparse.Namespace(**{**vars(args), "trace_id": None}))
-                 if args.reference else None)
+    reference = load_reference(args)
     floors = [f for f in (inputs.floor, reference.floor if reference else None) if f is not None]
     options = Options(floor=combine(floors), keep_capture_sizes=keep,
                       reference=tuple(reference.startups) if reference else ())
@@ -76,15 +73,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # every start-up given stopped before ready()
         raise CliError(f"{', '.join(s['source'] for s in inputs.sources[:3])}: {exc}", EXIT_NO_STARTUP) from None
     skipped = inputs.skipped + (reference.skipped if reference else [])
-    with output(args.output) as out:
-        if args.format == "json":
-            render_whatif.render_json(result, out, skipped)
-        elif args.format == "markdown":
-            render_whatif.render_markdown(result, out)
-        elif args.format == "html":
-            render_whatif.render_html(result, out, skipped)
-        else:
-            render_whatif.render_text(result, out)
+    write_report("whatif", WhatIfReport(result, skipped), args)
     if skipped:
         print(f"otel-coldstart: warning: {len(skipped)} input(s) left out of this report", file=sys.stderr)
     for note in mixed_programs(results):  # two programs under one service name, pooled

@@ -41,6 +41,7 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "huggingface_hub": ("huggingface_hub.file_download", "huggingface_hub._snapshot_download",
                         "huggingface_hub.utils._http", "transformers.utils.hub"),
     "s3": ("s3transfer.manager", "botocore.client"),
+    "fsspec": ("fsspec.spec",),
 }
 NAMES = tuple(TARGETS)
 

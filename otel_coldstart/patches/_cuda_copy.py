@@ -74,8 +74,3 @@ def bus_copy(direction: str, numel: int, src_itemsize: int, dst_itemsize: int, s
     keeps_destination = same_dtype and host_contiguous
     return BusCopy(numel * src_itemsize, host_pinned and keeps_destination,
                    None if same_dtype else CONVERTED_ON_HOST)
-
-
-def stream_device_side(direction: str) -> str:
-    """Which side's device owns the stream the copy is queued on ("src" or "dst")."""
-    return "dst" if direction == H2D else "src"

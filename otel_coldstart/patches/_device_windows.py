@@ -74,7 +74,7 @@ def _bind_capture_mode():
         exchange_mode = library.cuThreadExchangeStreamCaptureMode
         exchange_mode.argtypes = [ctypes.POINTER(ctypes.c_int)]
         exchange_mode.restype = ctypes.c_int
-    except Exception:
+    except Exception:  # no driver library or symbol: the gate alone, as documented
         return None
 
     def exchange(mode: int):
@@ -150,8 +150,8 @@ class StreamWindow:
         self.key = key
         self.stream = stream
         self.lock = threading.Lock()
-        self.start_event = None  # None: no segment open
-        self.end_event = None
+        self.start_event: Any = None  # None: no segment open; else a torch.cuda.Event
+        self.end_event: Any = None
         self.segment_start_ns = 0
         self.idle_ns = 0  # the open segment's idle start (see the module docstring)
         self.previous_end_ns = 0  # host clock estimate of when the last closed segment ended
@@ -230,7 +230,7 @@ def join(work: DeviceWork, mark: Mark | None, nbytes: int, start_ns: int, end_ns
     with window.lock:
         try:
             ran, timed = gate(_join_inside, window, work, mark, nbytes, end_ns, new_event)
-        except Exception:
+        except Exception:  # a device call refused (the host's CUDA error may surface here): untimed, never raised
             window.abandon_segment()
             ran = timed = False
         if not ran:
@@ -264,7 +264,7 @@ def try_resolve(work: DeviceWork, gate: Gate = gate) -> Resolution | None:
                 continue  # another aggregate's settle or call closed it meanwhile
             try:
                 ran, done = gate(_close_if_done, window)
-            except Exception:
+            except Exception:  # a device call refused (the host's CUDA error may surface here): untimed, never raised
                 window.abandon_segment()
                 continue
             if not ran or not done:
@@ -353,7 +353,7 @@ def mark(device) -> Mark | None:
     with window.lock:
         try:
             ran, made = gate(_record_mark, window)
-        except Exception:
+        except Exception:  # a device call refused (the host's CUDA error may surface here): untimed, never raised
             return None
     return made if ran else None
 
@@ -395,7 +395,7 @@ def mark_blocking(device):
     with window.lock:
         try:
             ran, before = gate(_record_before, window)
-        except Exception:
+        except Exception:  # a device call refused (the host's CUDA error may surface here): untimed, never raised
             return None
     return (window, before) if ran and before is not None else None
 
@@ -413,7 +413,7 @@ def finish_blocking(bracket, start_ns: int, end_ns: int) -> BlockingCopy | None:
     with window.lock:
         try:
             ran, after = gate(_record_after, window)
-        except Exception:
+        except Exception:  # a device call refused (the host's CUDA error may surface here): untimed, never raised
             ran = False
         if not ran:
             window.give_back(before)
@@ -436,7 +436,7 @@ def _resolve_blocking(aggregate, gate: Gate, deadline: float | None) -> bool:
         with copy.window.lock:
             try:
                 ran, device_ns = gate(_blocking_device_ns, copy)
-            except Exception:
+            except Exception:  # a device call refused (the host's CUDA error may surface here): never raised
                 ran, device_ns = True, -1  # cannot be read: the copy keeps its host time
         if not ran or device_ns is None:
             if deadline is None:

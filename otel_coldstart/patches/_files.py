@@ -17,8 +17,7 @@ from .. import probes, semconv
 from .._errors import internal_errors, report_internal_error
 from .._regular_files import is_regular_file, open_regular
 from . import _storage
-from ..verdicts import (COLD_AT_LEAST, WARM_BELOW, cache_state_from_reads,  # noqa: F401 - one rule: verdicts.py
-                        cache_state_from_residency, combine_cache_states)
+from ..verdicts import cache_state_from_reads, cache_state_from_residency, combine_cache_states
 from ._tensor_bytes import tensor_nbytes
 
 _SHARD_NAME = re.compile(r"(\d+)-of-(\d+)")
@@ -54,7 +53,7 @@ def shard_position(path: str) -> tuple[int | None, int | None]:
     if name in positions:
         return positions[name], len(set(positions.values()))
     match = None
-    for match in _SHARD_NAME.finditer(name):
+    for match in _SHARD_NAME.finditer(name):  # noqa: B007 - the last match is wanted
         pass
     if match is not None:
         number, total = int(match.group(1)), int(match.group(2))
@@ -227,7 +226,7 @@ class FileRead:
     def _end_with_storage_figure(self, attrs: dict, verdict_evidence: list, error, end_ns: int, lazy: bool) -> None:
         """End the span now, at the read's end, with the file's storage figure known now (see
         _storage); a figure settled later leaves as a settlement record under the span."""
-        ended = []
+        ended: list = []
 
         def with_evidence(figure_attrs: dict, figure_evidence: list) -> dict:
             merged = dict(figure_attrs)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import Any
 
 from .. import session as _session
 from ..recorder import ThreadState, _threads, thread_state
@@ -23,7 +24,7 @@ class _NotCompiling:
 
 # torch.compiler (its module-level ``_is_compiling_flag``) once torch is imported (bound by
 # bind_torch, from patch()); read as an attribute on every call, not through is_compiling().
-_compiler = _NotCompiling
+_compiler: Any = _NotCompiling
 # Per-thread signs that this thread is the one compiling (torch._guards contexts), bound by
 # bind_torch; None where the private API moved (then every thread stands aside, as before).
 _compile_context = None
@@ -78,7 +79,7 @@ def _compiling_here() -> bool:
 
         return (_compile_context() is not None or _tracing_context() is not None
                 or torch._C._len_torch_dispatch_stack() > 0)
-    except Exception:
+    except Exception:  # torch's private API moved: stand aside, as when it is missing
         return True
 
 

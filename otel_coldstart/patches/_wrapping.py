@@ -114,7 +114,7 @@ def _reduce_original(original: Any, protocol: int):
         return reduce_by_reference(original)
     try:
         value = original.__reduce_ex__(protocol)
-    except Exception:
+    except Exception:  # an object pickle cannot reduce: stored by its qualified name
         return reduce_by_reference(original)
     return reduce_by_reference(original) if isinstance(value, str) else value
 

@@ -39,6 +39,7 @@ entries torch saved (its ``autograd_cache_saved`` counter).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import sys
@@ -47,7 +48,7 @@ import time
 
 from .. import semconv, verdicts
 from .. import session as _session
-from .._errors import report_internal_error
+from .._errors import internal_errors
 from . import pinning
 from ._wrapping import ColdstartWrapper, PatchSet, installed_version
 
@@ -152,10 +153,8 @@ def _register(handler) -> None:
 def _clear_then_register(wrapped, instance, args, kwargs):
     result = wrapped(*args, **kwargs)
     if _handler is not None:
-        try:
+        with internal_errors("compile callbacks"):
             _register(_handler)
-        except Exception:
-            report_internal_error("compile callbacks")
     return result
 
 
@@ -174,18 +173,16 @@ def unpatch() -> None:
 
 
 def _on_compile_start(args) -> None:
-    try:
+    with internal_errors("compile start"):
         pinning.suspend_allocators()  # before dynamo traces (and guards on) torch.empty
-    except Exception:
-        report_internal_error("compile start")
-    try:
+    with internal_errors("compile start"):
         session = _session.ACTIVE
         if session is None:
             return
         state = _open_compilations(session)
         _finish_waiting(state)  # a compilation whose metrics never came: write it without them
         compile_id = str(getattr(args, "compile_id", ""))
-        attrs = {semconv.COMPILE_ID: compile_id}
+        attrs: dict = {semconv.COMPILE_ID: compile_id}
         trigger = getattr(args, "callback_trigger", None)
         if trigger is not None:
             attrs[semconv.COMPILE_TRIGGER] = getattr(trigger, "name", str(trigger)).lower()
@@ -202,15 +199,13 @@ def _on_compile_start(args) -> None:
         compilation = _Compilation(None, _cache_counts(), compile_id)
         container = session.start_container(semconv.PHASE_COMPILE, attrs)
         compilation.container = container
-        container.on_interrupt = lambda end_ns, c=compilation: _interrupted(c, end_ns)
+        container.on_interrupt = functools.partial(_interrupted, compilation)
         with state.lock:
             state.stack.append(compilation)
-    except Exception:
-        report_internal_error("compile start")
 
 
 def _on_compile_end(args) -> None:
-    try:
+    with internal_errors("compile end"):
         session = _session.ACTIVE
         if session is None:
             return
@@ -233,20 +228,16 @@ def _on_compile_end(args) -> None:
                 state.waiting.append(compilation)
             return
         _finish(compilation, None)
-    except Exception:
-        report_internal_error("compile end")
 
 
 def _metrics_published(wrapped, instance, args, kwargs):
     """torch's log_compilation_event(metrics): torch's own call first, then ours."""
     result = wrapped(*args, **kwargs)
-    try:
+    with internal_errors("compile metrics"):
         session = _session.ACTIVE
         metrics = args[0] if args else kwargs.get("metrics")
         if session is not None and metrics is not None:
             _take_metrics(_open_compilations(session), metrics)
-    except Exception:
-        report_internal_error("compile metrics")
     return result
 
 
@@ -313,7 +304,7 @@ def _metrics_will_follow() -> bool:
         return False
     try:
         return bool(utils.get_metrics_context().in_progress())
-    except Exception:
+    except Exception:  # torch's private metrics context moved: no metrics to wait for
         return False
 
 
@@ -324,7 +315,7 @@ def _cache_counts() -> dict | None:
     counters = getattr(utils, "counters", None)
     if counters is None or not hasattr(counters, "get"):
         return None
-    counts = {}
+    counts: dict = {}
     for cache, (group, *keys) in _CACHE_COUNTERS.items():
         values = counters.get(group) or {}
         counts[cache] = tuple(int(values.get(key, 0)) if key else 0 for key in keys)
@@ -374,7 +365,7 @@ def _grad_enabled() -> bool | None:
     torch = sys.modules.get("torch")
     try:
         return bool(torch.is_grad_enabled()) if torch is not None else None
-    except Exception:
+    except Exception:  # the host's torch, probed: unknown rather than raised
         return None
 
 

@@ -42,7 +42,7 @@ from typing import Iterator
 
 from .. import semconv
 from .. import session as _session
-from .._errors import report_internal_error
+from .._errors import internal_errors
 from . import _guard
 from ._wrapping import PatchSet, installed_version
 
@@ -215,7 +215,7 @@ def _close_capture(capture: _Capture, error: BaseException | None) -> None:
     session = capture.session
     if session is not _session.ACTIVE:
         return  # uninstrumented (or re-instrumented) since it began
-    attrs = {semconv.GRAPH_API: capture.api}
+    attrs: dict = {semconv.GRAPH_API: capture.api}
     if capture.batch_size is not None:
         attrs[semconv.GRAPH_BATCH_SIZE] = capture.batch_size
     if capture.pre_capture_ns:
@@ -284,7 +284,7 @@ def _vllm_batch_size() -> int | None:
         context = getattr(module, "_forward_context", None)
         descriptor = getattr(context, "batch_descriptor", None)
         size = getattr(descriptor, "num_tokens", None)
-    except Exception:
+    except Exception:  # vLLM's private context, probed: unknown rather than raised
         return None
     return size if isinstance(size, int) and not isinstance(size, bool) else None
 
@@ -304,10 +304,8 @@ def _context_enter(api: str, graph_of):
         if _session.ACTIVE is None:
             return wrapped(*args, **kwargs)
         capture = None
-        try:
+        with internal_errors("graph capture enter"):
             capture = _open_capture(graph_of(instance), api, "context")
-        except Exception:
-            report_internal_error("graph capture enter")
         try:
             return wrapped(*args, **kwargs)
         except BaseException as error:
@@ -321,10 +319,8 @@ def _context_exit(graph_of):
     def wrapper(wrapped, instance, args, kwargs):
         capture = None
         if _session.ACTIVE is not None:
-            try:
+            with internal_errors("graph capture exit"):
                 capture = _find_capture(graph_of(instance))
-            except Exception:
-                report_internal_error("graph capture exit")
         try:
             result = wrapped(*args, **kwargs)
         except BaseException as error:
@@ -348,14 +344,12 @@ def _capture_begin(api: str):
         if _session.ACTIVE is None:
             return wrapped(*args, **kwargs)
         created = None
-        try:
+        with internal_errors("capture_begin"):
             found = _find_capture(instance)
             if found is None:  # not inside a graph context we already opened
                 created = _open_capture(instance, api, "begin")
             else:
                 found.capture_begins()
-        except Exception:
-            report_internal_error("capture_begin")
         try:
             return wrapped(*args, **kwargs)
         except BaseException as error:
@@ -368,11 +362,9 @@ def _capture_begin(api: str):
 def _capture_end(wrapped, instance, args, kwargs):
     capture = None
     if _session.ACTIVE is not None:
-        try:
+        with internal_errors("capture_end"):
             found = _find_capture(instance)
             capture = found if found is not None and found.owner == "begin" else None
-        except Exception:
-            report_internal_error("capture_end")
     try:
         result = wrapped(*args, **kwargs)
     except BaseException as error:
@@ -385,10 +377,8 @@ def _capture_end(wrapped, instance, args, kwargs):
 def _close_guarded(capture: _Capture | None, error: BaseException | None) -> None:
     if capture is None:
         return
-    try:
+    with internal_errors("graph capture end"):
         _close_capture(capture, error)
-    except Exception:
-        report_internal_error("graph capture end")
 
 
 def _make_graphed_callables(wrapped, instance, args, kwargs):
@@ -397,12 +387,10 @@ def _make_graphed_callables(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
     container = None
     hint = None
-    try:
+    with internal_errors("make_graphed_callables"):
         hint = _sample_batch_size(args, kwargs)
         container = session.start_container(semconv.PHASE_GRAPH_CAPTURE, {semconv.GRAPH_API: API_MAKE_GRAPHED},
                                             name=semconv.SPAN_MAKE_GRAPHED_CALLABLES)
-    except Exception:
-        report_internal_error("make_graphed_callables")
     stack = _local.__dict__.setdefault("batch_sizes", [])
     if hint is not None:
         stack.append(hint)
@@ -421,10 +409,8 @@ def _make_graphed_callables(wrapped, instance, args, kwargs):
 def _finish_guarded(container, error: BaseException | None) -> None:
     if container is None:
         return
-    try:
+    with internal_errors("make_graphed_callables"):
         container.finish(error=error)
-    except Exception:
-        report_internal_error("make_graphed_callables")
 
 
 def _sample_batch_size(args, kwargs) -> int | None:

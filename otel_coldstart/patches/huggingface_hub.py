@@ -43,7 +43,8 @@ import time
 
 from .. import semconv
 from .. import session as _session
-from .._errors import report_internal_error
+from .._errors import internal_errors, report_internal_error
+from ._downloads import inside_followed_read
 from ._wrapping import PatchSet, installed_version
 
 FILE_DOWNLOAD = "huggingface_hub.file_download"
@@ -256,15 +257,13 @@ def _close_file(session, here: _Here, result, error: BaseException | None) -> No
     file, here.file = here.file, None
     if file is None:
         return
-    try:
+    with internal_errors("huggingface_hub: file end"):
         attrs = _file_attributes(file, result)
         if error is not None and type(error).__name__ in _NOT_FOUND:
             attrs[semconv.DOWNLOAD_NOT_FOUND] = True
             error = None  # an optional file probed: the host expects and catches it
         file.container.finish(attrs, error=error)
         session.state(__name__ + ".counts", _Counts).files += 1
-    except Exception:
-        report_internal_error("huggingface_hub: file end")
 
 
 def _file_attributes(file: _File, result) -> dict:
@@ -315,10 +314,8 @@ def _try_cache(wrapped, instance, args, kwargs):
     start = time.time_ns()
     result = wrapped(*args, **kwargs)
     if isinstance(result, str):
-        try:
+        with internal_errors("huggingface_hub: cached file"):
             _cache_hit_span(session, start, result, args, kwargs)
-        except Exception:
-            report_internal_error("huggingface_hub: cached file")
     return result
 
 
@@ -397,7 +394,7 @@ def _http_get(wrapped, instance, args, kwargs):
 def _position(handle) -> int | None:
     try:
         position = handle.tell()
-    except Exception:
+    except Exception:  # the host's file object, probed: unknown rather than raised
         return None
     return position if isinstance(position, int) else None
 
@@ -406,10 +403,8 @@ def _xet_get(wrapped, instance, args, kwargs):
     session = _session.ACTIVE
     file = None
     if session is not None:
-        try:
+        with internal_errors("huggingface_hub: xet_get start"):
             file = _here(session).file
-        except Exception:
-            report_internal_error("huggingface_hub: xet_get start")
     if file is None:
         return wrapped(*args, **kwargs)
     expected = kwargs.get("expected_size")
@@ -424,7 +419,7 @@ def _xet_get(wrapped, instance, args, kwargs):
         file.transfer_ns += time.perf_counter_ns() - start
         try:
             file.network_bytes += os.path.getsize(kwargs["incomplete_path"])
-        except Exception:
+        except Exception:  # no file left (the transfer failed) or no path given: bytes unknown
             pass
 
 
@@ -437,7 +432,8 @@ def _send(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
     try:
         here = _here(session)
-        transfer = here.transfer_depth > 0  # a file's own bytes: not a metadata request
+        # A file's own bytes (its transfer, or a followed fsspec read): not a metadata request.
+        transfer = here.transfer_depth > 0 or inside_followed_read()
     except Exception:
         report_internal_error("huggingface_hub: request start")
         return wrapped(*args, **kwargs)
@@ -464,7 +460,7 @@ def _send(wrapped, instance, args, kwargs):
 
 
 def _close_request(container, file: _File | None, response, error: BaseException | None) -> None:
-    try:
+    with internal_errors("huggingface_hub: request end"):
         status = getattr(response, "status_code", None)
         attrs = {semconv.DOWNLOAD_STATUS: status} if isinstance(status, int) else {}
         if file is not None:
@@ -473,8 +469,6 @@ def _close_request(container, file: _File | None, response, error: BaseException
             elif isinstance(status, int) and (status >= 500 or status in (408, 429)):
                 file.failed_requests.append(f"HTTP {status}")
         container.finish(attrs, error=error)
-    except Exception:
-        report_internal_error("huggingface_hub: request end")
 
 
 def _qualified(error: BaseException) -> str:
@@ -510,13 +504,11 @@ def _snapshot_download(wrapped, instance, args, kwargs):
 
 
 def _close_snapshot(container, counts: _Counts, files_before: int, result, error) -> None:
-    try:
-        attrs = {semconv.DOWNLOAD_FILES: max(0, counts.files - files_before)}
+    with internal_errors("huggingface_hub: snapshot end"):
+        attrs: dict = {semconv.DOWNLOAD_FILES: max(0, counts.files - files_before)}
         if isinstance(result, str):
             attrs[semconv.DOWNLOAD_PATH] = result
             match = _SNAPSHOT_PATH.search(result + os.sep)
             if match is not None:
                 attrs[semconv.DOWNLOAD_COMMIT] = match.group(1)
         container.finish(attrs, error=error)
-    except Exception:
-        report_internal_error("huggingface_hub: snapshot end")

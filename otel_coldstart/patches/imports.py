@@ -56,6 +56,7 @@ import sys
 import threading
 import time
 from array import array
+from typing import Any
 
 from .. import semconv
 from .. import session as _session
@@ -117,16 +118,11 @@ def is_patched() -> bool:
     return _installed is not None
 
 
-def min_seconds() -> float:
-    """The threshold in force: a top-level import faster than this gets no span."""
-    return _min_ns / 1e9
-
-
 def patch() -> None:
     global _installed, _min_ns
     if _installed is not None:
         return
-    bootstrap = sys.modules.get("_frozen_importlib")
+    bootstrap: Any = sys.modules.get("_frozen_importlib")  # importlib._bootstrap: private names patched
     original = getattr(bootstrap, "_find_and_load", None)
     if bootstrap is None or not callable(original) or getattr(original, "__coldstart_imports__", False):
         return
@@ -265,6 +261,8 @@ class _PluginWork:
     """The plugin's own work inside a host's import, in progress (see run_as_plugin)."""
 
     __slots__ = ("start", "was_busy")
+    start: int
+    was_busy: bool
 
 
 def _begin_plugin_work(local) -> _PluginWork:

@@ -32,7 +32,7 @@ import time
 
 from .. import semconv
 from .. import session as _session
-from .._errors import report_internal_error
+from .._errors import internal_errors, report_internal_error
 from . import _guard
 from ._tensor_bytes import tensor_nbytes
 from ._wrapping import ColdstartWrapper, PatchSet, installed_version
@@ -106,7 +106,7 @@ def _register_with_torchscript(torch) -> None:
     table = _builtin_table()
     if table is None:
         return
-    try:
+    with internal_errors("TorchScript builtin registration"):
         for name in _ALLOCATORS:
             wrapper = vars(torch).get(name)
             if not isinstance(wrapper, ColdstartWrapper):
@@ -116,8 +116,6 @@ def _register_with_torchscript(torch) -> None:
             op = table.setdefault(id(original), f"aten::{name}")
             table[id(wrapper)] = op
             _torchscript_ids.append(id(wrapper))
-    except Exception:
-        report_internal_error("TorchScript builtin registration")
 
 
 def _unregister_from_torchscript() -> None:

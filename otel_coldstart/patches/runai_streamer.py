@@ -34,7 +34,12 @@ file read, and the larger of the two figures holds (patches/_storage.py). A buff
 resident files thus reads as warm; O_DIRECT reads as cold, resident or not, which is what the
 stream paid. Reads by other threads of the process during the stream are counted too.
 
-Object-store paths (``s3://``, ``gs://``, ``az://``) are not local files: no span here.
+**Object-store paths** (``s3://``, ``gs://``, ``az://``: the streamer's own S3/GCS/Azure
+clients, in C++): each file is a ``coldstart.download.file`` span under the stream (source
+``runai_streamer``, transport the scheme, bucket and key, the endpoint's host from
+``AWS_ENDPOINT_URL`` where set), its bytes the tensor bytes delivered so far (the progress
+board sees them grow), its expected bytes the tensors' sizes from the file's header; it ends
+with the file's last tensor, like a local file's span.
 """
 
 from __future__ import annotations
@@ -47,8 +52,10 @@ import weakref
 from .. import probes, semconv
 from .. import session as _session
 from .._errors import internal_errors
+from ._downloads import InFlight, open_download
 from ._files import FileRead
 from ._wrapping import PatchSet, installed_version
+from .huggingface_hub import endpoint_host
 
 TARGETS = ("runai_model_streamer.safetensors_streamer.safetensors_streamer",)
 HOT_PATH = False  # one call per load: a load after ready() is recorded, marked after-ready
@@ -84,19 +91,20 @@ def unpatch() -> None:
 class _Stream:
     """One ``stream_files`` call: its span, its local files' reads, what was delivered."""
 
-    __slots__ = ("session", "container", "reads", "names", "remaining", "bytes", "read_before", "charged",
-                 "ambient", "ambient_index")
+    __slots__ = ("session", "container", "reads", "downloads", "names", "remaining", "bytes", "read_before",
+                 "charged", "ambient", "ambient_index")
 
-    def __init__(self, session, container, reads: dict, read_before: int | None) -> None:
+    def __init__(self, session, container, reads: dict, downloads: dict, read_before: int | None) -> None:
         self.session = session
         self.container = container  # coldstart.runai_streamer.stream
         self.reads = reads  # file index -> FileRead (local files only), until it ends
+        self.downloads: dict[int, InFlight] = downloads  # file index -> object-store file, until it ends
         self.names: dict[str, int] | None = None  # tensor name -> file index (the streamer's metadata)
         self.remaining: dict[int, int] = {}  # file index -> tensors still to come
         self.bytes: dict[int, int] = {}
         self.read_before = read_before
         self.charged = 0  # process read bytes already charged to files
-        self.ambient = None  # the ambient parent of the tensor being handled now
+        self.ambient: _session.AmbientParent | None = None  # the ambient parent of the tensor being handled now
         self.ambient_index: int | None = None
 
 
@@ -127,8 +135,6 @@ def _start_stream(session, paths) -> _Stream | None:
     if not isinstance(paths, (list, tuple)) or not all(isinstance(p, str) for p in paths):
         return None
     local = {i: p for i, p in enumerate(paths) if not p.startswith(_OBJECT_STORE)}
-    if not local:
-        return None
     start_ns = time.time_ns()
     read_before = probes.process_read_bytes()
     container = session.start_container(semconv.PHASE_RUNAI_STREAMER, {semconv.FILE_API: API},
@@ -136,7 +142,26 @@ def _start_stream(session, paths) -> _Stream | None:
     # Each file's residency is measured here, before the streamer opens it.
     reads = {i: FileRead(session, path, semconv.FORMAT_SAFETENSORS, API, make_current=False, start_ns=start_ns,
                          parent=container.span_context) for i, path in local.items()}
-    return _Stream(session, container, reads, read_before)
+    downloads = {}
+    for index, path in enumerate(paths):
+        if path.startswith(_OBJECT_STORE):
+            found = open_download(session, _object_attributes(path), "runai_streamer", start_ns=start_ns,
+                                  parent=container.span_context)
+            if found is not None:
+                downloads[index] = found
+    return _Stream(session, container, reads, downloads, read_before)
+
+
+def _object_attributes(path: str) -> dict:
+    scheme, _, rest = path.partition("://")
+    bucket, _, key = rest.partition("/")
+    attrs = {semconv.DOWNLOAD_SOURCE: semconv.DOWNLOAD_SOURCE_RUNAI, semconv.DOWNLOAD_TRANSPORT: scheme,
+             semconv.DOWNLOAD_REPO: bucket, semconv.DOWNLOAD_FILENAME: key}
+    host = endpoint_host(os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")) \
+        if scheme == "s3" else None
+    if host is not None:
+        attrs[semconv.DOWNLOAD_HOST] = host
+    return attrs
 
 
 def _get_tensors(wrapped, instance, args, kwargs):
@@ -178,8 +203,17 @@ def _arrived(stream: _Stream, instance, item) -> None:
             stream.remaining[index] = len(tensors)
             for tensor_metadata in tensors:
                 stream.names[getattr(tensor_metadata, "name", None)] = index
+            if index in stream.downloads:
+                stream.downloads[index].expected = _tensor_bytes(tensors)
     name, tensor = item
     index = stream.names.get(name)
+    found = stream.downloads.get(index) if index is not None else None
+    if found is not None:
+        found.add(tensor.numel() * tensor.element_size())
+        stream.remaining[index] = stream.remaining.get(index, 1) - 1
+        if stream.remaining[index] <= 0:  # its last tensor is here: the transfer is done
+            stream.downloads.pop(index).close()
+        return
     read = stream.reads.get(index) if index is not None else None
     if read is None:
         return
@@ -190,6 +224,17 @@ def _arrived(stream: _Stream, instance, item) -> None:
             stream.ambient.open = False
         stream.ambient = _session.push_ambient_parent(_session.current_span_id(), read.span_context, stream.session)
         stream.ambient_index = index
+
+
+def _tensor_bytes(tensors) -> int | None:
+    """A file's tensor bytes from the streamer's metadata, None when it does not say."""
+    total = 0
+    for tensor_metadata in tensors:
+        size = getattr(tensor_metadata, "get_bytesize", None)
+        if not callable(size):
+            return None
+        total += int(size())
+    return total
 
 
 def _handled(stream: _Stream) -> None:
@@ -220,6 +265,9 @@ def _end_stream(stream: _Stream, error) -> None:
         stream.ambient = None
     for index in sorted(stream.reads):  # files not all delivered: the stream failed, or the caller stopped
         _end_file(stream, index, error)
+    for found in stream.downloads.values():
+        found.close(error)
+    stream.downloads.clear()
     stream.container.finish(error=error, detach=False)
 
 

@@ -45,7 +45,7 @@ import time
 
 from .. import semconv
 from .. import session as _session
-from .._errors import report_internal_error
+from .._errors import internal_errors, report_internal_error
 from ._wrapping import LoadedOnFirstUse, PatchSet, installed_version
 
 _host_link = LoadedOnFirstUse(globals(), f"{__package__}._host_link")  # read once, when CUDA comes up
@@ -111,7 +111,7 @@ def _driver_loaded() -> bool:
             return _kfd_open()
         with open("/proc/self/maps", "rb") as maps:
             return b"libcuda.so" in maps.read()
-    except Exception:
+    except Exception:  # no /proc or torch's build unreadable: not known to have started
         return False
 
 
@@ -138,7 +138,7 @@ def _driver_start(wrapped, instance, args, kwargs):
     start = time.time_ns()
     result = wrapped(*args, **kwargs)  # never raises: 0 when there is no driver or device
     end = time.time_ns()
-    try:
+    with internal_errors("runtime driver start"):
         with _lock:
             if _driver_seen:
                 return result
@@ -151,17 +151,13 @@ def _driver_start(wrapped, instance, args, kwargs):
             attrs[semconv.RUNTIME_DEVICE_COUNT] = result
         container = session.start_container(semconv.PHASE_RUNTIME_INIT, attrs, start_ns=start, make_current=False)
         container.finish(end_ns=end)
-    except Exception:
-        report_internal_error("runtime driver start")
     _restore_driver_patch()
     return result
 
 
 def _restore_driver_patch() -> None:
-    try:
+    with internal_errors("runtime driver start"):
         _driver_patches.restore()  # asked by every is_available(): nothing left to see
-    except Exception:
-        report_internal_error("runtime driver start")
 
 
 def _lazy_init(wrapped, instance, args, kwargs):
@@ -195,7 +191,7 @@ def _lazy_init(wrapped, instance, args, kwargs):
 
 def _finish(session, start: int, error: BaseException | None) -> None:
     global _initialised_seen
-    try:
+    with internal_errors("runtime init"):
         import torch
 
         end = time.time_ns()
@@ -220,5 +216,3 @@ def _finish(session, start: int, error: BaseException | None) -> None:
         if error is None:
             _patches.restore()  # called by most torch.cuda functions: nothing left to see
             _driver_patches.restore()  # the driver is up too
-    except Exception:
-        report_internal_error("runtime init")

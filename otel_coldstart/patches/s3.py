@@ -23,12 +23,11 @@ is recorded, marked ``coldstart.after_ready``).
 from __future__ import annotations
 
 import sys
-import threading
-import time
 
 from .. import semconv
 from .. import session as _session
 from .._errors import report_internal_error
+from ._downloads import InFlight, open_download
 from ._wrapping import PatchSet, installed_version
 from .huggingface_hub import endpoint_host
 
@@ -64,77 +63,21 @@ def patch() -> None:
         _patches.wrap(base, "_make_api_call", _api_call)
 
 
-class _Object:
-    """One object's span and the bytes it has received (from s3transfer's threads)."""
-
-    __slots__ = ("container", "received", "expected", "lock", "closed")
-
-    def __init__(self, container) -> None:
-        self.container = container
-        self.received = 0
-        self.expected: int | None = None
-        self.lock = threading.Lock()
-        self.closed = False
-
-    def live_bytes(self) -> int:
-        return self.received
-
-    def add(self, count: int) -> None:
-        with self.lock:
-            self.received += count
-
-    def close(self, error: BaseException | None = None, path: str | None = None) -> None:
-        with self.lock:
-            if self.closed:
-                return
-            self.closed = True
-        try:
-            seconds = (time.time_ns() - self.container.start_ns) / 1e9
-            attrs = {semconv.DOWNLOAD_BYTES: self.received, semconv.DOWNLOAD_CACHED_BYTES: 0,
-                     semconv.DOWNLOAD_CACHE_HIT: False, semconv.DOWNLOAD_TRANSFER_S: seconds}
-            if seconds > 0 and self.received:
-                attrs[semconv.THROUGHPUT] = self.received / seconds
-            if self.expected is not None:
-                attrs[semconv.DOWNLOAD_EXPECTED_BYTES] = self.expected
-            if path is not None:
-                attrs[semconv.DOWNLOAD_PATH] = path
-            self.container.finish(attrs, error=error, detach=False)
-        except Exception:
-            report_internal_error("s3: object end")
-
-    def interrupt(self, end_ns: int) -> None:
-        with self.lock:
-            if self.closed:
-                return
-            self.closed = True
-        attrs = {semconv.INTERRUPTED: True, semconv.DOWNLOAD_BYTES: self.received}
-        if self.expected is not None:
-            attrs[semconv.DOWNLOAD_EXPECTED_BYTES] = self.expected
-        self.container.finish(attrs, end_ns=end_ns, detach=False)
-
-
-def _open(session, bucket, key, client) -> _Object | None:
+def _open(session, bucket, key, client) -> InFlight | None:
+    attrs = {semconv.DOWNLOAD_SOURCE: semconv.DOWNLOAD_SOURCE_S3, semconv.DOWNLOAD_TRANSPORT: "s3"}
+    if isinstance(bucket, str):
+        attrs[semconv.DOWNLOAD_REPO] = bucket
+    if isinstance(key, str):
+        attrs[semconv.DOWNLOAD_FILENAME] = key
     try:
-        attrs = {semconv.DOWNLOAD_SOURCE: semconv.DOWNLOAD_SOURCE_S3, semconv.DOWNLOAD_TRANSPORT: "s3"}
-        if isinstance(bucket, str):
-            attrs[semconv.DOWNLOAD_REPO] = bucket
-        if isinstance(key, str):
-            attrs[semconv.DOWNLOAD_FILENAME] = key
         host = endpoint_host(getattr(getattr(client, "meta", None), "endpoint_url", None))
-        if host is not None:
-            attrs[semconv.DOWNLOAD_HOST] = host
-        # Not current: the transfer runs on s3transfer's threads, and a body is read whenever.
-        container = session.start_container(semconv.PHASE_DOWNLOAD, attrs, name=semconv.SPAN_DOWNLOAD_FILE,
-                                            make_current=False)
-        found = _Object(container)
-        container.on_interrupt = found.interrupt
-        opened = getattr(session.progress, "download_opened", None)
-        if opened is not None:
-            opened(found)
-        return found
     except Exception:
-        report_internal_error("s3: object start")
-        return None
+        report_internal_error("s3: endpoint")
+        host = None
+    if host is not None:
+        attrs[semconv.DOWNLOAD_HOST] = host
+    # Not current: the transfer runs on s3transfer's threads, and a body is read whenever.
+    return open_download(session, attrs, "s3")
 
 
 # --- download_file / download_fileobj: s3transfer's TransferManager.download ------------------------
@@ -173,7 +116,7 @@ def _subscriber_class():
         from s3transfer.subscribers import BaseSubscriber
 
         class _Progress(BaseSubscriber):
-            def __init__(self, found: _Object, target) -> None:
+            def __init__(self, found: InFlight, target) -> None:
                 self.found = found
                 self.path = target if isinstance(target, str) else None
 
@@ -245,7 +188,7 @@ def _from_s3transfer() -> bool:
     return False
 
 
-def _follow_body(body, found: _Object) -> None:
+def _follow_body(body, found: InFlight) -> None:
     """Wrap this body's read and close (the instance's, not the class's): the span ends at
     its end (Content-Length read, an empty read, or close)."""
     read, close = body.read, body.close

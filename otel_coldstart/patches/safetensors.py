@@ -26,7 +26,7 @@ import time
 
 from .. import probes, semconv
 from .. import session as _session
-from .._errors import report_internal_error
+from .._errors import internal_errors, report_internal_error
 from .._regular_files import open_regular
 from ._files import FileRead, in_file_read, traced_read
 from ._files import _local as _file_reads  # .depth: in_file_read() without a call, per tensor
@@ -198,7 +198,7 @@ def _enter(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
     opened = time.time_ns()
     result = wrapped(*args, **kwargs)
-    try:
+    with internal_errors("safe_open.__enter__"):
         state = _open_handles(session)
         with state.lock:
             stale = state.handles.pop(id(instance), None)
@@ -211,8 +211,6 @@ def _enter(wrapped, instance, args, kwargs):
                 state.handles[id(instance)] = _Handle(opened, in_with=True, parent=session.parent_span_context())
         if stale is not None:  # an earlier handle at the same address that never exited
             stale.close(None, stale.read.last_ns if stale.read else None)
-    except Exception:
-        report_internal_error("safe_open.__enter__")
     return result
 
 
@@ -236,11 +234,9 @@ def _exit(wrapped, instance, args, kwargs):
 def _close_exited(state: "_OpenHandles", handle: "_Handle | None", error: BaseException | None) -> None:
     if handle is None:
         return
-    try:
+    with internal_errors("safe_open.__exit__"):
         handle.close(error, None)
         _forget_slices(state, handle)
-    except Exception:
-        report_internal_error("safe_open.__exit__")
 
 
 def _get_tensor(wrapped, instance, args, kwargs):
@@ -455,24 +451,20 @@ def _open_handle(wrapped, instance, args, kwargs):
     if session is None or in_file_read():
         return wrapped(*args, **kwargs)
     path = None
-    try:
+    with internal_errors("safe_open"):
         filename = args[0] if args else kwargs.get("filename")
         path = os.fspath(filename) if isinstance(filename, (str, os.PathLike)) else None
         if isinstance(path, str):
             observe_file(session, path)  # before the header read
         else:
             path = None
-    except Exception:
-        report_internal_error("safe_open")
     opened = time.time_ns()
     handle_object = wrapped(*args, **kwargs)
     if path is not None:
-        try:
+        with internal_errors("safe_open"):
             state = _open_handles(session)
             with state.lock:
                 state.handles[id(handle_object)] = _Handle(opened, in_with=False, path=path)
-        except Exception:
-            report_internal_error("safe_open")
     return handle_object
 
 
@@ -487,10 +479,8 @@ def close_open_handles(session, entered_too: bool = True) -> None:
         if entered_too:
             state.slices.clear()
     for handle in handles:
-        try:
+        with internal_errors("safe_open close"):
             handle.close(None, handle.read.last_ns if handle.read else None)
-        except Exception:
-            report_internal_error("safe_open close")
 
 
 # --- finding a handle's file -----------------------------------------------------------------
@@ -499,7 +489,7 @@ def close_open_handles(session, entered_too: bool = True) -> None:
 def _resolve_path(handle_object) -> str | None:
     try:
         names = frozenset(handle_object.keys())
-    except Exception:
+    except Exception:  # the host's handle, probed: its file stays unknown
         return None
     session = _session.ACTIVE
     state = _open_handles(session) if session is not None else _OpenHandles()

@@ -34,6 +34,7 @@ expects storage reads (recorder.py). Calls that may reach a device take the full
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 from .. import probes, semconv
 from .. import session as _session
@@ -498,7 +499,7 @@ def _add(session, phase, detail, detail_attrs, nbytes, start, end, io_before, io
         major_faults = io_after.major_faults - io_before.major_faults
     else:  # the source was on a device: no file page can fault in
         read_bytes = major_faults = 0
-    on_add = None
+    on_add: Callable[..., None] | None = None
     queued = False
     if plan is not None:
         queued = plan.queued and phase in _DEVICE_PHASES
@@ -606,7 +607,7 @@ def _move_returns_self(method: str, instance, args, kwargs) -> bool:
             args = args[:copy_at]
         device, dtype = _move_target(method, args, kwargs)
         return _same_gpu(device, instance.device) and (dtype is None or dtype == instance.dtype)
-    except Exception:
+    except Exception:  # the host's arguments, probed: its own call raises what is wrong
         return False
 
 
@@ -625,7 +626,7 @@ def _gpu_work_device(source, device, dtype):
 
                 device = torch.device("cuda", torch.cuda.current_device())
             return device
-    except Exception:
+    except Exception:  # the host's arguments, probed: the source's device, as for any copy
         pass
     return source.device
 
@@ -662,7 +663,7 @@ def _move_goes_to_host(method: str, args, kwargs) -> bool:
         return False
     try:
         return torch.device(target).type == "cpu"
-    except Exception:
+    except Exception:  # the host's arguments, probed: its own call raises what is wrong
         return False
 
 

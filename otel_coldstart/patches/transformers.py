@@ -40,10 +40,11 @@ from __future__ import annotations
 
 import sys
 import threading
+from typing import Literal
 
 from .. import semconv
 from .. import session as _session
-from .._errors import report_internal_error
+from .._errors import internal_errors, report_internal_error
 from ._wrapping import PatchSet, installed_version
 
 MODELING_UTILS = "transformers.modeling_utils"
@@ -173,7 +174,7 @@ def _open_call(model_class) -> _Call | None:
     session = _session.ACTIVE
     if session is None:
         return None
-    try:
+    with internal_errors("transformers: from_pretrained start"):
         here = _here(session)
         if here.call is None:
             version = getattr(sys.modules.get("transformers"), "__version__", None)
@@ -182,8 +183,6 @@ def _open_call(model_class) -> _Call | None:
             _note_model_class(here.call, model_class)
             return here.call
         _note_model_class(here.call, model_class)
-    except Exception:
-        report_internal_error("transformers: from_pretrained start")
     return None
 
 
@@ -196,10 +195,8 @@ def _note_model_class(call: _Call, model_class) -> None:
 def _close_call(call: _Call, error: BaseException | None) -> None:
     call.here.call = None
     call.here.open.clear()
-    try:
+    with internal_errors("transformers: from_pretrained end"):
         call.container.finish(call.attributes, error=error)
-    except Exception:
-        report_internal_error("transformers: from_pretrained end")
 
 
 # --- steps ------------------------------------------------------------------------------------
@@ -214,12 +211,10 @@ class _Step:
         self.phase = phase
 
     def close(self, attributes: dict | None = None, error: BaseException | None = None) -> None:
-        try:
+        with internal_errors(f"transformers: {self.phase} end"):
             if self.phase in self.here.open:
                 self.here.open.remove(self.phase)
             self.container.finish(attributes, error=error)
-        except Exception:
-            report_internal_error(f"transformers: {self.phase} end")
 
 
 def _open_step(phase: str, attributes: dict | None = None, name: str | None = None,
@@ -259,10 +254,8 @@ def _step(phase: str, name: str | None = None, once_per_call: bool = False, desc
             raise
         attributes = None
         if describe is not None:
-            try:
+            with internal_errors(f"transformers: {phase} attributes"):
                 attributes = describe(result, modules_before)
-            except Exception:
-                report_internal_error(f"transformers: {phase} attributes")
         step.close(attributes)
         return result
 
@@ -272,7 +265,7 @@ def _step(phase: str, name: str | None = None, once_per_call: bool = False, desc
 
 def _model_class_attributes(model_class, modules_before: int) -> dict:
     # Modules imported meanwhile by any thread count too: an upper bound, said so in semconv.
-    attrs = {semconv.TF_MODULES_IMPORTED: max(0, len(sys.modules) - modules_before)}
+    attrs: dict = {semconv.TF_MODULES_IMPORTED: max(0, len(sys.modules) - modules_before)}
     name, module = getattr(model_class, "__name__", None), getattr(model_class, "__module__", None)
     if isinstance(model_class, type) and isinstance(name, str) and isinstance(module, str):
         attrs[semconv.TF_MODEL_CLASS] = name
@@ -317,7 +310,7 @@ def _meta_init(contexts: list) -> bool:
     torch = sys.modules.get("torch")
     device = getattr(torch, "device", None)
     for context in contexts:
-        if isinstance(device, type) and isinstance(context, device) and context.type == "meta":
+        if isinstance(device, type) and isinstance(context, device) and getattr(context, "type", None) == "meta":
             return True
         func = getattr(context, "func", None)  # a @contextmanager's function
         if getattr(func, "__name__", None) == "init_empty_weights":
@@ -336,7 +329,7 @@ class _BuildModel:
         self.step = _open_step(semconv.PHASE_TF_BUILD_MODEL, {semconv.TF_META_INIT: self.meta_init})
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         step, self.step = self.step, None
         if step is not None:
             step.close(error=exc)

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import sys
 
-from .._errors import report_internal_error
+from .._errors import internal_errors
 from ._wrapping import PatchSet, installed_version
 
 # (module, attribute path) whose return means "this process can serve".
@@ -98,12 +98,10 @@ def unpatch() -> None:
 
 def _ready_after(wrapped, instance, args, kwargs):
     result = wrapped(*args, **kwargs)  # vLLM's exception passes through untouched
-    try:
+    with internal_errors("vllm: ready"):
         from ..controller import CONTROLLER  # the runtime, never the package face
 
         CONTROLLER.ready()
-    except Exception:
-        report_internal_error("vllm: ready")
     return result
 
 
@@ -112,7 +110,7 @@ def _first_request_begins(wrapped, instance, args, kwargs):
     included: it tokenizes, as the request does)."""
     global _first_request, _first_request_done
     if _first_request is None and not _first_request_done:
-        try:
+        with internal_errors("vllm: first request begins"):
             from .. import session as _session
             from ..first_token import SOURCE_VLLM, begin
 
@@ -122,8 +120,6 @@ def _first_request_begins(wrapped, instance, args, kwargs):
                 _first_request = begin(active, SOURCE_VLLM)
                 if _first_request is None:
                     _first_request_patches.restore()
-        except Exception:
-            report_internal_error("vllm: first request begins")
     return wrapped(*args, **kwargs)  # vLLM's exception passes through untouched
 
 
@@ -134,12 +130,10 @@ def _first_request_ends(wrapped, instance, args, kwargs):
     result = wrapped(*args, **kwargs)
     request = _first_request
     if request is not None:
-        try:
+        with internal_errors("vllm: first request ends"):
             outputs = args[0] if args else kwargs.get("engine_core_outputs", ())
             if any(getattr(output, "finish_reason", None) is not None for output in outputs or ()):
                 _first_request = None
                 _first_request_patches.restore()  # steady-state serving: vLLM's own methods again
                 request.end()
-        except Exception:
-            report_internal_error("vllm: first request ends")
     return result

@@ -136,7 +136,7 @@ def _get_once(parts, headers: dict, deadline: float, budget: ByteBudget) -> tupl
         return status, None, b"".join(chunks)
     except FetchError:
         raise
-    except (socket.timeout, TimeoutError):
+    except TimeoutError:  # socket.timeout is TimeoutError since 3.10
         raise FetchError("timed out", "timeout") from None
     except ssl.SSLError as exc:
         raise FetchError(f"TLS error ({exc.reason or type(exc).__name__})", "connect") from None

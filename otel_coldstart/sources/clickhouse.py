@@ -116,7 +116,7 @@ class ChdbConnection(Connection):
             raise ClickHouseError(f"{self.shown}: {error}", error.kind) from None
         return result.bytes() if hasattr(result, "bytes") else str(result).encode()
 
-    def query(self, sql: str, params: dict, timeout: float, max_rows: int | None = None) -> list[list]:
+    def query(self, sql: str, params: dict, timeout: float, max_rows: int | None = None) -> Iterator[list]:
         return _rows(self._run(sql + _settings(timeout, max_rows),
                                params={name: _param_text(value) for name, value in params.items()}))
 
@@ -171,7 +171,7 @@ class HttpConnection(Connection):
             query[f"param_{name}"] = _param_text(value)
         return self.base + "?" + urllib.parse.urlencode(query)
 
-    def query(self, sql: str, params: dict, timeout: float, max_rows: int | None = None) -> list[list]:
+    def query(self, sql: str, params: dict, timeout: float, max_rows: int | None = None) -> Iterator[list]:
         url = self._url({**params}) + "&" + urllib.parse.urlencode(
             {"query": sql + _settings(timeout, max_rows) + " FORMAT JSONCompactEachRow"})
         try:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from otel_coldstart.analyze.readers import TraceReadError, read_trace
+from otel_coldstart.analyze.readers import read_trace
 from otel_coldstart.cli import main
 
 

@@ -19,7 +19,6 @@ import sys
 import pytest
 
 from analyze_records import MS, child, only, root, shard
-from otel_coldstart import semconv
 from otel_coldstart.analyze.findings import find
 from otel_coldstart.analyze.render import render_startup_text
 from otel_coldstart.analyze.render_json import startup_to_dict

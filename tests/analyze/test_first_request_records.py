@@ -121,13 +121,13 @@ def test_capacity_and_whatif_to_the_first_token():
 
 def test_capacity_to_the_first_token_in_every_format():
     from otel_coldstart.analyze.report import CapacityReport
-    from otel_coldstart.cli.capacity import RENDERERS
+    from otel_coldstart.analyze.renderers import RENDERERS
 
     startups = [only(complete_killed(served(trace=f"{i:032x}"))) for i in range(1, 3)]
     startups.append(only(complete_killed(served()[:2])))  # no first request
     report = CapacityReport(capacity_summary(startups, keys=(), until=FIRST_TOKEN), ramp_per_min=6)
     out = {}
-    for name, render in RENDERERS.items():
+    for name, render in RENDERERS["capacity"].items():
         buffer = io.StringIO()
         render(report, buffer)
         out[name] = buffer.getvalue()

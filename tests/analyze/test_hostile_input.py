@@ -202,7 +202,7 @@ def test_closed_stdout_is_one_line_and_exit_10(tmp_path, trace_file, command):
     result = _cli(*argv[command], stdout=subprocess.DEVNULL, pass_fds=())
     assert result.returncode == 0  # the control: an open stdout works
     closed = subprocess.run(
-        ["sh", "-c", f'exec "$0" -m otel_coldstart "$@" >&-', sys.executable, *argv[command]],
+        ["sh", "-c", 'exec "$0" -m otel_coldstart "$@" >&-', sys.executable, *argv[command]],
         capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=ROOT))
     assert closed.returncode == 10, closed.stderr
     assert closed.stderr.strip().splitlines() == ["otel-coldstart: error: cannot write the output: stdout is closed"]

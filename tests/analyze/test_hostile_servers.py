@@ -157,7 +157,7 @@ class _RawServer:
         while not self.stop.is_set():
             try:
                 conn, _ = self.sock.accept()
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
 

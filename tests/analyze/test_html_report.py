@@ -11,8 +11,6 @@ import pytest
 
 from analyze_records import data_file
 from browser import count_colour, dump_dom, png_pixels, screenshot, with_clip_check
-from otel_coldstart.analyze.breakdown import breakdowns
-from otel_coldstart.analyze.model import Span
 from otel_coldstart.analyze.waterfall import STATE_COLOURS, nice_step, tick_label
 from otel_coldstart.cli import main
 

@@ -4,10 +4,8 @@ the dominant phase (or its absence), the graph-capture count and the cold shards
 
 from __future__ import annotations
 
-import importlib
 import io
 import json
-import os
 import subprocess
 import sys
 
@@ -15,7 +13,7 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from analyze_records import MS, aggregate, child, only, root, shard
+from analyze_records import aggregate, child, only, root, shard
 from otel_coldstart import semconv, verdicts
 from otel_coldstart.analyze.findings import find
 from otel_coldstart.analyze.render import render_findings_text, render_startup_text
@@ -110,16 +108,23 @@ def test_one_trace_one_answer_everywhere(dominant):
 
 def test_patches_use_the_same_cold_thresholds():
     from otel_coldstart.patches import _files
-    assert _files.COLD_AT_LEAST is verdicts.COLD_AT_LEAST and _files.WARM_BELOW is verdicts.WARM_BELOW
-    assert _files.cache_state_from_reads is verdicts.cache_state_from_reads
+    assert _files.cache_state_from_reads is verdicts.cache_state_from_reads  # verdicts' thresholds, not a copy
+    assert not hasattr(_files, "COLD_AT_LEAST") and not hasattr(_files, "WARM_BELOW")
     for read, size in ((0, 100), (4, 100), (5, 100), (49, 100), (50, 100), (100, 100)):
         assert verdicts.shard_cache_state(None, read, size) == verdicts.cache_state_from_reads(read, size)
     assert verdicts.shard_cache_state("warm", 100, 100) == "warm"  # the plugin's recorded verdict wins
 
 
 def test_attribute_typing():
-    assert verdicts.int_value(True) is None and verdicts.int_value(3) == 3
-    assert verdicts.positive_int({"k": -1}, "k") == 0 and verdicts.positive_int({"k": "7"}, "k") == 0
+    """One rule for a bad value: another type than asked for reads as absent (None), and a
+    count or byte total reads absent, bad or not positive as 0."""
+    attrs = {"bool": True, "int": 3, "neg": -1, "float": 3.0, "text": "7"}
+    assert [verdicts.int_value(attrs, k) for k in ("bool", "int", "neg", "float", "text", "none")] == \
+        [None, 3, -1, None, None, None]
+    assert [verdicts.positive_int(attrs, k) for k in ("bool", "int", "neg", "float", "text", "none")] == \
+        [0, 3, 0, 0, 0, 0]
+    assert verdicts.number_value(attrs, "bool") is None and verdicts.number_value(attrs, "int") == 3.0
+    assert verdicts.str_value(attrs, "text") == "7" and verdicts.str_value(attrs, "int") is None
 
 
 @pytest.mark.process

@@ -11,7 +11,6 @@ from safetensors import safe_open
 import otel_coldstart
 from otel_coldstart import probes, semconv, verdicts
 from otel_coldstart.demo import set_cache_state
-from otel_coldstart.patches import _files
 
 
 def _evict_first_or_skip(paths):
@@ -113,7 +112,7 @@ def test_combined_cache_verdict(reads, residency, state):
      (130, 100, "cold"), (0, 0, None)],
 )
 def test_cache_state_thresholds(read, expected, state):
-    assert _files.cache_state_from_reads(read, expected) == state
+    assert verdicts.cache_state_from_reads(read, expected) == state
 
 
 def test_resident_ratio_is_none_for_files_we_cannot_write(tmp_path, monkeypatch):

@@ -10,6 +10,7 @@ import traceback
 import pytest
 import torch
 import wrapt
+from opentelemetry import trace
 
 from safetensors import safe_open
 from safetensors.torch import load_file
@@ -82,6 +83,38 @@ def test_internal_error_never_reaches_the_host(traced, small_checkpoint, monkeyp
     casted = {k: v.to(torch.float16) for k, v in tensors.items()}
     assert loaded and tensors and casted
     assert any("injected bug" in e for e in _errors.INTERNAL_ERRORS)
+
+
+@pytest.mark.internal_errors_expected
+def test_a_failing_phase_or_first_request_never_reaches_the_host(traced, monkeypatch):
+    # The package face reports its own failures without importing _errors at import time.
+    from otel_coldstart import first_token
+    from otel_coldstart.session import StartupSession
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected bug in otel-coldstart")
+
+    class BrokenRequest:
+        end = broken
+
+    ran = []
+    with monkeypatch.context() as patched:
+        patched.setattr(StartupSession, "start_container", broken)
+        with otel_coldstart.phase("build_model"):
+            ran.append("phase, start failed")
+    with monkeypatch.context() as patched:
+        patched.setattr(StartupSession, "_end_container", broken)  # after the span's context is detached
+        with otel_coldstart.phase("build_model"):
+            ran.append("phase, end failed")
+    for begin in (broken, lambda session: BrokenRequest()):
+        monkeypatch.setattr(otel_coldstart, "_first_request_seen", False)
+        monkeypatch.setattr(first_token, "begin", begin)
+        with otel_coldstart.first_request():
+            ran.append("first request")
+    assert len(ran) == 4
+    assert trace.get_current_span() is trace.INVALID_SPAN  # no phase left current
+    for site in ("phase start", "phase end", "first request start", "first request end"):
+        assert any(e.startswith(f"{site}: RuntimeError: injected bug") for e in _errors.INTERNAL_ERRORS), site
 
 
 @pytest.mark.process

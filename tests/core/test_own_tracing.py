@@ -24,11 +24,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags, TraceState
 
 from otel_coldstart import export, own_tracing
+from otel_coldstart.otlp_json import spans_to_otlp_json
 
 # The own provider mirrors the SDK from own_tracing.OWN_PROVIDER_MIN_SDK on; with an older SDK
 # (CI's oldest-supported run) the SDK's own provider is used and there is nothing to compare.
 pytestmark = pytest.mark.skipif(not own_tracing.usable(), reason="an SDK the own provider does not mirror")
-from otel_coldstart.otlp_json import spans_to_otlp_json
 
 T0 = 1_700_000_000_000_000_000
 

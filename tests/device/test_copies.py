@@ -206,7 +206,7 @@ def test_after_ready_every_per_tensor_patch_is_the_original_object():
         if not pinning._compiled_already():  # else dynamo's guards hold the originals: left alone
             assert torch.empty is not originals[(torch, "empty")][2]
         otel_coldstart.ready()
-        for (owner, name), (own, stored, looked_up) in originals.items():
+        for (owner, name), (own, stored, _) in originals.items():
             assert (name in vars(owner)) == own, (owner, name)
             assert vars(owner).get(name) is stored, (owner, name)
         assert torch.Tensor.to is originals[(torch.Tensor, "to")][2]
@@ -216,7 +216,7 @@ def test_after_ready_every_per_tensor_patch_is_the_original_object():
         assert cuda_graphs.is_patched()
     finally:
         otel_coldstart.uninstrument()
-    for (owner, name), (own, stored, _) in originals.items():
+    for (owner, name), (_, stored, _) in originals.items():
         assert vars(owner).get(name) is stored, (owner, name)
 
 

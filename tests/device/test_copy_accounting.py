@@ -56,11 +56,6 @@ def test_same_size_different_dtypes_still_convert():
     assert moved == (N * 2, False, CONVERTED_ON_HOST)
 
 
-def test_stream_side_follows_copy_cu():
-    assert _cuda_copy.stream_device_side(H2D) == "dst"
-    assert _cuda_copy.stream_device_side(D2H) == "src"
-
-
 def test_not_a_bus_direction_is_refused():
     with pytest.raises(ValueError):
         _cuda_copy.bus_copy("d2d", N, 4, 4, True, True, True, True, True)

@@ -26,7 +26,7 @@ def test_capture_times_are_per_size_parallel_to_the_sizes_and_the_slowest_are_na
     # On a loaded machine the scheduler can also stretch a small size's sleep past a larger
     # one's: the test times each capture itself, and an attempt whose own times do not rank
     # 128, 64, 32 measured the scheduler and is run again (at most 5 attempts).
-    for attempt in range(5):
+    for _attempt in range(5):
         traced.exporter.clear()
         traced.reinstrument()
         seen: dict[int, float] = {}

@@ -237,8 +237,6 @@ def test_a_copy_that_is_the_first_cuda_touch_initialises_cuda_before_its_clock(s
 
 
 def test_a_host_cast_does_not_initialise_cuda(stand_in_cuda, monkeypatch):
-    from otel_coldstart.patches import tensor_ops
-
     traced, state = stand_in_cuda
     monkeypatch.setattr(otel_coldstart.controller.CONTROLLER.startup, "cuda_up", False)
     torch.ones(4).to(torch.float16)

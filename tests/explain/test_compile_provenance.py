@@ -6,7 +6,6 @@ publishes no metrics leaves them unknown, never wrong."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 import otel_coldstart
 from otel_coldstart import semconv

@@ -112,6 +112,28 @@ def test_in_one_process_the_breakdown_is_as_without_the_outline_and_finest_phase
         [("Init device", 600), ("Load weights", 20)]
 
 
+def test_the_runner_up_comes_from_the_dominant_phases_own_candidates():
+    """With an outline the dominant phase is chosen among the finest pieces; "next:" is the
+    piece after it among the same ones. Picked from our phases alone it skipped the real
+    runner-up (deserialize, 230 ms) for the second of ours (cast, 40 ms)."""
+    r = root(1000)
+    device = child(r, "Init device", None, 100, 700, **{"code.namespace": "vllm.v1.worker.gpu_worker"})
+    load = child(r, "Load weights", None, 700, 990, **{"code.namespace": "vllm.model_executor.model_loader"})
+    b = only([r, device, load, child(load, "coldstart.deserialize", "deserialize", 710, 940),
+              child(load, "coldstart.cast", "cast", 945, 985)])
+    assert [p.phase for p in b.phases] == ["deserialize", "cast"]
+    assert (b.dominant.phase, b.runner_up.phase, b.largest.phase) == ("Init device", "deserialize", "Init device")
+    (finding,) = dominant_phase.check(b)
+    assert "next: deserialize 230.0 ms" in finding.evidence
+    # ... and a server step's own time is the runner-up where one of our phases dominates
+    r = root(1000)
+    device = child(r, "Init device", None, 0, 300, **{"code.namespace": "vllm.v1.worker.gpu_worker"})
+    load = child(r, "Load weights", None, 300, 990, **{"code.namespace": "vllm.model_executor.model_loader"})
+    b = only([r, device, load, child(load, "coldstart.deserialize", "deserialize", 310, 910),
+              child(load, "coldstart.cast", "cast", 910, 960)])
+    assert (b.dominant.phase, b.runner_up.phase) == ("deserialize", "Init device")
+
+
 def test_a_trace_without_server_spans_is_unchanged():
     r = root(1000)
     b = only([r, child(r, "Load something", None, 0, 500), child(r, "coldstart.cast", "cast", 0, 300)])

@@ -5,7 +5,7 @@ The real ``huggingface_hub`` client (and through it transformers) talks to it th
 
 - ``HEAD|GET /{repo}/resolve/{revision}/{path}``: ``X-Repo-Commit``, ``ETag`` (the
   content's sha256, as the hub gives for LFS files), ``Content-Length``, ``Range``
-  (``206`` with ``Content-Range``); a missing file or repo is ``404`` with
+  (``bytes=N-`` and ``bytes=N-M``: ``206`` with ``Content-Range``); a missing file or repo is ``404`` with
   ``X-Error-Code: EntryNotFound`` / ``RepoNotFound``;
 - ``GET /api/models/{repo}[/revision/{revision}]``: repo info (``sha``, ``siblings``);
 - ``GET /api/models/{repo}/tree/{revision}``: the file listing snapshot_download reads.
@@ -174,19 +174,20 @@ class _Handler(BaseHTTPRequestHandler):
         key = f"{repo_id}/{name}"
         if hub.take(hub.fail_first, key):
             return self._error(503, None)
-        start = 0
+        start, end = 0, len(data) - 1
         ranged = self.headers.get("Range")
-        if ranged and not head:
-            found = re.match(r"bytes=(\d+)-", ranged)
-            start = int(found.group(1)) if found else 0
-        body = data[start:]
-        self.send_response(206 if start else 200)
+        found = re.match(r"bytes=(\d+)-(\d*)", ranged) if ranged and not head else None
+        if found:  # "bytes=N-" (a resumed file) or "bytes=N-M" (fsspec's block reads)
+            start = int(found.group(1))
+            end = min(end, int(found.group(2))) if found.group(2) else end
+        body = data[start:end + 1]
+        self.send_response(206 if found else 200)
         self.send_header("X-Repo-Commit", repo.commit)
         self.send_header("ETag", f'"{repo.etags[name]}"')
         self.send_header("Accept-Ranges", "bytes")
         self.send_header("Content-Length", str(len(body)))
-        if start:
-            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        if found:
+            self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
         self.end_headers()
         if head:
             return

@@ -18,7 +18,6 @@ pytest.importorskip("huggingface_hub")
 from otel_coldstart import semconv  # noqa: E402
 from otel_coldstart.analyze.breakdown import breakdowns  # noqa: E402
 from otel_coldstart.analyze.downloads import downloads  # noqa: E402
-from otel_coldstart.analyze.readers import read_trace_file  # noqa: E402
 
 from _hub_server import HubServer, Repo  # noqa: E402
 from framework_checks import clean_env, read_trace_dir  # noqa: E402

@@ -13,7 +13,8 @@ import pytest
 pytest.importorskip("torch")
 import torch.distributed  # noqa: E402
 
-from otel_coldstart import instrumentor, semconv  # noqa: E402
+from otel_coldstart import semconv  # noqa: E402
+from otel_coldstart.startup import rank_attributes  # noqa: E402
 from otel_coldstart.demo import LlamaShape, generate_checkpoint  # noqa: E402
 from otel_coldstart.launch import Launch, child_env  # noqa: E402
 
@@ -46,7 +47,7 @@ def test_two_ranks_one_trace(tmp_path, monkeypatch):
             for r in range(WORLD_SIZE)
         ]
         outputs = [rank.communicate(timeout=600) for rank in ranks]
-    for rank, (out, err) in zip(ranks, outputs):
+    for rank, (_, err) in zip(ranks, outputs):
         assert rank.returncode == 0, err[-3000:]
     reports = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
     assert {r["rank"] for r in reports} == {0, 1}
@@ -79,9 +80,9 @@ def test_rank_from_launcher_variables(monkeypatch):
     monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "8")
     monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1")
     assert not torch.distributed.is_initialized()
-    assert instrumentor._rank_attributes() == {semconv.RANK: 3, semconv.WORLD_SIZE: 8, semconv.LOCAL_RANK: 1}
+    assert rank_attributes() == {semconv.RANK: 3, semconv.WORLD_SIZE: 8, semconv.LOCAL_RANK: 1}
     monkeypatch.setenv("RANK", "5")  # torchrun's spelling is preferred
-    assert instrumentor._rank_attributes()[semconv.RANK] == 5
+    assert rank_attributes()[semconv.RANK] == 5
 
 
 def test_child_env_replaces_inherited_context():

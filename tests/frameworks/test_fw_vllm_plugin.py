@@ -11,7 +11,7 @@ import textwrap
 import pytest
 from opentelemetry import trace
 
-from otel_coldstart import instrumentor, semconv, vllm_plugin
+from otel_coldstart import controller, semconv, vllm_plugin
 
 from framework_checks import by_phase, clean_env, read_trace_dir, run_python
 
@@ -92,7 +92,7 @@ def test_both_spellings(monkeypatch, upper_trace, expected):
     upper = f"00-{upper_trace}-{'a' * 16}-01"
     monkeypatch.setenv("TRACEPARENT", upper)
     monkeypatch.setenv("traceparent", TRACEPARENT)
-    parent = trace.get_current_span(instrumentor._launcher_context()).get_span_context()
+    parent = trace.get_current_span(controller._launcher_context()).get_span_context()
     chosen = TRACEPARENT if expected == "lower" else upper
     assert (format(parent.trace_id, "032x"), format(parent.span_id, "016x")) == tuple(chosen.split("-")[1:3])
 

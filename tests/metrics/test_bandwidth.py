@@ -78,7 +78,7 @@ def test_phase_throughput_of_queued_copies_is_device_time_not_launch_speed():
              _link()]
     breakdown = compute_breakdown(root, spans)
     h2d = breakdown.phase(semconv.PHASE_H2D)
-    assert h2d.bytes == 3 * GB and h2d.untimed_bytes == GB
+    assert h2d.bytes == 3 * GB and h2d.timed_bytes == 2 * GB
     assert h2d.throughput == pytest.approx(2 * GB / 0.040)  # 50 GB/s, not 12.5 TB/s
     assert not h2d.above_bound and breakdown.link == "pcie gen5 x16"
 

@@ -151,7 +151,7 @@ def test_dashboards_use_the_datasource_variables_and_no_uid():
         def walk(node):
             if isinstance(node, dict):
                 if "datasource" in node and isinstance(node["datasource"], dict):
-                    refs.append(node["datasource"])
+                    refs.append(node["datasource"])  # noqa: B023 - walk runs within this iteration
                 for value in node.values():
                     walk(value)
             elif isinstance(node, list):

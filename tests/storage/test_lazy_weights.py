@@ -227,7 +227,7 @@ def test_exit_while_followed_ends_the_record_with_what_was_seen(tmp_path, two_te
 
 def test_killed_while_followed_keeps_what_was_seen(tmp_path, two_tensors):
     spans, _, steps, _, trace = run(tmp_path, "load_file", two_tensors, "kill", expect_kill=True)
-    unread = file_span(spans, two_tensors).attributes[semconv.LAZY_UNREAD_BYTES]
+    assert semconv.LAZY_UNREAD_BYTES in file_span(spans, two_tensors).attributes
     records = raw_first_use_records(trace)
     assert records and all(r["at"] <= steps["kill"] for r in records)
     assert semconv.FIRST_USE_END not in records[-1] and records[-1][semconv.FIRST_USE_BYTES] >= 0.9 * 23 * MiB * 4 // 8

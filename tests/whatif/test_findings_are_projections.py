@@ -160,3 +160,128 @@ def test_prewarm_is_shared_between_the_cold_files_and_the_reads_hidden_in_casts(
     cold, hidden = _finding(found, "cold_cache", "aa" * 16), _finding(found, "hidden_mmap_reads", "aa" * 16)
     assert cold.saving_ns > 0 and hidden.saving_ns > 0
     assert cold.saving_ns + hidden.saving_ns == _projected(one, "prewarm")
+
+
+# --- one figure per lever: every finding whose saving is a lever's, on the same trace -------
+
+# Each lever and the findings that state its projection. Together they state all of it:
+# prewarm's is split between the cold files (cold_cache) and the storage reads hidden in
+# copies and casts (hidden_mmap_reads). dominant_phase restates only its phase's part of a
+# lever (above), serial/slow downloads and lazy weights have no lever.
+LEVER_FINDINGS = {
+    "prewarm": ("cold_cache", "hidden_mmap_reads"),
+    "to-safetensors": ("pickle_checkpoints",),
+    "pinned": ("pageable_h2d",),
+    "compile-cache": ("compile_cache",),
+    "fewer-captures": ("graph_captures",),
+    "bytecode": ("imports_from_source",),
+    "prewarm-imports": ("imports_from_storage",),
+    "predownload": ("download_in_startup",),
+    "offline": ("hub_metadata_cached",),
+}
+FLOOR = StorageFloor("floor.json", cold_bytes_per_s=500 * MB, warm_bytes_per_s=4000 * MB)
+
+
+def _import(r, start, end, **causes):
+    return child(r, "coldstart.import", semconv.PHASE_IMPORT, start, end, **{
+        semconv.IMPORT_MODULE: "torch", semconv.IMPORT_MODULES: 900, **causes})
+
+
+def _download(r, name, start, end, fetched, thread=1):
+    return child(r, semconv.SPAN_DOWNLOAD_FILE, semconv.PHASE_DOWNLOAD, start, end, thread=thread, **{
+        semconv.DOWNLOAD_SOURCE: semconv.DOWNLOAD_SOURCE_HF, semconv.DOWNLOAD_REPO: "org/m",
+        semconv.DOWNLOAD_FILENAME: name, semconv.DOWNLOAD_PATH: f"/ckpt/{name}", semconv.DOWNLOAD_HOST: "hub",
+        semconv.DOWNLOAD_CACHE_HIT: not fetched, semconv.DOWNLOAD_BYTES: 100 * MB if fetched else 0,
+        semconv.DOWNLOAD_CACHED_BYTES: 0 if fetched else 100 * MB})
+
+
+def _head(r, start, end):
+    return child(r, semconv.SPAN_DOWNLOAD_METADATA, semconv.PHASE_DOWNLOAD, start, end, **{
+        semconv.DOWNLOAD_METHOD: "HEAD", semconv.DOWNLOAD_STATUS: 200, semconv.DOWNLOAD_HOST: "hub"})
+
+
+def _compile(r, start, end, hits, misses, nested_import_ms=0):
+    span = child(r, "coldstart.compile", semconv.PHASE_COMPILE, start, end, **{
+        semconv.COMPILE_ID: "0/0", semconv.COMPILE_FRAME: "forward (model.py:10)",
+        semconv.COMPILE_CACHE_HITS: hits, semconv.COMPILE_CACHE_MISSES: misses})
+    nested = [child(span, "coldstart.import", semconv.PHASE_IMPORT, start, start + nested_import_ms)]
+    return [span] + (nested if nested_import_ms else [])
+
+
+# Per lever: (the start-up the findings are about, the other start-ups given, the floor).
+SCENARIOS = {
+    "prewarm": lambda: (lambda r: [shard(r, 0, 0, 1000, 400 * MB, "cold", read_bytes=400 * MB),
+                                   shard(r, 1, 1000, 1010, 400 * MB, "warm", read_bytes=0),
+                                   aggregate(r, semconv.PHASE_CAST, 1010, 1810, 800, 10, 400 * MB,
+                                             **{semconv.IO_READ_BYTES: 100 * MB})], 2000, (), None),
+    "to-safetensors": lambda: (lambda r: [shard(r, 0, 0, 990, 2000 * MB, "warm", 0, "torch_zip")], 1100, (), FLOOR),
+    "pinned": lambda: (lambda r: [aggregate(r, semconv.PHASE_H2D, 0, 1000, 1000, 10, 1000 * MB, **{
+        semconv.COPY_PAGEABLE_BYTES: 1000 * MB, semconv.COPY_PINNED_BYTES: 0})], 1100,
+        _startup(200, lambda r: [aggregate(r, semconv.PHASE_H2D, 0, 100, 20, 10, 500 * MB, **{
+            semconv.COPY_PINNED_BYTES: 500 * MB, semconv.COPY_ASYNC_S: 0.2, semconv.THROUGHPUT: 500 * MB / 0.2})],
+                  "bb" * 16), None),
+    # The warm start-up's hit ran an import inside it: a hit costs its self time (200 ms), not
+    # its 500 ms of wall time (the finding once said the one, the projection the other).
+    "compile-cache": lambda: (lambda r: _compile(r, 0, 8000, 0, 2), 9000,
+                              _startup(1500, lambda r: _compile(r, 0, 500, 2, 0, nested_import_ms=300), "bb" * 16),
+                              None),
+    "fewer-captures": lambda: (lambda r: [aggregate(r, semconv.PHASE_GRAPH_CAPTURE, 0, 1800, 1800, 9, 0, **{
+        semconv.GRAPH_BATCH_SIZES: (1, 2, 4, 8, 16, 24, 32, 40, 48),
+        semconv.GRAPH_CAPTURE_TIMES_S: (0.2,) * 9})], 3000, (), None),
+    "bytecode": lambda: (lambda r: [_import(r, 10, 2510, **{semconv.IMPORT_COMPILED_MODULES: 937,
+                                                             semconv.IMPORT_COMPILE_S: 1.4,
+                                                             semconv.IMPORT_STORAGE_READ_BYTES: 0,
+                                                             semconv.IMPORT_CPU_S: 2.4})], 3000, (), None),
+    "prewarm-imports": lambda: (lambda r: [_import(r, 10, 2010, **{semconv.IMPORT_COMPILED_MODULES: 0,
+                                                                    semconv.IMPORT_COMPILE_S: 0.0,
+                                                                    semconv.IMPORT_STORAGE_READ_BYTES: 200 << 20,
+                                                                    semconv.IMPORT_CPU_S: 1.0})], 3000, (), FLOOR),
+    # Four shards fetched by worker threads, each with its HEAD, then read from the cache.
+    "predownload": lambda: (lambda r: [_head(r, 0, 50)] + [
+        span for i in range(4) for span in (_download(r, f"m-{i}.safetensors", 50, 1050, True, thread=10 + i),
+                                            _head(r, 50, 100))], 3000, (), None),
+    "offline": lambda: (lambda r: [_head(r, 0, 300), _download(r, "m-0.safetensors", 300, 301, False),
+                                   shard(r, 0, 310, 410, 100 * MB, "warm", 0)], 1000, (), None),
+}
+
+
+@pytest.mark.parametrize("lever", sorted(LEVER_FINDINGS))
+def test_each_findings_saving_is_the_what_if_cut_of_its_lever_on_the_same_trace(lever):
+    spans_of, duration_ms, others, floor = SCENARIOS[lever]()
+    one = _startup(duration_ms, spans_of, "aa" * 16)
+    found = [f for f in find(one + list(others), floor) if f.trace_id == "aa" * 16 and f.rule in LEVER_FINDINGS[lever]]
+    assert found, f"the scenario for {lever} gives none of {LEVER_FINDINGS[lever]}"
+    stated = sum(f.saving_ns for f in found)
+    assert stated > 0 and stated == _projected(one, lever, floor, others)
+    assert all(f"{lever} lever's projection" in f.estimate for f in found)
+
+
+def test_the_compile_cache_findings_reference_is_the_hit_the_lever_subtracts():
+    spans_of, duration_ms, others, _ = SCENARIOS["compile-cache"]()
+    one = _startup(duration_ms, spans_of, "aa" * 16)
+    f = _finding(find(one + list(others)), "compile_cache", "aa" * 16)
+    assert "served by a cache in trace bbbbbbbbbbbbbbbb: 200.0 ms" in " ".join(f.evidence)
+    assert f.saving_ns == 7800 * MS == _projected(one, "compile-cache", others=others)
+
+
+@pytest.mark.parametrize("name", ["demo-cold-first-shard.otlp.jsonl", "demo-warm.otlp.jsonl",
+                                  "demo-two-ranks.otlp.jsonl"])
+def test_on_traces_the_plugin_wrote_each_lever_is_stated_once_at_its_projection(name):
+    """The same rule over the plugin's own demo traces (tests/data/traces/ORIGIN.md): every
+    lever a finding states, at the figure ``whatif --lever`` projects for that start-up."""
+    from analyze_records import data_file
+    from otel_coldstart.analyze.readers import read_trace_file
+
+    startups = breakdowns(read_trace_file(data_file(name)))
+    found = find(startups)
+    checked = 0
+    for b in startups:
+        others = [o for o in startups if o is not b]
+        for lever, rules in LEVER_FINDINGS.items():
+            mine = [f for f in found if f.rule in rules and (f.trace_id, f.rank) == (b.trace_id, b.rank)]
+            if not mine or any("no saving of its own" in f.estimate for f in mine):
+                continue
+            checked += 1
+            assert sum(f.saving_ns for f in mine) == _projected([b], lever, None, others), (lever, mine)
+    if name.startswith("demo-cold"):
+        assert checked  # the cold demo reads its first shard from storage: cold_cache, prewarm

@@ -36,13 +36,14 @@ __all__ = ["Finding", "find", "PER_STARTUP_RULES", "PER_TRACE_RULES", "ACROSS_ST
 
 PER_STARTUP_RULES = (dominant_phase, cold_cache, pickle_checkpoints, pageable_h2d,
                      hidden_mmap_reads, graph_captures, runtime_init, unattributed, lazy_weights,
-                     imports_from_source, imports_from_storage)
-PER_STARTUP_RULES += (download_in_startup, serial_download, hub_metadata_cached)  # issue 37: delivery
+                     imports_from_source, imports_from_storage,
+                     download_in_startup, serial_download, hub_metadata_cached)  # issue 37: delivery
 PER_TRACE_RULES = (straggler_rank,)
 # Rules that read every start-up given at once (a reference may be in another start-up).
 ACROSS_STARTUPS_RULES = (compile_cache,)
 # Per-start-up rules whose saving is a whatif lever's projection: given what the levers learn.
-LEVER_RULES = (cold_cache, pickle_checkpoints, dominant_phase, pageable_h2d, graph_captures, hidden_mmap_reads)
+LEVER_RULES = (cold_cache, pickle_checkpoints, dominant_phase, pageable_h2d, graph_captures, hidden_mmap_reads,
+               imports_from_source, imports_from_storage, download_in_startup, hub_metadata_cached)
 
 
 def find(results: Sequence[Breakdown], floor: StorageFloor | None = None,

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..breakdown import Breakdown
+from ..breakdown import Breakdown, same_thread
 from ..storage_floor import StorageFloor
 from ..whatif import Options, Saving, evidence, saving
-from ..whatif._evidence import Evidence, file_reads, same_thread
+from ..whatif._evidence import Evidence, file_reads
 
 
 def gathered(results: Sequence[Breakdown], floor: StorageFloor | None = None,

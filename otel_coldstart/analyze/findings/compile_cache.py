@@ -18,7 +18,7 @@ from typing import Sequence
 
 from ... import semconv
 from ..breakdown import Breakdown
-from ..explain import compile_summary, fastest_hits
+from ..explain import compile_summary
 from ..units import format_seconds
 from ..whatif import COMPILE_CACHE
 from ._finding import Finding, claim, share_text, weight
@@ -31,19 +31,17 @@ STAGE_NAMES = {"dynamo": "Dynamo (whole frame)", "aot_autograd": "AOTAutograd", 
 
 
 def check(results: Sequence[Breakdown], given=None) -> list[Finding]:
-    summaries = {id(b): compile_summary(b) for b in results}
-    references = fastest_hits([s for s in summaries.values() if s is not None])
     given = given if given is not None else gathered(results)  # the lever learns from them all
     found = []
     for b in results:
-        summary = summaries[id(b)]
+        summary = compile_summary(b)
         if summary is None or not summary.missed:
             continue
-        found.append(_finding(b, summary, references, given))
+        found.append(_finding(b, summary, given))
     return found
 
 
-def _finding(b: Breakdown, summary, references, given=None) -> Finding:
+def _finding(b: Breakdown, summary, given) -> Finding:
     missed = summary.missed
     total = b.duration_ns
     spent = sum(c.ns for c in missed)
@@ -69,7 +67,7 @@ def _finding(b: Breakdown, summary, references, given=None) -> Finding:
             for stage in semconv.COMPILE_STAGES if stage in stages))
     estimated = []
     for c in missed:
-        reference = references.get(c.frame) if c.frame else None
+        reference = given.compile_hits.get(c.frame) if c.frame else None  # the lever's own evidence
         if reference is not None:
             estimated.append((c, reference))
     projected = lever_saving(b, COMPILE_CACHE, None, given)

@@ -79,7 +79,7 @@ def check(breakdown: Breakdown, floor: StorageFloor | None = None, given=None) -
             evidence.append(f"of which otel-coldstart's own import and set-up: {format_seconds(own_ns)} "
                             "(not the host's to trim)")
             lever = f"{lever} (the {format_seconds(own_ns)} otel-coldstart itself takes excluded)"
-    runner_up = breakdown.phases[1] if len(breakdown.phases) > 1 else None
+    runner_up = breakdown.runner_up  # among the dominant phase's own candidates (an outline's steps too)
     if runner_up is not None:
         evidence.append(f"next: {runner_up.phase} {format_seconds(runner_up.busy_ns)}")
     saving, estimate = 0, "not estimated: the trace holds no reference time for this phase"

@@ -1,9 +1,9 @@
 """A download inside the start-up: weights fetched over the network (the hub, S3) before
 they could be read, on the path of every cold start of a new node or pod.
 
-Estimate: the wall time files were being fetched (their spans' union); the metadata
-requests stay (see hub_metadata_cached for those). Measured against start-ups of the same
-model with the files already on the node (``whatif --lever predownload``).
+Estimate: the ``predownload`` lever's projection (analyze/whatif/predownload.py, the figure
+``whatif --lever predownload`` gives): the fetched files and their own metadata requests
+take no time; the requests not tied to a file stay (see hub_metadata_cached for those).
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from ... import semconv
 from ..breakdown import Breakdown
 from ..downloads import downloads, union_ns
 from ..units import format_bytes, format_rate, format_seconds
+from ..whatif import PREDOWNLOAD
 from ._finding import Finding, claim, share_text, weight
+from ._levers import lever_saving
 
 
 def fetch_ns(found) -> int:
@@ -20,7 +22,7 @@ def fetch_ns(found) -> int:
     return union_ns((item.start_ns, item.end_ns) for item in found.fetched)
 
 
-def check(breakdown: Breakdown, floor=None) -> list[Finding]:
+def check(breakdown: Breakdown, floor=None, given=None) -> list[Finding]:
     found = downloads(breakdown)
     total = breakdown.duration_ns
     if found is None or not found.fetched or found.bytes <= 0 or total <= 0:
@@ -36,6 +38,8 @@ def check(breakdown: Breakdown, floor=None) -> list[Finding]:
         evidence.append(f"{format_rate(found.throughput)} over the time files were fetched")
     if found.cached_files:
         evidence.append(f"{found.cached_files} file(s) were already in the local cache")
+    projected = lever_saving(breakdown, PREDOWNLOAD, floor, given)
+    saving = projected.ns or 0
     return [Finding.about(
         breakdown, rule="download_in_startup", phase=semconv.PHASE_DOWNLOAD,
         title=f"the start-up downloads its weights: {format_bytes(found.bytes)} in "
@@ -46,6 +50,6 @@ def check(breakdown: Breakdown, floor=None) -> list[Finding]:
               "`hf download` / `aws s3 sync` into HF_HOME), bake them into the image, or stream them "
               "(Run:ai Model Streamer); `otel-coldstart whatif --lever predownload` projects the start-up "
               "without the download",
-        saving_ns=fetching, estimate="the wall time files were being fetched (whatif --lever predownload)",
-        share=share, claims=[claim(breakdown, fetching, ("phase", semconv.PHASE_DOWNLOAD))],
+        saving_ns=saving, estimate=projected.estimate, share=share,
+        claims=[claim(breakdown, saving, ("phase", semconv.PHASE_DOWNLOAD))] if saving else [],
     )]

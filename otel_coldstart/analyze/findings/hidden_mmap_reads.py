@@ -11,10 +11,9 @@ the cold files' own (``cold_cache`` states that part). Not estimated without a c
 
 from __future__ import annotations
 
-from ... import semconv
+from ... import semconv, verdicts
 from ..breakdown import Breakdown
 from ..units import format_bytes, format_seconds
-from ._attrs import int_attr
 from ..whatif import PREWARM
 from ._finding import Finding, claim
 from ._levers import cold_file_spans, lever_saving
@@ -25,10 +24,10 @@ MIN_READ_BYTES = 1 << 20
 def check(breakdown: Breakdown, floor=None, given=None) -> list[Finding]:
     hiding = [s for s in breakdown.spans
               if s.phase and s.phase not in (semconv.PHASE_DESERIALIZE, semconv.PHASE_DOWNLOAD)
-              and int_attr(s, semconv.IO_READ_BYTES) >= MIN_READ_BYTES]
+              and verdicts.positive_int(s.attributes, semconv.IO_READ_BYTES) >= MIN_READ_BYTES]
     if not hiding:
         return []
-    read = sum(int_attr(s, semconv.IO_READ_BYTES) for s in hiding)
+    read = sum(verdicts.positive_int(s.attributes, semconv.IO_READ_BYTES) for s in hiding)
     phases = sorted({s.phase for s in hiding if s.phase})
     projected = lever_saving(breakdown, PREWARM, floor, given)
     in_files = cold_file_spans(breakdown)  # cold_cache's part of the same projection

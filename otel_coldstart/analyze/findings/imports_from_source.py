@@ -4,7 +4,8 @@ stripped from a slim image, ``PYTHONDONTWRITEBYTECODE=1`` or a read-only ``__pyc
 so nothing is ever cached). patches/imports.py counts the modules compiled and times the
 compilation (importlib compiles only when it found no usable ``.pyc``).
 
-Estimate: the compile time measured. With the bytecode cached it goes; reading a ``.pyc``
+Estimate: the ``bytecode`` lever's projection (analyze/whatif/bytecode.py, the figure
+``whatif --lever bytecode`` gives): the compile time measured goes; reading a ``.pyc``
 instead of the source costs about the same.
 """
 
@@ -15,7 +16,9 @@ from ..breakdown import Breakdown
 from ..explain import import_summary
 from ..storage_floor import StorageFloor
 from ..units import format_seconds
+from ..whatif import BYTECODE
 from ._finding import Finding, claim, share_text, weight
+from ._levers import lever_saving
 
 MIN_COMPILED = 20  # fewer modules compiled: a module edited since, a script: not an image without bytecode
 MIN_COMPILE_NS = 20_000_000
@@ -25,7 +28,7 @@ LEVER = ("cache the bytecode in the image: `python -m compileall -q -j0 <site-pa
          "compiled at build time where site-packages is read-only")
 
 
-def check(breakdown: Breakdown, floor: StorageFloor | None = None) -> list[Finding]:
+def check(breakdown: Breakdown, floor: StorageFloor | None = None, given=None) -> list[Finding]:
     summary = import_summary(breakdown)
     why = summary.why if summary is not None else None
     if why is None or why.compiled_modules < MIN_COMPILED or why.compile_ns < MIN_COMPILE_NS:
@@ -41,9 +44,10 @@ def check(breakdown: Breakdown, floor: StorageFloor | None = None) -> list[Findi
     share = why.compile_ns / total if total else 0.0
     what = f"{why.compiled_modules} modules compiled from source (no cached bytecode): {format_seconds(why.compile_ns)}"
     title = f"{what}; the image ships no usable bytecode" if weight(share) != "minor" else what
+    projected = lever_saving(breakdown, BYTECODE, floor, given)
+    saving = projected.ns or 0
     return [Finding.about(
         breakdown, rule="imports_from_source", phase=semconv.PHASE_IMPORT, title=title, evidence=evidence,
-        lever=LEVER, saving_ns=why.compile_ns, share=share,
-        claims=[claim(breakdown, why.compile_ns, ("phase", semconv.PHASE_IMPORT))],
-        estimate="the time compiling those modules, measured (bytecode cached: none)",
+        lever=LEVER, saving_ns=saving, share=share, estimate=projected.estimate,
+        claims=[claim(breakdown, saving, ("phase", semconv.PHASE_IMPORT))] if saving else [],
     )]

@@ -4,8 +4,10 @@ volume). patches/imports.py records the bytes the process read from storage duri
 top-level import and the importing thread's CPU time; the wait is the time off the CPU
 (analyze/import_causes.py).
 
-Estimate: that wait, less what the start-up's imports without storage reads spent off the
-CPU anyway, less those bytes at the storage floor's warm read(2) rate when a floor was given.
+Estimate: the ``prewarm-imports`` lever's projection (analyze/whatif/prewarm_imports.py, the
+figure ``whatif --lever prewarm-imports`` gives): that wait, less what the start-up's imports
+without storage reads spent off the CPU anyway, less those bytes at the storage floor's warm
+read(2) rate when a floor was given.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from ..breakdown import Breakdown
 from ..import_causes import import_spans, reads_storage, resident_off_cpu_share, storage_wait_ns
 from ..storage_floor import StorageFloor
 from ..units import format_bytes, format_rate, format_seconds
+from ..whatif import PREWARM_IMPORTS
 from ._finding import Finding, claim, share_text
+from ._levers import lever_saving
 
 MIN_BYTES = 4 << 20  # a few MiB: a .pyc or two evicted since, not a cold environment
 MIN_WAIT_NS = 20_000_000
@@ -25,7 +29,7 @@ LEVER = ("keep the Python environment on local storage (not a network volume or 
          "step)")
 
 
-def check(breakdown: Breakdown, floor: StorageFloor | None = None) -> list[Finding]:
+def check(breakdown: Breakdown, floor: StorageFloor | None = None, given=None) -> list[Finding]:
     warm_rate = floor.warm_bytes_per_s if floor else None
     share_off = resident_off_cpu_share(breakdown)
     read = waited = off_cpu = queued = 0
@@ -55,13 +59,13 @@ def check(breakdown: Breakdown, floor: StorageFloor | None = None) -> list[Findi
         evidence.append(f"the same bytes from the page cache: {format_seconds(int(read / warm_rate * 1e9))} at the "
                         f"storage floor's warm read(2) rate {format_rate(warm_rate)}")
     share = waited / total if total else 0.0
+    projected = lever_saving(breakdown, PREWARM_IMPORTS, floor, given)
+    saving = projected.ns or 0
     return [Finding.about(
         breakdown, rule="imports_from_storage", phase=semconv.PHASE_IMPORT,
         title=f"import read {format_bytes(read)} from storage in {format_seconds(waited)}", evidence=evidence,
-        lever=LEVER, saving_ns=waited, share=share,
-        claims=[claim(breakdown, waited, ("phase", semconv.PHASE_IMPORT))],
-        estimate="the imports' time off the CPU while they read from storage, less what imports without reads "
-                 "spent off the CPU" + (", less those bytes at the storage floor's warm rate" if warm_rate else ""),
+        lever=LEVER, saving_ns=saving, share=share, estimate=projected.estimate,
+        claims=[claim(breakdown, saving, ("phase", semconv.PHASE_IMPORT))] if saving else [],
     )]
 
 

@@ -9,10 +9,9 @@ start-ups given; not estimated without a pinned copy to learn that rate from.
 
 from __future__ import annotations
 
-from ... import semconv
+from ... import semconv, verdicts
 from ..breakdown import Breakdown
 from ..units import format_bytes, format_seconds
-from ._attrs import total
 from ..whatif import PINNED
 from ._finding import Finding, claim
 from ._levers import lever_saving
@@ -22,8 +21,8 @@ MIN_PAGEABLE_SHARE = 0.5
 
 def check(breakdown: Breakdown, floor=None, given=None) -> list[Finding]:
     h2d = [s for s in breakdown.spans if s.phase == semconv.PHASE_H2D]
-    pageable = total(h2d, semconv.COPY_PAGEABLE_BYTES)
-    pinned = total(h2d, semconv.COPY_PINNED_BYTES)
+    pageable = sum(verdicts.positive_int(s.attributes, semconv.COPY_PAGEABLE_BYTES) for s in h2d)
+    pinned = sum(verdicts.positive_int(s.attributes, semconv.COPY_PINNED_BYTES) for s in h2d)
     if pageable == 0 or pageable / (pageable + pinned) < MIN_PAGEABLE_SHARE:
         return []
     phase = breakdown.phase(semconv.PHASE_H2D)

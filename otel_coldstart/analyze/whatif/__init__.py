@@ -5,8 +5,8 @@ Pure functions over :class:`~..breakdown.Breakdown` records. One module per leve
 (``prewarm``, ``serving_dtype``, ``pinned``, ``compile_cache``, ``fewer_captures``, ``bytecode``,
 ``prewarm_imports``; each
 docstring states its model): ``cut(breakdown, ...)`` returns the time the lever takes out of
-which spans, never more than a span's own time (its busy time less that of its phased
-children on the same thread), and the assumptions it made; ``NOTHING`` is what it says when
+which spans, never more than a span's own time (``Breakdown.self_ns``: its busy time less
+that of its phased children on the same thread), and the assumptions it made; ``NOTHING`` is what it says when
 the start-ups hold nothing for it. ``_evidence`` gathers what the levers learn from every
 start-up given. This module projects: a start-up's projected phase is its busy time less its
 cuts, its projected total its measured total less each cut divided by the number of threads
@@ -34,7 +34,7 @@ from ..stats import percentile
 from ..units import format_seconds
 from . import bytecode, compile_cache, fewer_captures, offline, pinned, predownload, prewarm, prewarm_imports
 from . import serving_dtype, to_safetensors
-from ._evidence import Assumptions, Concurrency, Cut, Evidence, LeverOutcome, Options, gather, self_times
+from ._evidence import Assumptions, Concurrency, Cut, Evidence, LeverOutcome, Options, gather
 from .fewer_captures import default_keep
 
 __all__ = ["ALL", "LEVERS", "Options", "Projection", "Quantiles", "Saving", "Summary", "WhatIf", "default_keep",
@@ -137,7 +137,7 @@ def _apply_parts(b: Breakdown, cuts: Sequence[Cut]) -> tuple[int, dict[str, int]
 
 
 def _threads_note(results: Sequence[Breakdown], cuts: dict[int, list[Cut]], said: Assumptions) -> None:
-    for index, b in enumerate(results):
+    for index in range(len(results)):
         said.startup = index
         if any(c.concurrency > 1.0 and c.ns for c in cuts.get(index, ())):
             said.add("threads", "time saved in work that ran beside other threads' work shortens the start-up by "
@@ -174,7 +174,7 @@ def project(results: Sequence[Breakdown], levers: Sequence[str] | None = None,
     if not ready:
         raise ValueError("no start-up reached ready(): there is no start-up time to project")
     ev = gather(results, options)
-    own = [self_times(b) for b in ready]
+    own = [b.self_ns for b in ready]
     concurrency = [Concurrency(b) for b in ready]
     extend = _to_first_token if until == FIRST_TOKEN else (lambda _b, projected: projected)
     baseline = summarize([extend(b, (b.duration_ns, _phase_values(b))) for b in ready])
@@ -294,7 +294,7 @@ def saving(b: Breakdown, lever: str, ev: Evidence) -> Saving:
     """The time ``lever`` takes off start-up ``b``: its measured total less its projected
     total, as ``project`` computes it (the same cuts, the same arithmetic)."""
     said = Assumptions()
-    outcome = _MODULES[lever].cut(b, self_times(b), Concurrency(b), ev, said)
+    outcome = _MODULES[lever].cut(b, b.self_ns, Concurrency(b), ev, said)
     if not outcome.applies:
         return Saving(lever, False, 0)
     if outcome.unknown and not outcome.cuts:

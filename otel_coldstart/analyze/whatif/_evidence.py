@@ -1,7 +1,7 @@
 """What every what-if lever reads: the options, the evidence gathered from all the start-ups
 given (resident and cold read rates, the pinned copy rate, the cost of a compile-cache hit),
-each span's own time, how many threads ran beside it, and the cut and assumption records a
-lever returns."""
+how many threads ran beside a span, and the cut and assumption records a lever returns. A
+span's own time is the breakdown's (``Breakdown.self_ns``)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Iterable, Sequence
 
 from ... import semconv, verdicts
 from ..breakdown import Breakdown, ShardRead, bandwidth_sample
+from ..explain import CacheHit, fastest_hits
 from ..model import Span
 from ..storage_floor import StorageFloor
 from ..units import format_rate
@@ -84,22 +85,9 @@ class Evidence:
     cold_rate: float | None  # in-span storage bytes over time of cold files, all pooled
     pinned_rate: float | None
     pinned_basis: str
-    hit_ns_by_frame: dict[str, int]
+    compile_hits: dict[str, CacheHit]  # per frame, the fastest compilation a cache served
     # whole safetensors file reads, by cache state (True: cold or partial), all pooled (to-safetensors)
     safetensors_rates: dict[bool, float] = field(default_factory=dict)
-
-
-def self_times(b: Breakdown) -> dict[str, int]:
-    """Each phased span's own time: its busy time less that of its phased children on the
-    same thread (as the breakdown counts it; a child under an unphased span between them
-    is not seen here, so the parent's own time may be over-counted, never a child's)."""
-    children: dict[str, int] = defaultdict(int)
-    by_id = {s.span_id: s for s in b.spans}
-    for span in b.spans:
-        parent = by_id.get(span.parent_id) if span.parent_id else None
-        if parent is not None and same_thread(parent, span):
-            children[parent.span_id] += span.busy_ns
-    return {s.span_id: max(0, s.busy_ns - children.get(s.span_id, 0)) for s in b.spans}
 
 
 def children_by_parent(b: Breakdown) -> dict[str, list[Span]]:
@@ -108,10 +96,6 @@ def children_by_parent(b: Breakdown) -> dict[str, list[Span]]:
     for span in b.spans:
         children[span.parent_id or ""].append(span)
     return children
-
-
-def same_thread(a: Span, b: Span) -> bool:
-    return a.thread_id is None or b.thread_id is None or a.thread_id == b.thread_id
 
 
 class Concurrency:
@@ -157,10 +141,6 @@ def _covered(intervals: list[tuple[int, int]], start: int, end: int) -> int:
     return covered
 
 
-def int_attr(span: Span, key: str) -> int | None:
-    return verdicts.int_value(span.attributes.get(key))
-
-
 def file_reads(b: Breakdown) -> list[tuple[Span, ShardRead]]:
     """The checkpoint file reads: each deserialize span with its shard record (size, format,
     storage bytes and cache verdict, as the breakdown read them)."""
@@ -179,7 +159,7 @@ def in_span_storage_bytes(span: Span, shard: ShardRead) -> int:
     later work: a copy or cast touching mapped pages, counted there)."""
     if shard.read_bytes is None:
         return (shard.size or 0) if shard.state == semconv.CACHE_COLD else 0
-    after = int_attr(span, semconv.CACHE_STORAGE_READ_AFTER_SPAN_BYTES) or 0
+    after = verdicts.int_value(span.attributes, semconv.CACHE_STORAGE_READ_AFTER_SPAN_BYTES) or 0
     return max(0, min(shard.read_bytes - after, shard.size or shard.read_bytes))
 
 
@@ -191,7 +171,7 @@ def hidden_reads(b: Breakdown) -> list[tuple[Span, int]]:
     for span in b.spans:
         if span.phase in _NOT_FILE_READS or span.span_id in parents:
             continue  # a container's reads are its children's
-        read = int_attr(span, semconv.IO_READ_BYTES)
+        read = verdicts.int_value(span.attributes, semconv.IO_READ_BYTES)
         if read and read > 0:
             found.append((span, read))
     return found
@@ -248,31 +228,13 @@ def _pinned_rate(results: Iterable[Breakdown]) -> tuple[float | None, str]:
     return _per_second(nbytes, ns), basis
 
 
-def _compile_hits(results: Iterable[Breakdown]) -> dict[str, int]:
-    """Per compiled frame, the own time of its fastest compilation that only hit the cache."""
-    best: dict[str, int] = {}
-    for b in results:
-        own = None
-        for span in b.spans:
-            if span.phase != semconv.PHASE_COMPILE:
-                continue
-            frame = verdicts.str_value(span.attributes, semconv.COMPILE_FRAME)
-            hits, misses = int_attr(span, semconv.COMPILE_CACHE_HITS), int_attr(span, semconv.COMPILE_CACHE_MISSES)
-            if frame is None or not hits or misses != 0:
-                continue
-            own = own if own is not None else self_times(b)
-            ns = own.get(span.span_id, span.busy_ns)
-            best[frame] = min(ns, best.get(frame, ns))
-    return best
-
-
 def gather(results: Sequence[Breakdown], options: Options) -> Evidence:
     everything = list(results) + list(options.reference)
     pinned_rate, pinned_basis = _pinned_rate(everything)
     from .to_safetensors import safetensors_rates  # the lever's own reading of its evidence
 
     return Evidence(options.floor, options.keep_capture_sizes, warm_rates_by_format(everything), storage_read_rate(everything),
-                     pinned_rate, pinned_basis, _compile_hits(everything), safetensors_rates(everything))
+                     pinned_rate, pinned_basis, fastest_hits(everything), safetensors_rates(everything))
 
 
 # --- the levers: one start-up in, cuts out ------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ... import semconv, verdicts
 from ..breakdown import Breakdown
-from ._evidence import Assumptions, Concurrency, Cut, Evidence, LeverOutcome, int_attr
+from ._evidence import Assumptions, Concurrency, Cut, Evidence, LeverOutcome
 
 NOTHING = "no compilation missed the cache in these start-ups"
 
@@ -21,7 +21,7 @@ def cut(b: Breakdown, own: dict, ctx: Concurrency, ev: Evidence, said: Assumptio
     missed = []
     no_provenance = 0
     for span in compiles:
-        hits, misses = int_attr(span, semconv.COMPILE_CACHE_HITS), int_attr(span, semconv.COMPILE_CACHE_MISSES)
+        hits, misses = verdicts.int_value(span.attributes, semconv.COMPILE_CACHE_HITS), verdicts.int_value(span.attributes, semconv.COMPILE_CACHE_MISSES)
         if hits is None and misses is None:
             no_provenance += 1
         elif misses:
@@ -37,14 +37,14 @@ def cut(b: Breakdown, own: dict, ctx: Concurrency, ev: Evidence, said: Assumptio
     never_hit = []
     for span in missed:
         frame = verdicts.str_value(span.attributes, semconv.COMPILE_FRAME)
-        hit = ev.hit_ns_by_frame.get(frame) if frame is not None else None
+        hit = ev.compile_hits.get(frame) if frame is not None else None
         if hit is None:
             never_hit.append(frame or "(frame not recorded)")
             continue
         said.add("compile", "each compilation that missed the cache at the own time of the fastest compilation "
                             "of the same frame that only hit it in the input")
         cap = own.get(span.span_id, span.busy_ns)
-        out.cuts.append(Cut(span.span_id, semconv.PHASE_COMPILE, max(0, cap - hit), cap, ctx.of(span)))
+        out.cuts.append(Cut(span.span_id, semconv.PHASE_COMPILE, max(0, cap - hit.ns), cap, ctx.of(span)))
     if never_hit:
         shown = ", ".join(sorted(set(never_hit))[:3]) + (" ..." if len(set(never_hit)) > 3 else "")
         reasons.append(f"no cache hit in the input for {shown}: the cost of a hit is unknown (give start-ups "

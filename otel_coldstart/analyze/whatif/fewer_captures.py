@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ... import semconv, verdicts
+from ... import semconv
 from ..breakdown import Breakdown
 from ..model import Span
 from ._evidence import Assumptions, Concurrency, Cut, Evidence, LeverOutcome
@@ -28,7 +28,7 @@ def _capture_leaves(b: Breakdown) -> list[Span]:
 def _capture_sizes(span: Span) -> list[int]:
     many = span.attributes.get(semconv.GRAPH_BATCH_SIZES)
     values = list(many) if isinstance(many, (tuple, list)) else [span.attributes.get(semconv.GRAPH_BATCH_SIZE)]
-    return [v for v in values if verdicts.int_value(v) is not None and v > 0]
+    return [v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0]
 
 
 def _capture_times(span: Span, count: int) -> list[float] | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ... import semconv, verdicts
 from ..breakdown import Breakdown
-from ._evidence import Assumptions, Concurrency, Cut, Evidence, LeverOutcome, int_attr, storage_read_rate
+from ._evidence import Assumptions, Concurrency, Cut, Evidence, LeverOutcome, storage_read_rate
 
 NOTHING = "no pageable host-to-device copy in these start-ups"
 
@@ -35,7 +35,7 @@ def cut(b: Breakdown, own: dict, ctx: Concurrency, ev: Evidence, said: Assumptio
         pageable = verdicts.positive_int(span.attributes, semconv.COPY_PAGEABLE_BYTES)
         pinned = verdicts.positive_int(span.attributes, semconv.COPY_PINNED_BYTES)
         storage = 0
-        read = int_attr(span, semconv.IO_READ_BYTES) or 0
+        read = verdicts.int_value(span.attributes, semconv.IO_READ_BYTES) or 0
         if read > 0:  # storage reads inside the copy are not the copy (prewarm's time)
             cold_rate = cold_rate or storage_read_rate([b]) or (ev.floor.cold_bytes_per_s if ev.floor else None) \
                 or ev.cold_rate

@@ -13,10 +13,10 @@ the start-up's own file reads ran at, else the floor's; the copy or cast itself 
 from __future__ import annotations
 
 from ... import semconv, verdicts
-from ..breakdown import Breakdown
+from ..breakdown import Breakdown, same_thread
 from ..model import Span
 from ._evidence import (Assumptions, Concurrency, Cut, Evidence, LeverOutcome, children_by_parent, file_reads,
-                        hidden_read_rate, hidden_reads, in_span_storage_bytes, same_thread, warm_rates_by_format)
+                        hidden_read_rate, hidden_reads, in_span_storage_bytes, warm_rates_by_format)
 
 NOTHING = "every checkpoint file was already resident and no copy read from storage: nothing to pre-warm"
 

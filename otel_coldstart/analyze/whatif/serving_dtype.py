@@ -7,10 +7,9 @@ bytes are still read on their first touch); a device copy that also converts the
 
 from __future__ import annotations
 
-from ... import semconv
+from ... import semconv, verdicts
 from ..breakdown import Breakdown
-from ._evidence import (Assumptions, COPY_PHASES, Concurrency, Cut, Evidence, LeverOutcome,
-                        int_attr, storage_read_rate)
+from ._evidence import Assumptions, COPY_PHASES, Concurrency, Cut, Evidence, LeverOutcome, storage_read_rate
 
 NOTHING = "no cast in these start-ups: the checkpoint is already in the serving dtype"
 
@@ -33,7 +32,7 @@ def cut(b: Breakdown, own: dict, ctx: Concurrency, ev: Evidence, said: Assumptio
     for span in casts:
         cap = own.get(span.span_id, span.busy_ns)
         keep = 0
-        read = int_attr(span, semconv.IO_READ_BYTES) or 0
+        read = verdicts.int_value(span.attributes, semconv.IO_READ_BYTES) or 0
         if read > 0:
             cold_rate = cold_rate or storage_read_rate([b]) or (ev.floor.cold_bytes_per_s if ev.floor else None) \
                 or ev.cold_rate

@@ -18,9 +18,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 from ... import semconv
-from ..breakdown import Breakdown
-from ._evidence import (Assumptions, Concurrency, Evidence, LeverOutcome, children_by_parent, file_reads,
-                        same_thread)
+from ..breakdown import Breakdown, same_thread
+from ._evidence import Assumptions, Concurrency, Evidence, LeverOutcome, children_by_parent, file_reads
 from .prewarm import _share_cut
 
 NOTHING = "no checkpoint file in these start-ups is a pickle (torch.save): nothing to convert"
