@@ -31,7 +31,9 @@ from . import _host_warnings, _otel_env, ending, export, own_tracing, patches, s
 from . import session as _session
 from ._errors import internal_errors, report_internal_error
 from .patches.imports import run_as_plugin  # the import hook is always loaded: its target always is
-from .startup import Options, Startup, configure_metrics, metrics_can_wait, rank_attributes
+from .options import Options, env_flag
+from .rank import rank_attributes
+from .startup import Startup, configure_metrics, metrics_can_wait
 
 _hooks_registered = False
 
@@ -77,17 +79,24 @@ def _launcher_context():
 class Controller:
     """One per process (``CONTROLLER``). See :func:`otel_coldstart.instrument` for options."""
 
-    def __init__(self) -> None:
-        self.startup: Startup | None = None
+    @property
+    def startup(self) -> Startup | None:
+        """The active start-up. Its one pointer is ``session.ACTIVE``, which the patches read on
+        every intercepted call (a plain module global: the cheapest check there is)."""
+        session = _session.ACTIVE
+        return session.startup if session is not None else None
+
+    @startup.setter
+    def startup(self, startup: Startup | None) -> None:
+        _session.ACTIVE = startup.session if startup is not None else None
 
     @property
     def active(self) -> bool:
-        return self.startup is not None
+        return _session.ACTIVE is not None
 
     @property
     def session(self) -> "_session.StartupSession | None":
-        startup = self.startup
-        return startup.session if startup is not None else None
+        return _session.ACTIVE
 
     @property
     def trace_file(self) -> str | None:
@@ -113,7 +122,6 @@ class Controller:
             self._start(options, kwargs, entered_ns)
         except Exception:
             report_internal_error("instrument")
-            _session.ACTIVE = None
             self.startup = None
 
     def _start(self, options: Options, kwargs: dict, entered_ns: int) -> None:
@@ -127,7 +135,7 @@ class Controller:
         resource_attrs = dict(resource.attributes) if resource is not None else {}
         summary = options.summary
         if summary is None:
-            summary = _session.env_flag("OTEL_COLDSTART_SUMMARY", setup.file_path is not None)
+            summary = env_flag("OTEL_COLDSTART_SUMMARY", setup.file_path is not None)
         # Metrics only we push (OTLP, console): made on a thread of ours when first needed (the
         # in-flight monitor's first tick, or after ready()), never on the host's thread: the
         # metrics SDK and an OTLP exporter are ~80 ms of imports.
@@ -144,9 +152,9 @@ class Controller:
             parent_context=_launcher_context(), root_attributes=rank_attributes(),
             import_attributes=_own_import_attributes(entered_ns),
         )
-        startup = self.startup = Startup(session, setup, options, summary, metrics_setup, metrics_later)
+        startup = Startup(session, setup, options, summary, metrics_setup, metrics_later)
         startup.start_inflight(metrics_setup)
-        _session.ACTIVE = session
+        self.startup = startup
         _host_warnings.install()  # warnings raised inside our wrappers keep the host's line
         if not _register_hooks():
             # The hooks of an earlier start-up in this process only fire for libraries imported
@@ -155,36 +163,29 @@ class Controller:
             for name, targets in patches.TARGETS.items():
                 if any(target in sys.modules for target in targets):
                     _patch_named(name)
-        ending.register_exit(self.at_exit)
+        ending.register_exit(self.end)
         if options.handle_sigterm:
-            ending.SIGTERM.install(lambda: self.at_exit(semconv.END_SIGTERM), options.export_timeout_s)
+            ending.SIGTERM.install(lambda: self.end(semconv.END_SIGTERM), options.export_timeout_s)
 
     def stop(self) -> None:
         """Uninstrument: end the start-up if open and drain it, remove every patch, give the
         host back its SIGTERM disposition, drop the start-up."""
         startup = self.startup
-        ending.SIGTERM.release()
         if startup is not None:
-            startup.release()
+            startup.finish(semconv.END_UNINSTRUMENTED)  # gives the host back its SIGTERM disposition too
         for module in patches.loaded():  # one never imported never patched anything
             with internal_errors(f"unpatch {module.__name__}"):
                 module.unpatch()
         with internal_errors("warnings"):
             _host_warnings.uninstall()
-        _session.ACTIVE = None
         self.startup = None
 
     def ready(self) -> None:
-        startup = self.startup
-        if startup is None:
-            return
-        # Serving begins: the host's SIGTERM disposition is its own again.
-        ending.SIGTERM.release()
-        startup.finish(semconv.END_READY)
+        self.end(semconv.END_READY)  # serving begins: the host's SIGTERM disposition is its own again
 
-    def at_exit(self, reason: str = semconv.END_EXIT, exception_type: str | None = None) -> None:
-        """The exit or SIGTERM (from ending.py, never inside a signal handler): end the
-        start-up if still open and drain everything within one ``export_timeout_s``."""
+    def end(self, reason: str = semconv.END_EXIT, exception_type: str | None = None) -> None:
+        """``ready()``, the exit or SIGTERM (from ending.py, never inside a signal handler):
+        the active start-up's one ending (``Startup.finish``), if there is one."""
         startup = self.startup
         if startup is not None:
             startup.finish(reason, exception_type)
@@ -261,16 +262,14 @@ def _forget_after_fork() -> None:
     (at the child's exit, or at the child's ready()) would export spans with the parent's
     ids. All of it lives on the Startup, so dropping it forgets it. The wrappers stay
     installed (they do nothing without a session) and a later instrument() in the child
-    (vLLM's plugin hook, say) starts the child's own start-up, rooted at the fork.
-    ending.py lets go of the SIGTERM watcher."""
-    _session.ACTIVE = None
+    (vLLM's plugin hook, say) starts the child's own start-up, rooted at the fork. Per
+    process, each by its own at-fork hook: ending.py lets go of the SIGTERM watcher,
+    patches/_guard.py of the parent's running captures."""
     CONTROLLER.startup = None
-    from .patches import _guard
-
-    _guard.reset_captures()  # per process: a capture running in the parent is not running in the child
 
 
-ending.forget_in_child(_forget_after_fork)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 _RUNTIME_IMPORT_NS = time.perf_counter_ns() - _RUNTIME_IMPORT_STARTED_NS

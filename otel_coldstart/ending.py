@@ -27,7 +27,7 @@ the host:
   disposition and wakeup fd.
 - **Fork.** A forked child drops the parent's start-up without ending or exporting it, and
   the parent's SIGTERM watcher (the thread does not survive the fork; the pipe and the
-  handler would): see :func:`forget_in_child`.
+  handler would): see ``SigtermWatcher.forget_in_child`` and the controller's at-fork hook.
 """
 
 from __future__ import annotations
@@ -375,21 +375,12 @@ SIGTERM = SigtermWatcher()
 
 # --- fork --------------------------------------------------------------------------------------
 
-_fork_hooks: list[Callable[[], None]] = []
-
-
-def forget_in_child(hook: Callable[[], None]) -> None:
-    """Run ``hook`` in every forked child, after the SIGTERM watcher has been let go."""
-    _fork_hooks.append(hook)
-
-
 def _after_fork_in_child() -> None:
+    """The SIGTERM watcher let go; the parent's exit is not the child's. (The controller's
+    own at-fork hook drops the start-up.)"""
     with internal_errors("after fork"):
         SIGTERM.forget_in_child()
     SOURCE_EVALS.reopen()
-    for hook in _fork_hooks:
-        with internal_errors("after fork"):
-            hook()
 
 
 if hasattr(os, "register_at_fork"):

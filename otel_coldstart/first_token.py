@@ -140,7 +140,7 @@ def begin(session, source: str = SOURCE_API) -> FirstRequest | None:
 
 def end_running(session, reason: str) -> None:
     """The process is ending (exit, SIGTERM, ``uninstrument()``) while the first request runs:
-    end it marked interrupted with ``reason``. Called by Startup.finish before the drain."""
+    end it marked interrupted with ``reason``. Called by Startup._drain, first."""
     state = session.state(_STATE, _State)
     running = state.running
     if running is not None:
@@ -159,10 +159,10 @@ def _record_metric(startup, ttft_s: float) -> None:
     """On a thread of ours: ``model.startup.time_to_first_token``, then a push of the metrics
     only we push (a periodic reader would hold it for its interval)."""
     with internal_errors("first-request metric"):
-        metrics_setup = startup.make_metrics_later() if startup.metrics_later else startup.metrics
+        metrics_setup = startup.metrics_now()
         if metrics_setup is None:
             return
-        from .metrics import DURATION_BUCKETS_S, flush, identifying_attributes
+        from .metrics import DURATION_BUCKETS_S, flush
         from .package import __version__
 
         meter = metrics_setup.provider.get_meter("otel_coldstart", __version__)
@@ -170,6 +170,5 @@ def _record_metric(startup, ttft_s: float) -> None:
             semconv.METRIC_TIME_TO_FIRST_TOKEN, unit="s",
             description="Wall time from process start to the end of the first request served after ready()",
             explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S)
-        labels = identifying_attributes(startup.session.resource, startup.options.metric_attributes)
-        histogram.record(ttft_s, labels)
+        histogram.record(ttft_s, startup.metric_labels())
         flush(metrics_setup, startup.options.export_timeout_s)

@@ -41,7 +41,7 @@ from typing import Callable, Sequence
 from . import probes, semconv
 from ._errors import internal_errors
 from ._regular_files import open_regular_fd
-from .inflight import seconds_option
+from .options import seconds_option
 
 DEFAULT_BOUND_S = 300.0
 ENV_BOUND_S = "OTEL_COLDSTART_FIRST_USE_S"

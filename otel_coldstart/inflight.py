@@ -6,9 +6,10 @@ collective. A SIGKILL runs no handler, so whatever is to survive it must already
 written. This module keeps it written, at a cost the host cannot see:
 
 - **A board** (:class:`ProgressBoard`) that the session feeds at span boundaries only: a
-  span opened, a span ended, a file read began (per phase and per shard, never per tensor;
-  one dict operation under a lock each). The bytes a ``safe_open`` handle has read are the
-  counter its file read already keeps; the board only holds a reference to it.
+  span opened, a span ended (per phase and per shard, never per tensor; a count under a
+  lock each). What is open it reads from the session's open-work registry, the one list of
+  it; the bytes a ``safe_open`` handle has read are the counter its file read already
+  keeps, which its span holds.
 - **One daemon thread per start-up** (``otel-coldstart-inflight``) that looks at the board
   four times a second (a dict read; nothing on the host's threads) and, from it:
 
@@ -52,12 +53,8 @@ from typing import Any, Callable
 
 from . import ending, semconv
 from ._errors import internal_errors, logger, report_internal_error
+from .options import DEFAULT_PROGRESS_INTERVAL_S, DEFAULT_STALL_AFTER_S
 from .verdicts import running_work
-
-DEFAULT_PROGRESS_INTERVAL_S = 5.0
-DEFAULT_STALL_AFTER_S = 120.0  # minutes-long loads have quiet stretches; two minutes is not one
-ENV_PROGRESS_INTERVAL_S = "OTEL_COLDSTART_PROGRESS_INTERVAL_S"
-ENV_STALL_AFTER_S = "OTEL_COLDSTART_STALL_AFTER_S"
 
 # Bounds: a record and a stall event stay a few KiB whatever the host does.
 MAX_OPEN_LISTED = 32  # open spans in one record (the latest started; the rest are counted)
@@ -79,78 +76,43 @@ _FILE_ATTRIBUTES = (semconv.FILE_PATH, semconv.FILE_SIZE, semconv.FILE_FORMAT, s
                     semconv.DOWNLOAD_SOURCE, semconv.DOWNLOAD_REPO, semconv.DOWNLOAD_FILENAME, semconv.DOWNLOAD_HOST)
 
 
-def seconds_option(value: Any, env: str, default: float) -> float:
-    """An interval option: the value passed, else the environment variable, else ``default``.
-    0 turns the feature off. A bad value passed is the caller's mistake (ValueError); a bad
-    environment value is logged and the default used (the host must still start)."""
-    if value is not None:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or value == float("inf"):
-            raise ValueError(f"{env.split('OTEL_COLDSTART_')[-1].lower()} must be a number of seconds >= 0 "
-                             f"(0 turns it off), got {value!r}")
-        return float(value)
-    text = os.environ.get(env, "").strip()
-    if not text:
-        return default
-    try:
-        parsed = float(text)
-        if not 0 <= parsed < float("inf"):
-            raise ValueError(text)
-        return parsed
-    except ValueError:
-        logger.warning("otel-coldstart: %s=%r is not a number of seconds >= 0; using %s", env, text, default)
-        return default
-
-
 class _Open:
-    """One open span as the board sees it."""
+    """A span open now, or a top-level import in progress (patches/imports.py), as the board
+    sees it: made from the session's open-work registry at each look. An import has no span
+    until it ends, so its id here is made from its thread and start (stable across records,
+    never the id its span gets); it is named by its module: "import torch", not "unattributed"."""
 
     __slots__ = ("container", "span_id", "parent_id", "name", "phase", "start_ns", "thread_id", "attributes",
                  "file_read", "download")
 
-    def __init__(self, container) -> None:
+    def __init__(self, work, container=None) -> None:
         self.container = container
-        self.span_id = container.span_context.span_id
-        parent = container.parent
-        self.parent_id = parent.span_id if parent is not None and parent.is_valid else None
-        self.name = container.name
-        attrs = container.attributes
-        self.phase = attrs.get(semconv.PHASE)
-        self.start_ns = container.start_ns
-        self.thread_id = attrs.get(semconv.THREAD_ID)
-        self.attributes = {k: attrs[k] for k in _FILE_ATTRIBUTES if k in attrs}
-        self.file_read = None  # a patches._files.FileRead whose .bytes grow as it reads
-        self.download = None  # a download in flight (patches/huggingface_hub.py, s3.py): .live_bytes()
-
-
-class _OpenImport:
-    """A top-level import in progress (patches/imports.py), as the board sees an open span: it
-    has no span until it ends, so its id here is made from its thread and start (stable across
-    records, never the id its span gets). Named by its module: "import torch", not
-    "unattributed"."""
-
-    __slots__ = ("container", "span_id", "parent_id", "name", "phase", "start_ns", "thread_id", "attributes",
-                 "file_read", "download")
-
-    def __init__(self, work) -> None:
-        self.container = None
-        self.span_id = (hash((work.thread_id, work.start_ns)) & 0x7FFFFFFFFFFFFFFF) | 1
+        self.name, self.phase, self.start_ns, self.thread_id = work.name, work.phase, work.start_ns, work.thread_id
         self.parent_id = None
-        self.name = work.name
-        self.phase = work.phase
-        self.start_ns = work.start_ns
-        self.thread_id = work.thread_id
-        self.attributes = {semconv.IMPORT_MODULE: work.label}
-        self.file_read = None
-        self.download = None  # the same shape as an open span's entry: an import fetches nothing
+        self.file_read = self.download = None
+        if container is None:
+            self.span_id = (hash((work.thread_id, work.start_ns)) & 0x7FFFFFFFFFFFFFFF) | 1
+            self.attributes = {semconv.IMPORT_MODULE: work.label}
+            return
+        self.span_id = work.span_id
+        parent = container.parent
+        if parent is not None and parent.is_valid:
+            self.parent_id = parent.span_id
+        attrs = container.attributes
+        self.attributes = {k: attrs[k] for k in _FILE_ATTRIBUTES if k in attrs}
+        self.file_read = container.file_read  # a patches._files.FileRead whose .bytes grow as it reads
+        self.download = container.download  # in flight (patches/huggingface_hub.py, s3.py): .live_bytes()
 
 
-def _open_imports(session) -> list:
-    """The imports in progress, from the session's open-work registry (one lock, a short list)."""
-    open_work = getattr(session, "open_work", None)  # a board may watch a stand-in with no registry
-    if open_work is None:
+def _open_entries(session) -> list:
+    """The open spans and the imports in progress, oldest first, from the session's open-work
+    registry (one lock, a short list); graph captures have no span to list yet."""
+    open_entries = getattr(session, "open_entries", None)  # a board may watch a stand-in with no registry
+    if open_entries is None:
         return []
-    return [_OpenImport(w) for w in open_work()
-            if w.phase == semconv.PHASE_IMPORT and w.span_id is None and isinstance(getattr(w, "label", None), str)]
+    return [_Open(work, key if work.span_id is not None else None) for key, work in open_entries()
+            if work.span_id is not None  # a live span, registered under its ContainerSpan
+            or work.phase == semconv.PHASE_IMPORT and isinstance(work.label, str)]
 
 
 class Snapshot(namedtuple("Snapshot", (
@@ -184,7 +146,6 @@ class ProgressBoard:
         self.stall_after_s = stall_after_s
         self._flush = flush
         self._lock = threading.Lock()
-        self._open: dict[int, _Open] = {}
         self._opened = 0
         self._done = 0
         self._last_end_ns = session.start_ns
@@ -220,20 +181,18 @@ class ProgressBoard:
 
     def span_opened(self, container) -> None:
         with internal_errors("inflight span opened"):
-            entry = _Open(container)
+            attributes = container.attributes
             with self._lock:
-                self._open[entry.span_id] = entry
                 self._opened += 1
-                if entry.phase == semconv.PHASE_DESERIALIZE:
-                    self._note_size(entry.attributes)
+                if attributes.get(semconv.PHASE) == semconv.PHASE_DESERIALIZE:
+                    self._note_size(attributes)
 
-    def span_done(self, span_id: int, name: str, attributes) -> None:
+    def span_done(self, name: str, attributes) -> None:
         if name in _NOT_WORK:
             return
         with internal_errors("inflight span done"):
             end = time.time_ns()
             with self._lock:
-                self._open.pop(span_id, None)
                 self._done += 1
                 self._last_end_ns = end
                 self._last_done = (name, attributes, end)
@@ -245,22 +204,17 @@ class ProgressBoard:
                     if isinstance(path, str) and isinstance(nbytes, int) and nbytes > 0:
                         self._loaded[path] = max(self._loaded.get(path, 0), nbytes)
 
-    def file_read_opened(self, read) -> None:
-        """A checkpoint file read began: its ``bytes`` counter shows progress inside the file."""
-        with internal_errors("inflight file read"):
-            with self._lock:
-                entry = self._open.get(read.container.span_context.span_id)
-                if entry is not None:
-                    entry.file_read = read
+    @staticmethod
+    def file_read_opened(read) -> None:
+        """A checkpoint file read began: its ``bytes`` counter shows progress inside the file
+        (held by its span, which the board finds in the session's open-work registry)."""
+        read.container.file_read = read
 
-    def download_opened(self, download) -> None:
+    @staticmethod
+    def download_opened(download) -> None:
         """A file download began: its network bytes so far go on each progress record (a
         start-up killed mid-download keeps the partial file's bytes and which file it was)."""
-        with internal_errors("inflight download"):
-            with self._lock:
-                entry = self._open.get(download.container.span_context.span_id)
-                if entry is not None:
-                    entry.download = download
+        download.container.download = download
 
     def download_totals(self, entries) -> tuple[int, int | None]:
         """(network bytes of the start-up's downloads so far, bytes they announced), the
@@ -294,9 +248,8 @@ class ProgressBoard:
 
     def snapshot(self, now_ns: int | None = None) -> Snapshot:
         now = time.time_ns() if now_ns is None else now_ns
-        importing = _open_imports(self.session)  # the session's lock, not nested in ours
+        entries = _open_entries(self.session)  # the session's lock, not nested in ours
         with self._lock:
-            entries = sorted(list(self._open.values()) + importing, key=lambda e: e.start_ns)
             opened, done, last_end, last_done = self._opened, self._done, self._last_end_ns, self._last_done
             loaded = dict(self._loaded)
             sizes = dict(self._sizes)
@@ -404,18 +357,12 @@ class ProgressBoard:
 
             self.time_to_ready = time_to_ready.LiveEstimate.load(time_to_ready.sources_for(**sources))
 
-    def remaining_s(self, snap: Snapshot) -> float | None:
-        """The time-to-ready estimate for ``snap``, None without one (no history, not read yet)."""
+    def estimate(self, snap: Snapshot):
+        """The time-to-ready estimate for ``snap`` (its ``remaining_s``, and ``overrun_s``: how
+        far past the earlier start-ups it is where matched), None without one (no history,
+        not read yet)."""
         live = self.time_to_ready
-        estimate = live.estimate(snap) if live is not None else None
-        return estimate.remaining_s if estimate is not None else None
-
-    def overrun_s(self, snap: Snapshot) -> float | None:
-        """How far past the earlier start-ups ``snap`` is where it was matched (0: not past),
-        None without an estimate."""
-        live = self.time_to_ready
-        estimate = live.estimate(snap) if live is not None else None
-        return estimate.overrun_s if estimate is not None else None
+        return live.estimate(snap) if live is not None else None
 
     def tick(self, now_ns: int | None = None, first: bool = False) -> None:
         """One wake-up: notice progress or a stall, and write a record when one is due: the
@@ -710,6 +657,9 @@ def register_gauges(meter_provider, board: ProgressBoard, labels: dict) -> None:
                 return []
         return callback
 
+    def estimated(field: str):  # a figure of the time-to-ready estimate (absent without one)
+        return lambda snap: getattr(source.board.estimate(snap), field, None)
+
     from .package import __version__
 
     meter = meter_provider.get_meter("otel_coldstart", __version__)
@@ -726,11 +676,11 @@ def register_gauges(meter_provider, board: ProgressBoard, labels: dict) -> None:
         semconv.METRIC_INFLIGHT_EXPECTED, [observe(lambda s: s.bytes_expected)], unit="By",
         description="Start-ups in flight: checkpoint bytes expected (the index's total_size, else the files seen)")
     meter.create_observable_gauge(
-        semconv.METRIC_INFLIGHT_REMAINING, [observe(lambda s: source.board.remaining_s(s))], unit="s",
+        semconv.METRIC_INFLIGHT_REMAINING, [observe(estimated("remaining_s"))], unit="s",
         description="Start-ups in flight: estimated seconds left to ready(), from earlier start-ups of the "
                     "service (absent without any)")
     meter.create_observable_gauge(
-        semconv.METRIC_INFLIGHT_OVERRUN, [observe(lambda s: source.board.overrun_s(s))], unit="s",
+        semconv.METRIC_INFLIGHT_OVERRUN, [observe(estimated("overrun_s"))], unit="s",
         description="Start-ups in flight: seconds past the earlier start-ups of the service where this one is "
                     "(a step longer than before; 0 when not past, absent without any)")
 
@@ -743,8 +693,8 @@ def _import_time_to_ready() -> None:
 
 def start_for(session, *, progress_interval_s: float, stall_after_s: float, flush=None, meter_provider=None,
               labels: dict | None = None, prepare=None, history: dict | None = None) -> ProgressBoard:
-    """Attach a board to ``session``, register the gauges where metrics go, start the thread;
-    the start-up's end stops it. ``prepare`` runs once on the monitor thread at its first
+    """Attach a board to ``session``, register the gauges where metrics go, start the thread
+    (Startup._end stops it). ``prepare`` runs once on the monitor thread at its first
     tick (a start-up still running then gets its metrics made, off the host's thread).
     ``history``: where earlier start-ups are (time_to_ready.sources_for's arguments), read
     on the monitor thread for the time-to-ready estimate."""
@@ -753,7 +703,6 @@ def start_for(session, *, progress_interval_s: float, stall_after_s: float, flus
     board.prepare = prepare
     board.history_sources = history
     session.progress = board
-    session.on_end(board.stop)
     if meter_provider is not None:
         with internal_errors("inflight gauges"):
             register_gauges(meter_provider, board, labels or {})

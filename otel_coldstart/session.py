@@ -40,8 +40,9 @@ from .verdicts import running_work
 if TYPE_CHECKING:  # pragma: no cover
     from .analyze.model import Span as SpanRecord
 
-# The session the patches report to; None when not instrumented. Read without a lock on
-# every intercepted call: a plain module global is the cheapest check there is.
+# The session the patches report to; None when not instrumented. The one pointer to the
+# active start-up (``ACTIVE.startup``), set only by controller.Controller.startup. Read without
+# a lock on every intercepted call: a plain module global is the cheapest check there is.
 ACTIVE: "StartupSession | None" = None
 
 _StateT = TypeVar("_StateT")
@@ -126,7 +127,7 @@ class ContainerSpan:
     """A live span that is current while the work inside it runs (a file read, a phase)."""
 
     __slots__ = ("session", "span", "parent", "name", "start_ns", "attributes", "_token", "_thread",
-                 "on_interrupt")
+                 "on_interrupt", "file_read", "download")
 
     def __init__(self, session: "StartupSession", span, parent, name, start_ns, attributes, token) -> None:
         self.session = session
@@ -140,6 +141,10 @@ class ContainerSpan:
         # How to end it when the start-up is cut short with it still open (its owner may
         # add evidence, as a file read does); by default it ends marked interrupted.
         self.on_interrupt: Callable[[int], None] | None = None
+        # Progress inside it, read by the in-flight board (inflight.py): a checkpoint file
+        # read (patches/_files.FileRead, its .bytes) or a download (its .live_bytes()).
+        self.file_read = None
+        self.download = None
 
     @property
     def thread_id(self) -> int:
@@ -198,16 +203,6 @@ class OpenWork(namedtuple("OpenWork", (
     __slots__ = ()
 
 
-class _Tracked:
-    """An entry of the open-work registry: what it is, and how to end it if cut short."""
-
-    __slots__ = ("view", "interrupt")
-
-    def __init__(self, view: OpenWork, interrupt: Callable[[int], None]) -> None:
-        self.view = view
-        self.interrupt = interrupt
-
-
 class StartupSession:
     def __init__(self, tracer: trace.Tracer, *, resource: Mapping[str, Any], start_at: str = "process",
                  parent_context=None, root_attributes: Mapping[str, Any] | None = None,
@@ -218,9 +213,9 @@ class StartupSession:
         self.startup = None  # the startup.Startup that owns this session (set by it)
         self.ledger: list[_Kept] = []
         self.ended = False
-        self.end_ns: int | None = None  # when the start-up ended (set by end())
+        self.end_ns: int | None = None  # when the start-up ended (set by end_work())
         self._lock = threading.Lock()
-        self._on_end: list[Callable[[], None]] = []
+        self._end_attributes: dict[str, Any] = {}  # what the root says of its end (end_work)
         self._file_order: dict[str, int] = {}
         # inflight.ProgressBoard, owned by the Startup: told when a span opens or ends (per
         # phase and per shard, never per tensor) for progress records and gauges.
@@ -229,7 +224,9 @@ class StartupSession:
         # A forked child inherits this object (through a phase() or a handle it is inside):
         # its spans are the parent's to end and export, never the child's copy's.
         self.pid = os.getpid()
-        self._open: dict[Hashable, _Tracked] = {}  # open work, by key (see track_open)
+        # The one registry of open work, by key (see track_open): (what it is, how to end it
+        # if the start-up is cut short). The in-flight board reads it too (open_entries).
+        self._open: dict[Hashable, tuple[OpenWork, Callable[[int], None]]] = {}
         self._states: dict[str, Any] = {}  # each patch module's per-start-up state
         # Per thread and per start-up: the stack of pending Module.to parents, the ambient
         # parents of safe_open handles, graph captures running on the thread, spare CUDA
@@ -384,7 +381,7 @@ class StartupSession:
         with self._lock:
             self.ledger.append(kept)
         if self.progress is not None:
-            self.progress.span_done(span_context.span_id, name, kept.attributes)
+            self.progress.span_done(name, kept.attributes)
 
     # --- open work and per-patch state ---------------------------------------------------------
 
@@ -394,7 +391,7 @@ class StartupSession:
         ``interrupt(end_ns)`` if the start-up is cut short (exit, SIGTERM) before it ends."""
         view = OpenWork(name, phase, start_ns, threading.get_ident(), span_id, label)
         with self._lock:
-            self._open[key] = _Tracked(view, interrupt)
+            self._open[key] = (view, interrupt)
 
     def untrack_open(self, key: Hashable) -> bool:
         """The work ended. False if it was not open (ended already)."""
@@ -402,12 +399,17 @@ class StartupSession:
             return self._open.pop(key, None) is not None
 
     def open_work(self) -> list[OpenWork]:
-        """What is running now, oldest first: live spans (phases, file reads, compilations)
-        and graph captures, with their phase, start time and thread. A snapshot: safe to
-        call from any thread, at any time."""
+        """What is running now, oldest first: live spans (phases, file reads, compilations),
+        graph captures and imports, with their phase, start time and thread. A snapshot: safe
+        to call from any thread, at any time."""
+        return [view for _, view in self.open_entries()]
+
+    def open_entries(self) -> list[tuple[Hashable, OpenWork]]:
+        """(key, view) of what is running now, oldest first: the key of a live span is its
+        :class:`ContainerSpan` (the in-flight board reads its file read or download)."""
         with self._lock:
-            views = [tracked.view for tracked in self._open.values()]
-        return sorted(views, key=lambda v: v.start_ns)
+            entries = [(key, view) for key, (view, _) in self._open.items()]
+        return sorted(entries, key=lambda entry: entry[1].start_ns)
 
     def running_phase(self) -> str | None:
         """The phase running now (verdicts.running_work: the innermost open work, on the main
@@ -463,17 +465,14 @@ class StartupSession:
 
     # --- end of start-up ---------------------------------------------------------------------
 
-    def on_end(self, callback: Callable[[], None]) -> None:
-        """Run ``callback`` when the start-up ends, before the root span is closed."""
-        self._on_end.append(callback)
-
-    def end(self, *, ready: bool, reason: str, exception_type: str | None = None) -> bool:
-        """End the start-up once. Returns False if it had already ended.
+    def end_work(self, *, ready: bool, reason: str, exception_type: str | None = None) -> bool:
+        """The start-up's work ends (once: False if it had ended already, or in a forked copy).
 
         Any end but ``ready()`` cuts the start-up short: every piece of open work (user
-        phases, file reads, graph captures, compilations) and every aggregate still
-        collecting is ended now and marked ``coldstart.interrupted``, and the root says
-        which phase was running. At ``ready()``, work still open ends when it ends.
+        phases, file reads, graph captures, compilations) is ended now and marked
+        ``coldstart.interrupted``, and the root will say which phase was running. At
+        ``ready()``, work still open ends when it ends. ``Startup._end`` then settles what the
+        root must carry and calls :meth:`end_root`.
 
         Never call this from a signal handler: it takes the recorder's and the SDK's locks,
         which the interrupted thread may hold (see ending.py).
@@ -484,41 +483,41 @@ class StartupSession:
             self.ended = True
             self.end_reason = reason
         end_ns = self.end_ns = time.time_ns()
-        interrupted = not ready and reason != semconv.END_READY
-        running = None
-        if interrupted:
+        self._end_attributes = {semconv.READY: ready, semconv.END_REASON: reason}
+        if exception_type:
+            self._end_attributes[semconv.END_EXCEPTION_TYPE] = exception_type
+        if not ready and reason != semconv.END_READY:
             with internal_errors("interrupt open work"):
                 running = self.running_phase()
                 failed = self._failed_phase
                 if running is None and failed is not None and (exception_type or isinstance(failed[0], SystemExit)):
                     running = failed[1]  # where the uncaught exception (or sys.exit()) was raised
+                if running is not None:
+                    self._end_attributes[semconv.END_PHASE] = running
                 self._interrupt_open_work(end_ns)
-        for callback in self._on_end:
-            with internal_errors("end-of-start-up callback"):
-                callback()
+        return True
+
+    def end_root(self) -> None:
+        """The aggregates still collecting are written (marked interrupted if the start-up was
+        cut short), then the root ends with why (after :meth:`end_work`)."""
+        interrupted = self.end_reason != semconv.END_READY and not self._end_attributes[semconv.READY]
         with internal_errors("aggregate flush"):
             self.recorder.flush_all(interrupted=interrupted)
         attrs = dict(self.root_attributes)
-        attrs[semconv.READY] = ready
-        attrs[semconv.END_REASON] = reason
-        if running is not None:
-            attrs[semconv.END_PHASE] = running
-        if exception_type:
-            attrs[semconv.END_EXCEPTION_TYPE] = exception_type
+        attrs.update(self._end_attributes)
+        end_ns = self.end_ns if self.end_ns is not None else time.time_ns()  # end_work sets it first
         self.root.set_attributes(attrs)
         self.root.end(end_time=end_ns)
-        self._keep(self.root_context, self._root_parent_id, semconv.SPAN_ROOT,
-                   self.start_ns, end_ns, attrs, "unset")
-        return True
+        self._keep(self.root_context, self._root_parent_id, semconv.SPAN_ROOT, self.start_ns, end_ns, attrs, "unset")
 
     def _interrupt_open_work(self, end_ns: int) -> None:
         """End every open piece of work at ``end_ns``, innermost (latest started) first so
         that a parent's aggregates are flushed under it."""
         with self._lock:
             tracked = list(self._open.values())
-        for item in sorted(tracked, key=lambda t: t.view.start_ns, reverse=True):
+        for _, interrupt in sorted(tracked, key=lambda entry: entry[0].start_ns, reverse=True):
             with internal_errors("interrupt open work"):
-                item.interrupt(end_ns)
+                interrupt(end_ns)
 
     def records(self) -> "list[SpanRecord]":
         """Every span ended so far, as the analyzer's records (the same pure functions the
@@ -586,10 +585,3 @@ def _parent_id_from_context(ctx) -> int | None:
 
 def _span_id(parent: SpanContext | None) -> int | None:
     return parent.span_id if parent is not None and parent.is_valid else None
-
-
-def env_flag(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
-    if value is None or value.strip() == "":
-        return default
-    return value.strip().lower() not in ("0", "false", "no", "off")

@@ -2,13 +2,15 @@
 
 ``TARGETS`` (the modules whose import triggers it), ``HOT_PATH`` (removed at ``ready()``),
 ``patch()``, ``unpatch()``, ``is_patched()`` and ``get_version()``; optionally
-``end_of_startup(session)``, called when the start-up ends. Patching is idempotent and
-``unpatch()`` puts back the exact original objects.
+``end_of_startup(session)``, called when the start-up ends (``Startup._end``). Patching is
+idempotent and ``unpatch()`` puts back the exact original objects.
 
-Per-start-up state (open safe_open handles, graph captures, compilations, CUDA init seen)
-lives on the session, ``session.state(__name__, Factory)``, never in a module global: a
-fork, ``uninstrument()`` or a new start-up drops it with the session. Module globals keep
-what is per process: the ``PatchSet`` of originals, caches of file facts, constants.
+Per-start-up state (open safe_open handles, graph captures, compilations, CUDA seen up, the
+CUDA-event windows) lives on the session, ``session.state(__name__, Factory)``, never in a
+module global: a fork, ``uninstrument()`` or a new start-up drops it with the session. The
+storage ledger is the Startup's (``session.startup.storage``): its end settles it. Module
+globals keep what is per process: the ``PatchSet`` of originals, caches of file facts,
+constants, what the process saw once (CUDA initialised, the driver's start).
 
 A patch module is imported when its library is (``load``), not with the package: a process
 that never imports vLLM, transformers or torch._dynamo does not pay for their patch modules,

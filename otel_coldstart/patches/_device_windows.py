@@ -9,7 +9,7 @@ thread that queued the copies (``Module.to(..., non_blocking=True)`` would retur
 every copy finished, and a shard's ``safe_open.__exit__`` would wait for its copies).
 
 **Windows per (device, stream), shared by threads.** Events measure a stream, not a thread:
-one :class:`StreamWindow` per (device, stream) per start-up (on ``Startup.device_windows``),
+one :class:`StreamWindow` per (device, stream) per start-up (``session.state``, :func:`windows`),
 whatever thread queues work there. It runs in segments: from the event recorded before the
 call that opened it to its end event, re-recorded after each later call, as long as the
 stream stayed busy. When a new call (or a settle) finds the end event already done
@@ -291,8 +291,7 @@ def windows() -> dict:
     from .. import session as _session
 
     session = _session.ACTIVE
-    startup = session.startup if session is not None else None
-    return startup.device_windows if startup is not None else {}
+    return session.state(__name__, dict) if session is not None else {}
 
 
 def window_for(key, stream) -> StreamWindow:

@@ -63,7 +63,12 @@ _driver_min_ns = 0
 _lock = threading.Lock()
 _local = threading.local()  # .busy: _lazy_init re-enters itself through its queued calls
 _initialised_seen = False  # CUDA came up under our eyes: once per process
-# A failed initialisation is recorded once per start-up: Startup.runtime_failure_recorded.
+
+
+class _FailureRecorded:
+    """Per start-up (``session.state``): a failed CUDA initialisation has its span."""
+
+    recorded = False
 
 
 def get_version() -> str | None:
@@ -202,10 +207,10 @@ def _finish(session, start: int, error: BaseException | None) -> None:
                     return
                 _initialised_seen = True
             else:
-                startup = session.startup
-                if startup is None or startup.runtime_failure_recorded:
+                failures = session.state(__name__, _FailureRecorded)  # one span per start-up
+                if failures.recorded:
                     return
-                startup.runtime_failure_recorded = True
+                failures.recorded = True
         attrs = {semconv.RUNTIME_BACKEND: _backend(), semconv.RUNTIME_STEP: semconv.RUNTIME_STEP_LAZY_INIT}
         if error is None:
             attrs[semconv.RUNTIME_DEVICE_COUNT] = torch.cuda.device_count()

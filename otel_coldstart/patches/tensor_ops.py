@@ -59,15 +59,18 @@ _real_types: frozenset = frozenset()
 # aggregates by the detail and copies the attributes per aggregate. One object per pair, so
 # the per-call path makes no tuple and the recorder can compare details by identity.
 _casts: dict = {}
-# Per start-up device facts live on the Startup (startup.py): ``device_windows`` (see
-# _device_windows.py) and ``cuda_up``, CUDA initialised (until then a copy to CUDA
-# initialises it before timing).
+
+
+class _CudaSeen:
+    """Per start-up (``session.state``): CUDA is initialised; until then a copy to CUDA
+    initialises it before its clock starts."""
+
+    up = False
 
 
 def _cuda_up() -> bool:
     session = _session.ACTIVE
-    startup = session.startup if session is not None else None
-    return startup.cuda_up if startup is not None else False
+    return session is not None and session.state(__name__, _CudaSeen).up
 # A CUDA build of torch (bound at patch()): on a CPU build no call can reach a GPU, and the
 # per-call path skips every device question (the common CPU start-up pays nothing for them).
 _cuda_possible = False
@@ -694,8 +697,8 @@ def _initialise_cuda_first() -> None:
         except Exception:
             return  # no driver or device: the host's own call raises it, unchanged
     session = _session.ACTIVE
-    if session is not None and session.startup is not None:
-        session.startup.cuda_up = torch.cuda.is_initialized()
+    if session is not None:
+        session.state(__name__, _CudaSeen).up = torch.cuda.is_initialized()
 
 
 # --- Module.to and friends ----------------------------------------------------------------------

@@ -11,7 +11,8 @@ import otel_coldstart
 from otel_coldstart import semconv
 from otel_coldstart import session as _session
 from otel_coldstart.controller import CONTROLLER
-from otel_coldstart.startup import Startup, plan
+from otel_coldstart.plan import plan
+from otel_coldstart.startup import Startup
 
 BASE = dict(summary=True, metrics=False, metrics_later=False, file_mode=True, remote=False, deadline_s=5.0)
 
@@ -56,7 +57,11 @@ def test_every_piece_of_per_start_up_state_is_on_one_object(traced):
     session = _session.ACTIVE
     assert session is startup.session and session.startup is startup
     assert startup.storage is not None and startup.progress is session.progress
-    assert startup.device_windows == {} and startup.cuda_up is False and not startup.runtime_failure_recorded
+    # The patches' per-start-up state is the session's, made on first use (patches/__init__.py).
+    from otel_coldstart.patches import _device_windows, tensor_ops
+
+    assert _device_windows.windows() is session.state(_device_windows.__name__, dict) == {}
+    assert tensor_ops._cuda_up() is False
     otel_coldstart.ready()
     assert [p.reason for p in startup.plans] == [semconv.END_READY]
     otel_coldstart.uninstrument()

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from otel_coldstart import semconv
+from otel_coldstart import session as _session
 from otel_coldstart.patches import _device_windows, _guard, tensor_ops
 from otel_coldstart.recorder import Aggregate
 
@@ -503,7 +504,7 @@ def test_queued_copies_through_the_wrapper_are_held_past_their_span_and_written_
     import otel_coldstart
 
     monkeypatch.setattr(tensor_ops, "_cuda_possible", True)
-    monkeypatch.setattr(otel_coldstart.controller.CONTROLLER.startup, "cuda_up", True)
+    monkeypatch.setattr(_session.ACTIVE.state(tensor_ops.__name__, tensor_ops._CudaSeen), "up", True)
     stream = timeline.Stream(torch.device("cuda", 0))
     source = Described(torch.ones(1024), "cpu", pinned=True)
     result = Described(torch.ones(1024), "cuda:0")
@@ -566,7 +567,7 @@ def test_copy_is_timed_on_the_stream_copy_cu_uses(timeline, traced, monkeypatch,
     import otel_coldstart
 
     monkeypatch.setattr(tensor_ops, "_cuda_possible", True)
-    monkeypatch.setattr(otel_coldstart.controller.CONTROLLER.startup, "cuda_up", True)
+    monkeypatch.setattr(_session.ACTIVE.state(tensor_ops.__name__, tensor_ops._CudaSeen), "up", True)
     source = Described(torch.ones(256), source_device, pinned=True)
     destination = Described(torch.empty(256), destination_device, pinned=True)
     keys = []
@@ -658,7 +659,7 @@ def test_a_no_op_to_on_a_cuda_tensor_records_no_event(timeline, traced, monkeypa
     import otel_coldstart
 
     monkeypatch.setattr(tensor_ops, "_cuda_possible", True)
-    monkeypatch.setattr(otel_coldstart.controller.CONTROLLER.startup, "cuda_up", True)
+    monkeypatch.setattr(_session.ACTIVE.state(tensor_ops.__name__, tensor_ops._CudaSeen), "up", True)
     recorded = []
     real_record = timeline.Event.record
     monkeypatch.setattr(timeline.Event, "record", lambda self, stream=None: recorded.append(stream) or real_record(
@@ -683,7 +684,7 @@ def test_a_cast_between_gpus_is_timed_on_the_destination_stream(timeline, traced
     import otel_coldstart
 
     monkeypatch.setattr(tensor_ops, "_cuda_possible", True)
-    monkeypatch.setattr(otel_coldstart.controller.CONTROLLER.startup, "cuda_up", True)
+    monkeypatch.setattr(_session.ACTIVE.state(tensor_ops.__name__, tensor_ops._CudaSeen), "up", True)
     keys = []
     real_mark = _device_windows.mark
     monkeypatch.setattr(_device_windows, "mark", lambda device: keys.append(device.index) or real_mark(device))

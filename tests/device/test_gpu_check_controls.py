@@ -52,9 +52,8 @@ def device(traced, monkeypatch):
     monkeypatch.setattr(tensor_ops, "time", line)
     monkeypatch.setattr(_device_windows, "_clock_ns", line.time_ns)
     monkeypatch.setattr(tensor_ops, "_cuda_possible", True)
-    from otel_coldstart.controller import CONTROLLER
 
-    monkeypatch.setattr(CONTROLLER.startup, "cuda_up", True)  # per start-up (startup.py)
+    monkeypatch.setattr(_session.ACTIVE.state(tensor_ops.__name__, tensor_ops._CudaSeen), "up", True)  # per start-up
     yield line
 
 

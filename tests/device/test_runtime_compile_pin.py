@@ -10,7 +10,8 @@ import torch
 
 import otel_coldstart
 from otel_coldstart import semconv
-from otel_coldstart.patches import runtime
+from otel_coldstart import session as _session
+from otel_coldstart.patches import runtime, tensor_ops
 from otel_coldstart.patches._wrapping import ColdstartWrapper
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
@@ -214,10 +215,8 @@ def test_driver_start_inside_lazy_init_is_not_a_second_span(stand_in_cuda):
 def test_a_copy_that_is_the_first_cuda_touch_initialises_cuda_before_its_clock(stand_in_cuda, monkeypatch):
     """``t.to("cuda")`` as the first CUDA call: the init happens before the copy is timed (a
     CPU build then fails the copy itself, which reaches the caller unchanged)."""
-    from otel_coldstart.patches import tensor_ops
-
     traced, state = stand_in_cuda
-    monkeypatch.setattr(otel_coldstart.controller.CONTROLLER.startup, "cuda_up", False)
+    monkeypatch.setattr(_session.ACTIVE.state(tensor_ops.__name__, tensor_ops._CudaSeen), "up", False)
     order = []
     real_timed_call = tensor_ops._timed_call
 
@@ -238,7 +237,7 @@ def test_a_copy_that_is_the_first_cuda_touch_initialises_cuda_before_its_clock(s
 
 def test_a_host_cast_does_not_initialise_cuda(stand_in_cuda, monkeypatch):
     traced, state = stand_in_cuda
-    monkeypatch.setattr(otel_coldstart.controller.CONTROLLER.startup, "cuda_up", False)
+    monkeypatch.setattr(_session.ACTIVE.state(tensor_ops.__name__, tensor_ops._CudaSeen), "up", False)
     torch.ones(4).to(torch.float16)
     torch.ones(4).to("cpu", torch.float64)
     assert state["init_calls"] == 0
