@@ -56,6 +56,7 @@ FIRST_USE = "model_startup_first_use_bytes_total"
 # Model delivery (issue 37): what the start-up fetched from the hub or S3 before reading it.
 DOWNLOAD_BYTES = "model_startup_download_bytes_total"
 DOWNLOAD_METADATA = "model_startup_download_metadata_requests_total"
+TIME_TO_FIRST_TOKEN = "model_startup_time_to_first_token_seconds"  # process start to the first request's end
 # Start-ups in flight: gauges reported only while a start-up runs (gone at ready()).
 INFLIGHT_ELAPSED = "model_startup_inflight_elapsed_seconds"
 INFLIGHT_PHASE_ELAPSED = "model_startup_inflight_phase_elapsed_seconds"
@@ -163,6 +164,18 @@ def trace_search_link() -> db.DashboardLink:
             .url(f"/explore?schemaVersion=1&panes={encoded}").target_blank(True))
 
 
+def exemplar_trace_link() -> db.DashboardLink:
+    """An exemplar's trace: each histogram point carries its start-up's root trace id as an
+    exemplar (label ``trace_id``), so hovering a slow bucket's dot opens that very trace in
+    the ``${traces}`` data source (Jaeger or Tempo: a query that is a trace id)."""
+    pane = {"a": {"datasource": "${" + TRACES_VARIABLE + "}",
+                  "queries": [{"refId": "A", "query": "${__data.fields.trace_id}"}],
+                  "range": {"from": "${__from}", "to": "${__to}"}}}
+    encoded = quote(json.dumps(pane, separators=(",", ":")), safe="${}_.")
+    return (db.DashboardLink("Open this exemplar's trace")
+            .url(f"/explore?schemaVersion=1&panes={encoded}").target_blank(True))
+
+
 def build() -> db.Dashboard:
     slowest = (
         f"topk(20, max by (job, instance, service_name, service_version, coldstart_model_name, host_type, "
@@ -237,7 +250,7 @@ def build() -> db.Dashboard:
                   "p50 {{coldstart_model_name}} on {{host_type}}", "A", exemplar=True),
             query(quantile(0.95, DURATION, "coldstart_model_name, host_type", 'coldstart_ready="true"'),
                   "p95 {{coldstart_model_name}} on {{host_type}}", "B", exemplar=True),
-            width=16))
+            width=16).data_links([exemplar_trace_link()]))
         .with_panel(
             stat.Panel().title("Start-ups by outcome").datasource(PROMETHEUS).span(8).height(8)
             .reduce_options(common_builders.ReduceDataOptions().calcs(["lastNotNull"]))
@@ -336,6 +349,18 @@ def build() -> db.Dashboard:
             "local_files_only) spares them where the cache is pre-staged.", "none",
             query(per_startup(latest(DOWNLOAD_METADATA), by="coldstart_model_name"), "{{coldstart_model_name}}"),
             width=24))
+
+        .with_row(db.Row("Time to first token"))
+        .with_panel(series_panel(
+            "Time to first token p50 / p95 by model and instance type",
+            "model.startup.time_to_first_token: process start to the end of the first request served "
+            "(successful ones): the start-up plus its first request, as a user waits for it. Exemplar dots "
+            "link to traces.", "s",
+            query(quantile(0.5, TIME_TO_FIRST_TOKEN, "coldstart_model_name, host_type"),
+                  "p50 {{coldstart_model_name}} on {{host_type}}", "A", exemplar=True),
+            query(quantile(0.95, TIME_TO_FIRST_TOKEN, "coldstart_model_name, host_type"),
+                  "p95 {{coldstart_model_name}} on {{host_type}}", "B", exemplar=True),
+            width=24).data_links([exemplar_trace_link()]))
 
         .with_row(db.Row("Slowest start-ups"))
         .with_panel(

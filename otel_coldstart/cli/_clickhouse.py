@@ -129,6 +129,8 @@ def load_clickhouse(args: argparse.Namespace, extra: Sequence[str] = (), *, labe
     conn = connect(args.clickhouse)
     shown = label or conn.shown
     try:
+        chosen.json_attributes = _json_attributes(conn, chosen, args.timeout)
+        typed = _typed_row if chosen.json_attributes else _typed
         sql, params = count_sql(chosen)
         (spans, traces), = list(conn.query(sql, params, args.timeout))
         if spans > args.max_rows:
@@ -142,7 +144,9 @@ def load_clickhouse(args: argparse.Namespace, extra: Sequence[str] = (), *, labe
             startups, left_over = [], set()
             for row in conn.query(sql, params, args.timeout, max_rows=args.max_rows):
                 if row[7]:
-                    startups.append(startup_from_row(row, _typed))
+                    if chosen.json_attributes:
+                        row[5], row[6] = _json_row_attributes(row[5]), _json_row_attributes(row[6])
+                    startups.append(startup_from_row(row, typed))
                 else:
                     left_over.add(row[0])
             sql, params = killed_sql(chosen)
@@ -164,6 +168,19 @@ def load_clickhouse(args: argparse.Namespace, extra: Sequence[str] = (), *, labe
     return Inputs([note], startups, spans=spans)
 
 
+def _json_attributes(conn, chosen, timeout: float) -> bool:
+    """Whether the table's attribute columns are JSON (newer exporters' json option)."""
+    from ..sources.clickhouse_sql import columns_sql, json_typed
+
+    sql, params = columns_sql(chosen.table)
+    return json_typed({name: kind for name, kind in conn.query(sql, params, timeout)})
+
+
+def _typed_row(value):
+    """A JSON column's value: typed already (the row's attributes came as JSON text)."""
+    return value
+
+
 @functools.lru_cache(maxsize=1 << 16)
 def _typed(text: str):
     """typed_value, the same object for the same text: a fleet's 100,000 roots repeat a few
@@ -181,7 +198,7 @@ def _analyse_spans(conn, chosen, trace_ids: list[str] | None, args: argparse.Nam
     rows = conn.query(sql, params, args.timeout, max_rows=args.max_rows)
     by_trace: dict[str, list[Span]] = {}
     for row in rows:
-        span = _span(row)
+        span = _span(row, chosen.json_attributes)
         by_trace.setdefault(span.trace_id, []).append(span)
     startups = []
     for spans in by_trace.values():
@@ -189,15 +206,25 @@ def _analyse_spans(conn, chosen, trace_ids: list[str] | None, args: argparse.Nam
     return startups
 
 
-def _span(row) -> Span:
+def _span(row, json_attributes: bool = False) -> Span:
     (trace_id, span_id, parent_id, name, start_ns, duration, status, attributes, resource, event_names,
      event_times, event_attributes) = row
-    events = tuple(SpanEvent(n, int(t), {k: _typed(v) for k, v in a.items()})
+    attrs = _json_row_attributes if json_attributes else _map_attributes
+    events = tuple(SpanEvent(n, int(t), attrs(a))
                    for n, t, a in zip(event_names, event_times, event_attributes) if n.startswith(semconv.SPAN_PREFIX))
     return Span(trace_id, span_id, parent_id or None, name, int(start_ns), int(start_ns) + int(duration),
-                attributes={k: _typed(v) for k, v in attributes.items()},
-                resource={k: _typed(v) for k, v in resource.items()}, status=status_of(status),
+                attributes=attrs(attributes), resource=attrs(resource), status=status_of(status),
                 events=tuple(sorted(events, key=lambda e: e.time_ns)))
+
+
+def _map_attributes(values: dict) -> dict:
+    return {k: _typed(v) for k, v in values.items()}
+
+
+def _json_row_attributes(text: str) -> dict:
+    from ..sources.clickhouse import flat_attributes
+
+    return flat_attributes(text)
 
 
 def files_or_clickhouse(args: argparse.Namespace, files: list[str]) -> bool:

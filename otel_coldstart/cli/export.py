@@ -21,12 +21,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--table", default="otel_traces", help="the table (default %(default)s; made if missing)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
                         help="seconds each insert may take (default %(default)g)")
+    parser.add_argument("--json-attributes", action="store_true",
+                        help="create the table with the attributes as JSON (the exporter's json option) where it "
+                             "does not exist; a table already there is written as its columns are")
 
 
 def run(args: argparse.Namespace) -> int:
     from ..sources.clickhouse import ClickHouseError, span_row
-    from ..sources.clickhouse_ddl import TRACES_TABLE
-    from ..sources.clickhouse_sql import FilterError, check_table
+    from ..sources.clickhouse_ddl import TRACES_JSON_TABLE, TRACES_TABLE
+    from ..sources.clickhouse_sql import FilterError, check_table, columns_sql, json_typed
 
     try:
         table = check_table(args.table)
@@ -37,12 +40,14 @@ def run(args: argparse.Namespace) -> int:
     skipped = 0
     written = 0
     try:
-        conn.execute(TRACES_TABLE.format(table=table), args.timeout)
+        conn.execute((TRACES_JSON_TABLE if args.json_attributes else TRACES_TABLE).format(table=table), args.timeout)
+        sql, params = columns_sql(args.table)  # a table already there is written as its columns are
+        typed = json_typed({name: kind for name, kind in conn.query(sql, params, args.timeout)})
         for path in paths:
             def rows(path=path):
                 for batch in BatchReader(path, DEFAULT_MAX_BYTES):
                     for span in batch.spans:
-                        yield span_row(span)
+                        yield span_row(span, json_attributes=typed)
             try:
                 count = conn.insert(table, rows(), args.timeout)
             except TraceReadError as exc:

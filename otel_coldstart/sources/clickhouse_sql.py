@@ -93,6 +93,9 @@ class Selection:
     to_ns: int = LATEST_NS
     service: str | None = None
     conditions: list[Condition] = field(default_factory=list)
+    # The attribute columns are JSON (newer exporters' json option), not Map(String, String):
+    # read from the table's own column types (columns_sql) before anything else is sent.
+    json_attributes: bool = False
 
     def root_filter(self, params: dict, prefix: str = "", killed_too: bool = False) -> str:
         """The WHERE of the roots, its values put in ``params``. ``killed_too``: also the
@@ -114,7 +117,8 @@ class Selection:
             else:
                 key = f"{prefix}w{number}k"
                 params[key] = cond.key
-                column = f"{'ResourceAttributes' if cond.scope == 'resource' else 'SpanAttributes'}[{{{key}:String}}]"
+                column = attribute('ResourceAttributes' if cond.scope == 'resource' else 'SpanAttributes',
+                                   f"{{{key}:String}}", self.json_attributes)
             parts.append(f"{column} {'!=' if cond.negate else '='} {{{value}:String}}")
         return " AND ".join(parts)
 
@@ -158,21 +162,24 @@ def reduce_sql(selection: Selection) -> tuple[str, dict]:
     itself."""
     params: dict = {}
     table = check_table(selection.table)
-    a = "SpanAttributes"
-    busy_s = f"toFloat64OrNull({a}[{_q(semconv.BUSY_S)}])"
-    is_agg = f"{a}[{_q(semconv.AGGREGATE)}] = 'true'"
+    json_attributes = selection.json_attributes
+
+    def attr(key: str) -> str:
+        return attribute("SpanAttributes", _q(key), json_attributes)
+
     # Span.busy_ns: an aggregate's busy_s (banker's rounding, as Python's round), never more
     # than its duration; otherwise, or without a usable busy_s, the duration.
-    busy = (f"if({is_agg} AND {busy_s} IS NOT NULL AND {busy_s} >= 0, "
-            f"if({busy_s} * 1e9 >= toFloat64(dur), dur, toInt64(round({busy_s} * 1e9))), dur)")
+    busy = (f"if({attr(semconv.AGGREGATE)} = 'true' AND bs >= 0, "
+            f"if(bs * 1e9 >= toFloat64(dur), dur, toInt64(round(bs * 1e9))), dur)")
+    busy_s = f"toFloat64OrNull({attr(semconv.BUSY_S)}) AS bs"
     # A negative count is dropped by the integrity checks (integrity.NON_NEGATIVE): absent here too.
-    stored = f"nullIf(greatest(toInt64OrNull({a}[{_q(semconv.CACHE_STORAGE_READ_BYTES)}]), -1), -1)"
-    counter = f"nullIf(greatest(toInt64OrNull({a}[{_q(semconv.IO_READ_BYTES)}]), -1), -1)"
+    stored = f"nullIf(greatest(toInt64OrNull({attr(semconv.CACHE_STORAGE_READ_BYTES)}), -1), -1)"
+    counter = f"nullIf(greatest(toInt64OrNull({attr(semconv.IO_READ_BYTES)}), -1), -1)"
     # breakdown._storage_read_bytes: the per-file figure, else (an older trace) the span's own counter
-    read_bytes = (f"if({stored} IS NOT NULL OR mapContains({a}, {_q(semconv.CACHE_STORAGE_READ_UNKNOWN)}), {stored}, "
+    read_bytes = (f"if({stored} IS NOT NULL OR {has_attribute('SpanAttributes', _q(semconv.CACHE_STORAGE_READ_UNKNOWN), json_attributes)}, {stored}, "
                   f"{counter})")
-    size = f"toInt64OrNull({a}[{_q(semconv.FILE_SIZE)}])"
-    recorded = f"{a}[{_q(semconv.CACHE_STATE)}]"
+    size = f"toInt64OrNull({attr(semconv.FILE_SIZE)})"
+    recorded = attr(semconv.CACHE_STATE)
     # verdicts.shard_cache_state, then cold/partial -> 1, warm -> 2, none -> 0
     state = (f"multiIf({recorded} IN ('cold', 'partial'), 1, {recorded} = 'warm', 2, "
              f"{read_bytes} IS NOT NULL AND {size} IS NOT NULL AND {size} > 0, "
@@ -183,71 +190,111 @@ def reduce_sql(selection: Selection) -> tuple[str, dict]:
     # negative read counter is made absent above, and the page-cache ratios are not read.
     suspect = (f"Duration > {LONGEST_NS} OR toInt64(Duration) < 0 OR toUnixTimestamp64Nano(Timestamp) + toInt64(Duration) > {LATEST_NS} "
                f"OR SpanName IN ({_q(semconv.SPAN_PROGRESS)}, {_q(semconv.SPAN_SETTLEMENT)}) "
-               f"OR (phase = '' AND (SpanName IN {_tuple(VLLM_SERVER_SPANS)} OR startsWith({a}['code.namespace'], 'vllm'))) "
+               f"OR (phase = '' AND (SpanName IN {_tuple(VLLM_SERVER_SPANS)} OR startsWith({attr('code.namespace')}, 'vllm'))) "
                f"OR SpanId IN ('', '0000000000000000') OR TraceId IN ('', '00000000000000000000000000000000')")
     roots = (f"SELECT cityHash64(TraceId) AS th, TraceId AS tid, SpanId AS rid, toUnixTimestamp64Nano(Timestamp) AS r0, "
-             f"r0 + toInt64(Duration) AS r1, StatusCode AS rstatus, {a} AS rattrs, ResourceAttributes AS rres "
+             f"r0 + toInt64(Duration) AS r1, StatusCode AS rstatus, {whole('SpanAttributes', json_attributes)} AS rattrs, "
+             f"{whole('ResourceAttributes', json_attributes)} AS rres "
              f"FROM {table} WHERE {selection.root_filter(params, 'r_')}")
-    windows = (f"SELECT cityHash64(TraceId) AS th, toUnixTimestamp64Nano(Timestamp) AS r0, r0 + toInt64(Duration) AS r1, "
-               f"toInt64OrNull({a}[{_q(semconv.THREAD_ID)}]) AS rthread "
-               f"FROM {table} WHERE {selection.root_filter(params, 'w_')}")
-    # Each span with its start-up's window (the roots: a small right side), then out twice:
-    # as a node under its own id, and as a child under its parent's id. Grouped by (trace,
-    # id), a span meets its children without a join of the spans with themselves.
-    spans = (f"SELECT cityHash64(TraceId) AS th, cityHash64(SpanId) AS sh, "
-             f"if(ParentSpanId = '', 0, cityHash64(ParentSpanId)) AS ph, "
-             f"SpanName = '{semconv.SPAN_ROOT}' AS is_root, {a}[{_q(semconv.PHASE)}] AS phase, "
-             f"toUnixTimestamp64Nano(Timestamp) AS t0, toInt64(Duration) AS dur, toInt64(ifNull({busy}, dur)) AS busy, "
-             f"toInt64OrNull({a}[{_q(semconv.THREAD_ID)}]) AS thread, "
+    thread = f"toInt64OrNull({attr(semconv.THREAD_ID)})"
+    # One window a trace (several roots: the trace is flagged below, by its spans' count of roots).
+    windows = (f"SELECT cityHash64(TraceId) AS th, any(cityHash64(SpanId)) AS rsh, "
+               f"any(toUnixTimestamp64Nano(Timestamp)) AS r0, any(toUnixTimestamp64Nano(Timestamp) + toInt64(Duration)) AS r1, "
+               f"any({thread}) AS rthread "
+               f"FROM {table} WHERE {selection.root_filter(params, 'w_')} GROUP BY th")
+    ids = (f"cityHash64(TraceId) AS th, cityHash64(SpanId) AS sh, "
+           f"if(ParentSpanId = '', 0, cityHash64(ParentSpanId)) AS ph, {attr(semconv.PHASE)} AS phase, "
+           f"toUnixTimestamp64Nano(Timestamp) AS t0, toInt64(Duration) AS dur")
+    win = "phase != '' AND NOT is_root AND t0 >= w.r0 AND t0 + dur <= w.r1"
+    on_root_thread = "if(win AND (w.rthread IS NULL OR thread IS NULL OR w.rthread = thread), busy, 0)"
+    # A window span under a span other than the root (and not its own parent) may be a window
+    # node's own time. The plugin writes most spans right under the root, so such parents
+    # are few: a light pass over the ids alone finds them (each trace's parents but its
+    # root), the spans under them are summed per parent and thread, and the main pass meets
+    # those sums in a small join instead of grouping every span by its id.
+    parents = (f"SELECT p.th, p.ph FROM (SELECT DISTINCT cityHash64(TraceId) AS th, cityHash64(ParentSpanId) AS ph "
+               f"FROM {table} WHERE {selection.span_filter(params, 'p_')} AND ParentSpanId != '') AS p "
+               f"LEFT ANTI JOIN ({windows}) AS w ON p.th = w.th AND p.ph = w.rsh")
+    kids = (f"SELECT s.th AS th, ph, groupArray(ifNull(thread, -1)) AS k_threads, groupArray(busy) AS k_busy, "
+            f"sum({on_root_thread.replace('win AND ', '')}) AS k_ua, count() AS k_count "
+            f"FROM (SELECT {ids}, SpanName = '{semconv.SPAN_ROOT}' AS is_root, {busy_s}, "
+            f"toInt64(ifNull({busy}, dur)) AS busy, {thread} AS thread "
+            f"FROM {table} WHERE {selection.span_filter(params, 'k_')} "
+            f"AND (cityHash64(TraceId), cityHash64(ParentSpanId)) IN ({parents})) AS s "
+            f"INNER JOIN ({windows}) AS w ON s.th = w.th WHERE ph != sh AND {win} GROUP BY th, ph")
+    spans = (f"SELECT {ids}, SpanName = '{semconv.SPAN_ROOT}' AS is_root, {busy_s}, "
+             f"toInt64(ifNull({busy}, dur)) AS busy, {thread} AS thread, "
              f"if(phase = {_q(semconv.PHASE_DESERIALIZE)} AND StatusCode NOT IN ('Error', 'STATUS_CODE_ERROR'), "
              f"{state}, 0) AS cstate, ({suspect}) AS suspect "
              f"FROM {table} WHERE {selection.span_filter(params)}")
-    placed = (f"SELECT s.th AS th, sh, ph, is_root, phase, busy, thread, cstate, suspect, "
-              f"phase != '' AND NOT is_root AND w.r1 > 0 AND t0 >= w.r0 AND t0 + dur <= w.r1 AS win, "
-              f"if(win AND (w.rthread IS NULL OR thread IS NULL OR w.rthread = thread), busy, 0) AS on_root_thread "
-              f"FROM ({spans}) AS s LEFT JOIN ({windows}) AS w ON s.th = w.th")
-    # Per (trace, id): the span itself (role 0) and its window children (role 1). The
-    # children's busy time is summed per thread (a map of a thread or two: the node's own
-    # thread is known only once grouped); what a child would add to unattributed, if it is
-    # top level, is summed already on the root's thread.
-    per_node = (f"SELECT th, key, countIf(role = 0) AS nodes, anyIf(phase, role = 0) AS n_phase, "
-                f"anyIf(is_root, role = 0) AS n_root, anyIf(win, role = 0) AS n_win, anyIf(busy, role = 0) AS n_busy, "
-                f"anyIf(thread, role = 0) AS n_thread, max(suspect) AS n_suspect, "
-                f"sumIf(is_root, role = 0) AS n_roots, maxIf(cstate = 1 AND win, role = 0) AS n_cold, "
-                f"maxIf(cstate = 2 AND win, role = 0) AS n_warm, "
-                f"sumMapIf([ifNull(thread, -1)], [busy], role = 1 AND win AND sh != key) AS kids, "
-                f"countIf(role = 1 AND win AND sh != key) AS n_kids, "
-                f"sumIf(on_root_thread, role = 1 AND win AND sh != key) AS kids_ua, "
-                f"sumIf(on_root_thread, role = 1 AND win AND sh = key) AS self_ua "
-                f"FROM ({placed}) ARRAY JOIN [0, 1] AS role "
-                f"GROUP BY th, if(role = 0, sh, ph) AS key")
-    # A window child of a window node is the node's (own time); any other window child is
-    # top level (its parent is the root, missing, itself, or a phase outside the window),
-    # unless its parent is a span without a phase: then the nearest phased ancestor needs a
-    # walk, and the trace goes to the file path.
-    owner = "(nodes > 0 AND key != 0)"
-    per_node2 = (f"SELECT th, n_phase AS phase, n_win AS counted, "
-                 f"if(n_win, greatest(0, n_busy - arraySum(arrayMap((t, b) -> if(t = -1 OR n_thread IS NULL "
-                 f"OR t = n_thread, b, 0), kids.1, kids.2))), 0) AS own, "
-                 f"self_ua + if({owner} AND n_win, 0, kids_ua) AS ua, "
-                 f"n_suspect OR nodes > 1 OR ({owner} AND NOT n_root AND n_phase = '' AND n_kids > 0) AS flag, "
-                 f"n_roots AS roots, n_cold AS cold, n_warm AS warm "
-                 f"FROM ({per_node})")
-    per_phase = (f"SELECT th, if(counted, phase, '') AS phase, sum(own) AS busy, countIf(counted) AS spans, "
-                 f"sum(ua) AS ua, max(flag) AS flag, sum(roots) AS roots, max(cold) AS cold, max(warm) AS warm "
-                 f"FROM ({per_node2}) GROUP BY th, phase")
+    # Each span with its window and its window children's busy time (per thread) if it has
+    # any: its own time is its busy time less its children's on its thread, never below 0;
+    # a window span's children are not top level, so their time on the root's thread is
+    # taken back from what the span adds to the root's covered time. A span without a phase
+    # (not the root) with window children: the nearest phased ancestor needs a walk, and the
+    # trace goes to the file path.
+    placed = (f"SELECT s.th AS th, sh, is_root, phase, cstate, suspect, {win} AS win, "
+              f"if(win, greatest(0, busy - arraySum(arrayMap((t, b) -> if(t = -1 OR thread IS NULL OR t = thread, b, 0), "
+              f"k.k_threads, k.k_busy))), 0) AS own, "
+              f"{on_root_thread} - if(win, k.k_ua, 0) AS ua, "
+              f"suspect OR (k.k_count > 0 AND NOT is_root AND phase = '') AS flag "
+              f"FROM ({spans}) AS s INNER JOIN ({windows}) AS w ON s.th = w.th "
+              f"LEFT JOIN ({kids}) AS k ON s.th = k.th AND s.sh = k.ph")
+    per_phase = (f"SELECT th, if(win, phase, '') AS phase, sum(own) AS busy, countIf(win) AS spans, sum(ua) AS ua, "
+                 f"max(flag) AS flag, countIf(is_root) AS roots, max(cstate = 1 AND win) AS cold, "
+                 f"max(cstate = 2 AND win) AS warm, groupArray(sh) AS ids "
+                 f"FROM ({placed}) GROUP BY th, phase")
     # Phases largest first, then by name: Breakdown.phases' order, so no sort is left to Python.
+    # A repeated span id (an export retried, a bad SDK) is the file path's to settle.
     per_trace = (f"SELECT th, arraySort((x, b) -> (-b, x), groupArrayIf(phase, phase != '') AS names, "
                  f"groupArrayIf(busy, phase != '') AS times) AS ph_names, arraySort((b, x) -> (-b, x), times, names) AS ph_busy, "
                  f"arraySort((n, b, x) -> (-b, x), groupArrayIf(spans, phase != ''), times, names) AS ph_counts, "
                  f"sum(ua) AS t_ua, sum(busy) AS total_busy, "
-                 f"max(flag) OR sum(roots) != 1 AS flagged, max(cold) AS cold, max(warm) AS warm "
+                 f"max(flag) OR sum(roots) != 1 OR uniqExactArray(ids) != sum(length(ids)) AS flagged, "
+                 f"max(cold) AS cold, max(warm) AS warm "
                  f"FROM ({per_phase}) GROUP BY th")
     sql = (f"SELECT r.tid, r.rid, r.r0, r.r1, r.rstatus, r.rattrs, r.rres, NOT t.flagged AS exact, "
            f"greatest(0, (r.r1 - r.r0) - t.t_ua) AS unattributed, t.total_busy, t.ph_names, t.ph_busy, t.ph_counts, "
            f"multiIf(t.cold, 'cold', t.warm, 'warm', '') AS cache "
            f"FROM ({roots}) AS r INNER JOIN ({per_trace}) AS t ON r.th = t.th")
     return sql, params
+
+
+def attribute(column: str, key: str, json_attributes: bool) -> str:
+    """An attribute's text ('' where there is none); ``key`` is SQL (a literal or a bound
+    parameter). A Map through its keys and values subcolumns: one indexOf over the keys is
+    a third of the cost of ``map[key]``, and 5M spans take a dozen lookups each. A JSON
+    column by its path (a dotted key is a path there), its typed value as text, as the
+    Map holds it (true, 3, 0.25)."""
+    if json_attributes:
+        return f"toString(getSubcolumn({column}, {key}))"
+    return f"{column}.values[indexOf({column}.keys, {key})]"
+
+
+def has_attribute(column: str, key: str, json_attributes: bool) -> str:
+    if json_attributes:
+        return f"getSubcolumn({column}, {key}) IS NOT NULL"
+    return f"has({column}.keys, {key})"
+
+
+def whole(column: str, json_attributes: bool) -> str:
+    """Every attribute of the column: the Map itself, or the JSON as text (its objects are
+    the dotted keys' parts, joined again by sources/clickhouse.flat_attributes)."""
+    return f"toJSONString({column})" if json_attributes else column
+
+
+def columns_sql(table: str) -> tuple[str, dict]:
+    """The table's attribute column types (Map or JSON), and whether the table is there."""
+    name = check_table(table).replace("`", "")
+    database, _, bare = name.rpartition(".")
+    return ("SELECT name, type FROM system.columns WHERE database = if({db:String} = '', currentDatabase(), "
+            "{db:String}) AND table = {tb:String} AND name IN ('SpanAttributes', 'ResourceAttributes')",
+            {"db": database, "tb": bare})
+
+
+def json_typed(types: dict[str, str]) -> bool:
+    """True when the exporter wrote the attributes as JSON (its ``json`` option)."""
+    return any(t.startswith(("JSON", "Object(")) for t in types.values())
 
 
 def killed_sql(selection: Selection) -> tuple[str, dict]:
@@ -277,8 +324,11 @@ def spans_sql(selection: Selection, trace_ids: list[str] | None) -> tuple[str, d
     params["s_from"] = str(max(0, selection.from_ns - SPAN_SLACK_NS))
     params["s_to"] = str(selection.to_ns + SPAN_SLACK_NS)
     return (f"SELECT TraceId, SpanId, ParentSpanId, SpanName, toUnixTimestamp64Nano(Timestamp), toInt64(Duration), "
-            f"StatusCode, SpanAttributes, ResourceAttributes, Events.Name, "
-            f"arrayMap(t -> toUnixTimestamp64Nano(t), Events.Timestamp), Events.Attributes FROM {table} "
+            f"StatusCode, {whole('SpanAttributes', selection.json_attributes)}, "
+            f"{whole('ResourceAttributes', selection.json_attributes)}, Events.Name, "
+            f"arrayMap(t -> toUnixTimestamp64Nano(t), Events.Timestamp), "
+            f"{'arrayMap(x -> toJSONString(x), Events.Attributes)' if selection.json_attributes else 'Events.Attributes'} "
+            f"FROM {table} "
             f"WHERE {traces} "
             f"AND Timestamp >= fromUnixTimestamp64Nano({{s_from:Int64}}) "
             f"AND Timestamp < fromUnixTimestamp64Nano({{s_to:Int64}})", params)

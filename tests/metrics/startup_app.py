@@ -49,6 +49,8 @@ def main(checkpoint_dir: str, end: str = "ready") -> int:
     if end == "exit":  # a start-up that never becomes ready: recorded and exported at exit
         return 0
     otel_coldstart.ready()
+    with otel_coldstart.first_request():  # the first request served: time to first token (a metric, a row)
+        (hidden @ model.lm_head.weight.float().t()).sum().item()
 
     instrumentor = otel_coldstart.ColdstartInstrumentor()
     state_ = otel_coldstart.controller.CONTROLLER.startup
