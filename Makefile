@@ -1,5 +1,6 @@
 # Two commands a newcomer needs: `make demo` and `make test`. Both create .venv on first use.
 # `make test-fast` is the quick loop: every test but those that start fresh processes.
+# `make validate` checks the projections against measured start-ups (the `timing` tests).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -8,7 +9,7 @@ BIN := $(VENV)/bin
 # CI has 2 cores. XDIST=0 runs in one process.
 XDIST ?= 2
 
-.PHONY: demo test test-fast test-python install clean
+.PHONY: demo test test-fast validate test-python install clean
 
 $(BIN)/.installed: pyproject.toml requirements-dev.txt requirements-dashboards.txt
 	$(PYTHON) -m venv $(VENV)
@@ -25,10 +26,14 @@ install: $(BIN)/.installed
 demo: install
 	$(BIN)/otel-coldstart demo
 
-# The tests marked `timing` (a projection checked against the start-up it predicts) run
-# alone, after the rest: with other tests' processes beside them the 2 cores measure noise.
+# Every test but the `timing` ones, which are `make validate` (CI runs both: .ci/run).
 test: install
 	$(BIN)/python -m pytest -q -n $(XDIST) --dist loadfile -m "not timing"
+
+# The projection validations (`timing`: a projection or estimate checked against the start-up
+# it predicts, measured in fresh processes): one worker, alone, since with other tests'
+# processes beside them the 2 cores measure noise. Minutes, not seconds: kept out of `make test`.
+validate: install
 	$(BIN)/python -m pytest -q -m timing
 
 test-fast: install

@@ -33,14 +33,17 @@ def _processes_only_where_marked(request, monkeypatch):
     if request.node.get_closest_marker("process"):
         yield
         return
+    import _posixsubprocess
     import subprocess
 
     def refuse(*args, **kwargs):
-        raise AssertionError(f"{request.node.nodeid} starts a process: mark its module "
-                             "`pytestmark = pytest.mark.process`")
+        raise AssertionError(f"{request.node.nodeid} starts a process: mark it `@pytest.mark.process` "
+                             "(or its module, `pytestmark = pytest.mark.process`, if all its tests do)")
 
     monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse)
     monkeypatch.setattr(os, "fork", refuse)
+    # multiprocessing's spawn and forkserver start their children here, not through Popen.
+    monkeypatch.setattr(_posixsubprocess, "fork_exec", refuse)
     yield
 
 
@@ -104,9 +107,9 @@ def pytest_configure(config):
     # signal, fork or evicted cache seen from outside). New such tests carry the mark.
     config.addinivalue_line("markers", "process: the test starts fresh Python processes (left out of test-fast)")
     # Tests that compare one measured start-up time with another (a projection against the
-    # start-up it predicts): `make test` runs them alone, after the rest, so that the other
-    # tests' processes do not load the 2 cores they measure on.
-    config.addinivalue_line("markers", "timing: compares measured times; run alone after the rest (make test)")
+    # start-up it predicts): `make validate` runs them alone (`make test` leaves them out), so
+    # that the other tests' processes do not load the 2 cores they measure on.
+    config.addinivalue_line("markers", "timing: compares measured times; run alone by `make validate`")
     os.environ.setdefault("OTEL_COLDSTART_SUMMARY", "0")
 
 

@@ -12,8 +12,6 @@ from otel_coldstart.analyze.model import Span
 from otel_coldstart.analyze.readers import read_trace, read_trace_file
 import pytest
 
-pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
-
 US = 1000
 
 
@@ -33,6 +31,7 @@ def test_same_trace_in_otlp_and_jaeger_gives_the_same_breakdown():
     assert a.ready and b.ready and a.dominant.phase == b.dominant.phase
 
 
+@pytest.mark.process
 def test_committed_jaeger_file_is_what_the_converter_writes():
     converted = subprocess.run(
         [sys.executable, data_file("otlp_to_jaeger.py"), data_file("demo-cold-first-shard.otlp.jsonl")],

@@ -20,8 +20,6 @@ from analyze_records import child, only, root, shard
 from otel_coldstart.analyze.render import render_startup_text
 from otel_coldstart.cli import _inputs, build_parser
 
-pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
-
 DATA = os.path.join(os.path.dirname(__file__), "..", "data", "traces")
 TRACE = os.path.join(DATA, "demo-cold-first-shard.otlp.jsonl")
 
@@ -50,11 +48,13 @@ def test_every_option_of_every_sub_command_has_help():
     assert len(seen) > 40  # the walk found the sub-commands' options, not only the top level
 
 
+@pytest.mark.process
 def test_version():
     result = cli("--version")
     assert result.returncode == 0 and result.stdout.strip() == f"otel-coldstart {otel_coldstart.__version__}"
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("args", [
     ("analyze", "--no-such-option", TRACE),
     ("analyze", "--format", "yaml", TRACE),
@@ -72,6 +72,7 @@ def test_argparse_usage_errors_are_a_usage_block_and_one_error_line(args):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.process
 def test_jaeger_without_service_is_a_usage_error_before_any_request():
     with socket.socket() as listener:  # a server that would see any connection attempt
         listener.bind(("127.0.0.1", 0))
@@ -85,6 +86,7 @@ def test_jaeger_without_service_is_a_usage_error_before_any_request():
         "otel-coldstart: error: --jaeger needs --service NAME or --trace-id ID"]
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("args, code", [
     (("analyze", "/no/such/file.json"), 3),
     (("analyze", TRACE, "--budget", "total"), 2),
@@ -98,6 +100,7 @@ def test_every_other_error_is_one_line(args, code):
     assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("otel-coldstart: error: ")
 
 
+@pytest.mark.process
 def test_the_empty_directory_error_lists_every_suffix_that_is_read(tmp_path):
     (tmp_path / "notes.md").write_text("not a trace")
     result = cli("analyze", str(tmp_path))
@@ -114,6 +117,7 @@ def test_the_empty_directory_error_lists_every_suffix_that_is_read(tmp_path):
         assert "model.startup" in read.stdout
 
 
+@pytest.mark.process
 def test_an_existing_waterfall_directory_still_gets_the_report(tmp_path):
     out = tmp_path / "waterfalls"
     out.mkdir()

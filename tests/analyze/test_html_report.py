@@ -14,8 +14,6 @@ from browser import count_colour, dump_dom, png_pixels, screenshot, with_clip_ch
 from otel_coldstart.analyze.waterfall import STATE_COLOURS, nice_step, tick_label
 from otel_coldstart.cli import main
 
-pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
-
 COLD = data_file("demo-cold-first-shard.otlp.jsonl")
 WARM = data_file("demo-warm.otlp.jsonl")
 COLD_FILE = "model-00001-of-00004.safetensors"
@@ -42,6 +40,7 @@ def test_report_is_self_contained(report):
     assert 'href="http://jaeger:16686/trace/4e5c3f5f55b907e2df77600f59a0949d"' in text
 
 
+@pytest.mark.process
 def test_report_in_chromium_shows_the_cold_shard_coloured_without_errors_or_clipping(report, tmp_path):
     page = tmp_path / "checked.html"
     page.write_text(with_clip_check(report.read_text()))
@@ -59,6 +58,7 @@ def test_report_in_chromium_shows_the_cold_shard_coloured_without_errors_or_clip
     assert "could save" in dom and "Estimate:" in dom  # findings with evidence
 
 
+@pytest.mark.process
 def test_report_screenshot_has_the_cold_colour(report, tmp_path):
     png = tmp_path / "shot.png"
     screenshot(str(report), str(png))
@@ -68,6 +68,7 @@ def test_report_screenshot_has_the_cold_colour(report, tmp_path):
     assert count_colour(rows, _rgb(STATE_COLOURS["warm"])) >= 20
 
 
+@pytest.mark.process
 def test_clip_check_and_console_can_fail(tmp_path):
     """The checks above are not vacuous: a clipped label and a script error are caught."""
     page = tmp_path / "bad.html"
@@ -79,6 +80,7 @@ def test_clip_check_and_console_can_fail(tmp_path):
     assert any("Uncaught" in line for line in console)
 
 
+@pytest.mark.process
 def test_svg_waterfall_in_chromium_nothing_clipped(tmp_path, capsys):
     assert main(["analyze", COLD, "--waterfall", str(tmp_path / "wf")]) == 0
     capsys.readouterr()
@@ -133,6 +135,7 @@ def test_trace_content_is_escaped_in_html_and_svg(tmp_path, capsys):
         assert "<script>alert(1)" not in text and "&lt;script&gt;alert(1)" in text
 
 
+@pytest.mark.process
 def test_capacity_html_and_markdown(tmp_path, capsys):
     assert main(["capacity", COLD, WARM, "--format", "markdown"]) == 0
     out = capsys.readouterr().out

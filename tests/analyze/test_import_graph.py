@@ -19,8 +19,6 @@ import pytest
 
 import otel_coldstart
 
-pytestmark = pytest.mark.process
-
 PACKAGE_DIR = os.path.dirname(otel_coldstart.__file__)
 
 
@@ -37,6 +35,7 @@ def _env() -> dict:
     return {k: v for k, v in os.environ.items() if not k.startswith("OTEL_") and k != "PYTHONPROFILEIMPORTTIME"}
 
 
+@pytest.mark.process
 def test_importing_every_analyzer_module_loads_no_runtime():
     analyzer = sorted(name for _, name, _ in pkgutil.walk_packages(
         [os.path.join(PACKAGE_DIR, "analyze")], prefix="otel_coldstart.analyze."))
@@ -62,6 +61,7 @@ def _imported_by(argv: list[str]) -> tuple[subprocess.CompletedProcess, list[str
     return done, modules
 
 
+@pytest.mark.process
 def test_analyze_help_from_the_console_script_loads_no_runtime():
     script = shutil.which("otel-coldstart", path=os.path.dirname(sys.executable))
     assert script, "the otel-coldstart console script is installed beside the interpreter"
@@ -74,6 +74,7 @@ def test_analyze_help_from_the_console_script_loads_no_runtime():
         assert done.returncode == 0 and _runtime(modules) == [], command
 
 
+@pytest.mark.process
 def test_the_package_face_is_cheap_and_still_the_whole_api():
     code = ("import sys, otel_coldstart\n"
             "face = set(sys.modules)\n"
@@ -95,6 +96,7 @@ def test_the_package_face_is_cheap_and_still_the_whole_api():
     assert "INSTRUMENTOR ColdstartInstrumentor 0." in done.stdout
 
 
+@pytest.mark.process
 def test_help_keeps_the_user_guide():
     code = "import pydoc, otel_coldstart; print(pydoc.render_doc(otel_coldstart, renderer=pydoc.plaintext))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=120)

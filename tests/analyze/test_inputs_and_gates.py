@@ -18,8 +18,6 @@ import pytest
 from analyze_records import data_file
 from otel_coldstart.cli import main
 
-pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
-
 COLD = data_file("demo-cold-first-shard.otlp.jsonl")
 WARM = data_file("demo-warm.otlp.jsonl")
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -56,6 +54,7 @@ def test_torchrun_directory_no_false_missing_parent_warning(tmp_path, capsys):
     assert "1 span(s) point at a parent that is not in the input" in capsys.readouterr().err
 
 
+@pytest.mark.process
 def test_a_bad_file_in_a_directory_is_skipped_with_exit_10(tmp_path, capsys):
     shutil.copy(COLD, tmp_path / "a.jsonl")
     shutil.copy(WARM, tmp_path / "b.jsonl")
@@ -152,6 +151,7 @@ def _run_on_pty(argv, timeout=300):
     return proc.returncode, b"".join(chunks).decode(errors="replace")
 
 
+@pytest.mark.process
 def test_progress_on_a_terminal_only(tmp_path):
     path = _scale_file(tmp_path, 150_000)
     argv = [sys.executable, "-m", "otel_coldstart", "analyze", path, "--format", "json"]

@@ -21,8 +21,6 @@ from otel_coldstart.analyze.render_svg import render_svg
 from otel_coldstart.analyze.report import Report
 from otel_coldstart.cli import main
 
-pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
-
 BENCHMARKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks")
 COLD = data_file("demo-cold-first-shard.otlp.jsonl")
 WARM = data_file("demo-warm.otlp.jsonl")
@@ -163,6 +161,7 @@ def test_context_spans_show_in_text():
     assert "Load weights" in text.getvalue() and "contains deserialize" in text.getvalue()
 
 
+@pytest.mark.process
 def test_closed_pipe_ends_quietly(tmp_path):
     sys.path.insert(0, BENCHMARKS)
     import analyzer_scale  # the benchmark's generator of big start-up traces

@@ -22,8 +22,6 @@ from otel_coldstart.analyze.render_markdown import render_markdown
 from otel_coldstart.analyze.report import Report
 from otel_coldstart.metrics import StartupMetrics
 
-pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
-
 MiB = 1 << 20
 
 
@@ -129,6 +127,7 @@ def test_attribute_typing():
     assert verdicts.str_value(attrs, "text") == "7" and verdicts.str_value(attrs, "int") is None
 
 
+@pytest.mark.process
 def test_verdicts_import_is_light():
     """The patches import it, so it imports nothing but semconv (no torch, no analyzer)."""
     import ast

@@ -14,8 +14,6 @@ from opentelemetry.sdk.resources import Resource
 
 from otel_coldstart import export, semconv
 
-pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
-
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -56,6 +54,7 @@ def _spans_by_name(path: str) -> dict:
     return spans
 
 
+@pytest.mark.process
 def test_default_file_start_up_keeps_protobuf_asyncio_and_exporters_off_the_host(tmp_path):
     """import + instrument() + ready() with the embedded file exporter: the file is written
     (OTLP JSON) and none of the OpenTelemetry SDK, psutil, protobuf, the OTLP exporters,
@@ -80,6 +79,7 @@ def test_default_file_start_up_keeps_protobuf_asyncio_and_exporters_off_the_host
     assert {"model.startup", "coldstart.build"} <= set(_spans_by_name(report["file"]))
 
 
+@pytest.mark.process
 def test_user_tracer_span_inside_phase_nests_under_model_startup(tmp_path):
     """A user's tracer from the global provider, inside phase(), during the start-up: in the
     exported trace its span's parent is the phase, whose parent is model.startup."""
@@ -111,6 +111,7 @@ def test_user_tracer_span_inside_phase_nests_under_model_startup(tmp_path):
     assert step["traceId"] == build["traceId"] == root["traceId"]
 
 
+@pytest.mark.process
 def test_user_tracer_before_any_provider_carries_the_phase_context(tmp_path):
     """No provider anywhere (the plugin owns the export): a user's tracer is the API's no-op,
     and the span it gives inside phase() carries the phase's context, so whatever the user
@@ -215,6 +216,7 @@ def _trace_shape(path: str) -> dict:
             "resource_values": resource_values, "scopes": scopes[:1] and sorted({json.dumps(s) for s in scopes})}
 
 
+@pytest.mark.process
 def test_the_trace_is_the_same_with_and_without_the_sdk(tmp_path, small_checkpoint):
     """The same start-up, in fresh processes: recorded without the SDK (the embedded default)
     and by the SDK itself (OTEL_TRACES_SAMPLER set to the SDK's own default brings it back):
@@ -244,6 +246,7 @@ def test_the_trace_is_the_same_with_and_without_the_sdk(tmp_path, small_checkpoi
     assert own == sdk
 
 
+@pytest.mark.process
 def test_users_provider_set_after_instrument_still_nests_under_our_spans(tmp_path):
     """vLLM sets its own global SDK provider after the plugin started (init_tracer): the
     user's spans go to the user's exporter, ours to our file, and the user's span inside a
@@ -294,6 +297,7 @@ sys.meta_path.insert(0, _Watch())
 """
 
 
+@pytest.mark.process
 def test_otlp_from_the_environment_exports_the_same_trace_with_the_sdk_off_the_host(tmp_path, small_checkpoint):
     """OTEL_EXPORTER_OTLP_ENDPOINT set: the SDK, the OTLP exporter and the metrics SDK are
     imported by threads of ours (the flush at ready(), the metrics after it), never the
@@ -338,6 +342,7 @@ def test_otlp_from_the_environment_exports_the_same_trace_with_the_sdk_off_the_h
     assert {"model.startup.duration", "model.startup.phase.duration"} <= set(collector.metric_names)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("ending", ["ready() then exit", "exit without ready()"])
 def test_a_process_that_exits_at_once_still_exports_over_otlp(tmp_path, ending):
     """The exporters are made by a thread of ours when first needed; a process that exits

@@ -27,8 +27,6 @@ import otel_coldstart
 from otel_coldstart import semconv
 from otel_coldstart.patches import _files, _wrapping
 
-pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
-
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -111,6 +109,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.process
 def test_process_pool_with_spawn_maps_a_patched_loader(tmp_path, small_checkpoint):
     script = tmp_path / "pool.py"
     script.write_text(SPAWN_POOL)
@@ -287,6 +286,7 @@ print("OK", runs)
 """
 
 
+@pytest.mark.process
 def test_torch_load_of_a_fifo_never_competes_with_the_hosts_reader(tmp_path):
     result = _run_python(FIFO_LOADS, str(tmp_path), "25", timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -446,6 +446,7 @@ def _summary_lines(output_dir: str, env: dict | None = None):
     return result.stderr
 
 
+@pytest.mark.process
 def test_summary_says_written_only_when_the_file_is_there(tmp_path):
     stderr = _summary_lines(str(tmp_path))
     (line,) = [line for line in stderr.splitlines() if "trace written to" in line]
@@ -453,6 +454,7 @@ def test_summary_says_written_only_when_the_file_is_there(tmp_path):
     assert os.path.getsize(path) > 0
 
 
+@pytest.mark.process
 def test_summary_under_proc_says_the_trace_was_not_written():
     stderr = _summary_lines("/proc/self")
     assert "trace written to" not in stderr
@@ -467,6 +469,7 @@ def _mount(args: list[str]) -> bool:
         return False
 
 
+@pytest.mark.process
 def test_summary_on_a_read_only_mount_says_the_trace_was_not_written(tmp_path):
     target = tmp_path / "ro"
     target.mkdir()
@@ -481,6 +484,7 @@ def test_summary_on_a_read_only_mount_says_the_trace_was_not_written(tmp_path):
     assert not os.listdir(target)
 
 
+@pytest.mark.process
 def test_summary_on_a_full_disk_says_the_trace_was_not_written(tmp_path):
     target = tmp_path / "full"
     target.mkdir()
@@ -496,6 +500,7 @@ def test_summary_on_a_full_disk_says_the_trace_was_not_written(tmp_path):
     assert "trace NOT written" in stderr or "only in part" in stderr
 
 
+@pytest.mark.process
 def test_sdk_disabled_never_claims_a_file():
     import tempfile
 
@@ -510,6 +515,7 @@ def test_sdk_disabled_never_claims_a_file():
 # --- argv secrets ------------------------------------------------------------------------------
 
 
+@pytest.mark.process
 def test_run_records_argv_with_secrets_redacted(tmp_path):
     from otel_coldstart.analyze.readers import read_trace_file
 
@@ -555,6 +561,7 @@ def test_argv_redaction_rules(argv, expected):
 # --- the host's own sitecustomize -------------------------------------------------------------
 
 
+@pytest.mark.process
 def test_run_reports_an_error_in_the_hosts_sitecustomize_as_python_does(tmp_path):
     site = tmp_path / "site"
     site.mkdir()
@@ -576,6 +583,7 @@ def test_run_reports_an_error_in_the_hosts_sitecustomize_as_python_does(tmp_path
     assert plain.stderr.count("Error in sitecustomize") == result.stderr.count("Error in sitecustomize") == 1
 
 
+@pytest.mark.process
 def test_run_reports_an_import_error_inside_the_hosts_sitecustomize(tmp_path):
     site = tmp_path / "site"
     site.mkdir()
@@ -609,6 +617,7 @@ def test_sparse_tensors_through_load_and_to_are_a_known_case(traced, tmp_path):
     assert read.attributes[semconv.BYTES] == expected
 
 
+@pytest.mark.process
 def test_sparse_tensor_cast_logs_nothing_on_the_hosts_stderr(tmp_path):
     code = """
     import torch, otel_coldstart

@@ -19,8 +19,6 @@ import otel_coldstart
 from otel_coldstart import _errors, semconv
 from otel_coldstart.patches import _files, _wrapping
 
-pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
-
 # wrapt 2.x: BaseObjectProxy is the base of every proxy; wrapt 1.x: ObjectProxy is.
 _PROXY_BASE = getattr(wrapt, "BaseObjectProxy", wrapt.ObjectProxy)
 
@@ -119,6 +117,7 @@ def test_a_failing_phase_or_first_request_never_reaches_the_host(traced, monkeyp
         assert any(e.startswith(f"{site}: RuntimeError: injected bug") for e in _errors.INTERNAL_ERRORS), site
 
 
+@pytest.mark.process
 def test_conftest_guard_fails_a_test_on_internal_errors():
     # The guard above must really fail: run a tiny test file in a subprocess.
     code = (
@@ -233,6 +232,7 @@ print(" ".join(names))
 """
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("order", ["before", "after"])
 def test_works_whether_torch_is_imported_before_or_after(tmp_path, order):
     result = subprocess.run([sys.executable, "-c", IMPORT_ORDER_SCRIPT, order, str(tmp_path)],

@@ -15,8 +15,6 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.process
-
 CHILD = r"""
 import json, os, sys, warnings
 mode, op, how = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -90,6 +88,7 @@ def _run(tmp_path, mode, op, how):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("op", OPS)
 def test_a_module_scoped_error_filter_still_raises_from_inside_a_wrapped_call(tmp_path, op):
     plain = _run(tmp_path, "plain", op, "error")
@@ -99,6 +98,7 @@ def test_a_module_scoped_error_filter_still_raises_from_inside_a_wrapped_call(tm
     assert traced == plain
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("op", OPS)
 def test_under_the_default_filter_each_call_site_gets_its_own_warning(tmp_path, op):
     plain = _run(tmp_path, "plain", op, "default")
@@ -193,6 +193,7 @@ def _warnings_seen(tmp_path, mode, when, how):
     return json.loads(done.stdout.strip().splitlines()[-1]), printed
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("when", ["before", "after"])
 @pytest.mark.parametrize("how", ["record", "printed", "error"])
 def test_warnings_inside_wrapped_calls_keep_the_callers_file_and_line(tmp_path, how, when):

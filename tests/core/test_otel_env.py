@@ -16,8 +16,6 @@ from _otlp_collector import TraceCollector
 
 from otel_coldstart import _otel_env, export
 
-pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
-
 APP = textwrap.dedent("""
     import json, sys
     import otel_coldstart
@@ -54,12 +52,14 @@ def _result(completed) -> dict:
     return json.loads(line[len("RESULT "):])
 
 
+@pytest.mark.process
 def test_unset_keeps_the_embedded_default_file_and_summary(tmp_path):
     completed = _run_app(tmp_path, _clean_env())
     assert _result(completed)["trace_file"].startswith(str(tmp_path / "otel-coldstart-traces"))
     assert "start-up breakdown" in completed.stderr
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("value", ["none", "NONE", " none "])
 def test_traces_exporter_none_writes_nothing_and_prints_nothing(tmp_path, value):
     completed = _run_app(tmp_path, _clean_env(OTEL_TRACES_EXPORTER=value))
@@ -71,12 +71,14 @@ def test_traces_exporter_none_writes_nothing_and_prints_nothing(tmp_path, value)
     assert result["patched"] is False
 
 
+@pytest.mark.process
 def test_traces_exporter_none_with_a_summary_asked_for_still_prints_it(tmp_path):
     completed = _run_app(tmp_path, _clean_env(OTEL_TRACES_EXPORTER="none", OTEL_COLDSTART_SUMMARY="1"))
     assert not (tmp_path / "otel-coldstart-traces").exists()
     assert "start-up breakdown" in completed.stderr and _result(completed)["patched"] is True
 
 
+@pytest.mark.process
 def test_traces_exporter_console_prints_spans_and_writes_no_file(tmp_path):
     completed = _run_app(tmp_path, _clean_env(OTEL_TRACES_EXPORTER="console"))
     assert not (tmp_path / "otel-coldstart-traces").exists()
@@ -84,6 +86,7 @@ def test_traces_exporter_console_prints_spans_and_writes_no_file(tmp_path):
     assert '"name": "model.startup"' in completed.stdout and '"name": "coldstart.build_model"' in completed.stdout
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("value", ["true", "TRUE", " True "])
 def test_sdk_disabled_leaves_the_process_alone(tmp_path, value):
     completed = _run_app(tmp_path, _clean_env(OTEL_SDK_DISABLED=value, OTEL_TRACES_EXPORTER="console"))
@@ -92,18 +95,21 @@ def test_sdk_disabled_leaves_the_process_alone(tmp_path, value):
     assert _result(completed) == {"trace_file": None, "patched": False}
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("value", ["false", "1", "yes", ""])
 def test_sdk_disabled_is_only_the_word_true(tmp_path, value):
     completed = _run_app(tmp_path, _clean_env(OTEL_SDK_DISABLED=value))
     assert _result(completed)["trace_file"] is not None and _result(completed)["patched"] is True
 
 
+@pytest.mark.process
 def test_an_unknown_exporter_name_is_a_warning_not_a_failure(tmp_path):
     completed = _run_app(tmp_path, _clean_env(OTEL_TRACES_EXPORTER="no_such_exporter"))
     assert "no_such_exporter" in completed.stderr and "no installed package provides" in completed.stderr
     assert not (tmp_path / "otel-coldstart-traces").exists()
 
 
+@pytest.mark.process
 def test_traces_exporter_list_sends_otlp_and_prints_console(tmp_path):
     receiver = TraceCollector(tmp_path / "collector.jsonl")
     try:
@@ -119,12 +125,14 @@ def test_traces_exporter_list_sends_otlp_and_prints_console(tmp_path):
     assert not (tmp_path / "otel-coldstart-traces").exists()
 
 
+@pytest.mark.process
 def test_metrics_exporter_console_prints_the_start_up_metrics(tmp_path):
     completed = _run_app(tmp_path, _clean_env(OTEL_METRICS_EXPORTER="console", OTEL_TRACES_EXPORTER="none"))
     assert "model.startup.duration" in completed.stdout and "model.startup.phase.duration" in completed.stdout
     assert not (tmp_path / "otel-coldstart-traces").exists()
 
 
+@pytest.mark.process
 def test_opentelemetry_instrument_without_a_distro_honours_none(tmp_path):
     """The issue's case: `opentelemetry-instrument python app.py` with no distro configuring
     the SDK (a distro name that matches none installed), OTEL_TRACES_EXPORTER=none."""

@@ -14,8 +14,6 @@ from otel_coldstart.controller import CONTROLLER
 from otel_coldstart.plan import plan
 from otel_coldstart.startup import Startup
 
-pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
-
 BASE = dict(summary=True, metrics=False, metrics_later=False, file_mode=True, remote=False, deadline_s=5.0)
 
 
@@ -80,6 +78,7 @@ def test_finish_twice_ends_once(traced):
     assert traced.named(semconv.SPAN_ROOT) == roots and len(roots) == 1
 
 
+@pytest.mark.process  # forks: not in `make test-fast` (the plan tests above are)
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
 def test_a_forked_child_drops_the_startup_it_inherited(traced):
     read_fd, write_fd = os.pipe()

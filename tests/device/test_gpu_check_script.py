@@ -15,8 +15,6 @@ import sys
 import pytest
 import torch
 
-pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
-
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -38,6 +36,7 @@ def gpu_check():
     return _module("gpu_check")
 
 
+@pytest.mark.process
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
 @pytest.mark.parametrize("entry", ["python", "shell"])
 def test_without_cuda_it_says_so_and_exits_3(entry):
@@ -49,6 +48,7 @@ def test_without_cuda_it_says_so_and_exits_3(entry):
     assert "Traceback" not in result.stderr and result.stdout == ""
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("args, message", [
     (["--shards", "1"], "--shards"),
     (["--shard-mib", "1"], "--shard-mib"),
@@ -92,6 +92,7 @@ def test_every_check_has_a_judge_a_runner_a_control_and_help(gpu_check):
     assert planted_in_plugin == set(gpu_check.CHECKS) - {"capture_race", "vllm"}
 
 
+@pytest.mark.process
 def test_help_documents_every_check_and_its_control():
     result = _run(sys.executable, "scripts/gpu_check.py", "--help")
     assert result.returncode == 0 and "Traceback" not in result.stderr
@@ -243,6 +244,7 @@ def test_exit_code_is_5_when_nothing_failed_but_a_check_was_skipped(gpu_check, m
 
 # --- the vLLM check's decoder model and its span checks ---------------------------------------------
 
+@pytest.mark.process
 def test_vllm_check_without_vllm_exits_4():
     pytest.importorskip("opentelemetry.proto")
     try:

@@ -23,20 +23,35 @@ def test_capture_times_are_per_size_parallel_to_the_sizes_and_the_slowest_are_na
     # A full collection of this test process (~100 ms with torch imported) inside a small
     # size's capture would make it the slowest: the sizes' order is the test, not the
     # collector's schedule.
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        with otel_coldstart.phase("capture_model"):
-            for n in sizes:
-                with cuda_graphs.batch_size(n), torch.cuda.graph(torch.cuda.CUDAGraph()):
-                    time.sleep(n / 2000)  # capture time grows with the size: 128 takes 64 ms
-            for _ in range(2):  # piecewise: the same size captured again (per piece) adds to its time
-                with cuda_graphs.batch_size(128), torch.cuda.graph(torch.cuda.CUDAGraph()):
-                    time.sleep(0.02)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
-    otel_coldstart.ready()
+    # On a loaded machine the scheduler can also stretch a small size's sleep past a larger
+    # one's: the test times each capture itself, and an attempt whose own times do not rank
+    # 128, 64, 32 measured the scheduler and is run again (at most 5 attempts).
+    for _attempt in range(5):
+        traced.exporter.clear()
+        traced.reinstrument()
+        seen: dict[int, float] = {}
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            with otel_coldstart.phase("capture_model"):
+                for n in sizes:
+                    began = time.perf_counter()
+                    with cuda_graphs.batch_size(n), torch.cuda.graph(torch.cuda.CUDAGraph()):
+                        time.sleep(n / 2000)  # capture time grows with the size: 128 takes 64 ms
+                    seen[n] = time.perf_counter() - began
+                for _ in range(2):  # piecewise: the same size captured again (per piece) adds to its time
+                    began = time.perf_counter()
+                    with cuda_graphs.batch_size(128), torch.cuda.graph(torch.cuda.CUDAGraph()):
+                        time.sleep(0.02)
+                    seen[128] += time.perf_counter() - began
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+        otel_coldstart.ready()
+        if sorted(seen, key=seen.get, reverse=True)[:3] == [128, 64, 32]:
+            break
+    else:
+        pytest.fail(f"5 attempts, each reordered by the scheduler (last, as timed here: {seen})")
 
     (span,) = traced.by_phase(semconv.PHASE_GRAPH_CAPTURE)
     recorded_sizes = list(span.attributes[semconv.GRAPH_BATCH_SIZES])

@@ -99,18 +99,37 @@ def test_a_slow_import_says_which_code_made_it_through_a_statement_or_import_mod
 
 
 def test_fast_imports_in_a_row_are_one_aggregate_and_a_pause_starts_another(modules, traced):
-    for name in ("quick_a", "quick_b", "quick_c"):
-        modules(name, "import time\ntime.sleep(0.002)\n")
-    import quick_a, quick_b  # noqa: F401, E401
-    time.sleep(0.03)  # longer than the batch gap: quick_c starts a batch of its own
-    import quick_c  # noqa: F401
-    otel_coldstart.ready()
+    # The setting is timed: quick_a and quick_b (2 ms each) within the 5 ms batch gap of each
+    # other, quick_c under the 20 ms span threshold. On a loaded machine the test process can
+    # be descheduled between them; an attempt where the imports' own timing shows that (the
+    # pair took more than its sleeps plus the gap, or quick_c past the threshold) measured the
+    # scheduler, not the batching, and is run again with fresh modules (at most 5 attempts).
+    pair_limit_s = 2 * 0.002 + imports.BATCH_GAP_MS / 1000
+    for attempt in range(5):
+        names = [f"quick_{letter}{attempt}" for letter in "abc"]
+        for name in names:
+            modules(name, "import time\ntime.sleep(0.002)\n")
+        traced.exporter.clear()
+        traced.reinstrument()
+        started = time.perf_counter()
+        importlib.import_module(names[0]), importlib.import_module(names[1])
+        pair_s = time.perf_counter() - started
+        time.sleep(0.03)  # longer than the batch gap: the third starts a batch of its own
+        started = time.perf_counter()
+        importlib.import_module(names[2])
+        third_s = time.perf_counter() - started
+        otel_coldstart.ready()
+        if pair_s < pair_limit_s and third_s < imports.DEFAULT_MIN_MS / 1000:
+            break
+    else:
+        pytest.fail(f"5 attempts, each descheduled inside its imports (last: pair {pair_s * 1e3:.1f} ms, "
+                    f"third {third_s * 1e3:.1f} ms): the machine is too loaded to measure batching")
 
     assert _imports(traced) == []  # none is slow enough for a span of its own
     first, second = sorted(_batches(traced), key=lambda s: s.start_time)
     assert first.attributes[semconv.CALLS] == 2 and second.attributes[semconv.CALLS] == 1
-    assert list(first.attributes[semconv.IMPORT_PACKAGES]) == ["quick_a", "quick_b"] or \
-        set(first.attributes[semconv.IMPORT_PACKAGES]) == {"quick_a", "quick_b"}
+    assert list(first.attributes[semconv.IMPORT_PACKAGES]) == names[:2] or \
+        set(first.attributes[semconv.IMPORT_PACKAGES]) == set(names[:2])
     assert 0.004 <= first.attributes[semconv.BUSY_S] <= (first.end_time - first.start_time) / 1e9 + 1e-6
     assert first.end_time < second.start_time
 

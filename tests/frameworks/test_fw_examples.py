@@ -11,8 +11,6 @@ from otel_coldstart import semconv
 
 from framework_checks import EXAMPLES, clean_env, read_trace_dir, run_python
 
-pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
-
 # example -> (packages it needs, start-ups it writes)
 EXAMPLE_NEEDS = {
     "torch_load.py": ((), 1),
@@ -28,6 +26,7 @@ def test_every_example_is_covered():
     assert runnable - helpers == set(EXAMPLE_NEEDS)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("example", sorted(EXAMPLE_NEEDS))
 def test_example_runs_and_prints_its_breakdown(example, tmp_path):
     packages, startups = EXAMPLE_NEEDS[example]

@@ -31,8 +31,6 @@ from otel_coldstart.patches._wrapping import ColdstartWrapper  # noqa: E402
 
 from framework_checks import assert_no_orphans, assert_same_weights, clean_env, dtype_keyword  # noqa: E402
 
-pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
-
 MODEL_DIR = str(minilm.get_model_path())
 MAJOR = int(transformers.__version__.split(".")[0])
 DTYPE = dtype_keyword(transformers.__version__)
@@ -98,6 +96,7 @@ def _one(spans, phase):
     return found[0]
 
 
+@pytest.mark.process
 @pytest.mark.process
 @pytest.mark.parametrize("order, user_phase", [("import_first", ""), ("instrument_first", "load")])
 def test_from_pretrained_is_broken_into_its_steps(tmp_path, reference_weights, order, user_phase):

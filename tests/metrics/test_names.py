@@ -20,8 +20,6 @@ from metrics_testlib import (DASHBOARDS, IDENTITY, INFLIGHT_PREFIX, REPO, commit
                              needs_grafana_sdk, panel_expressions, promql_names, variable_queries)
 import pytest
 
-pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
-
 DOC = os.path.join(REPO, "docs", "metrics.md")
 SCRAPE_LABELS = {"job", "instance"}  # added by the Prometheus scrape (or the Collector's exporter)
 SERIES_LABELS = {"le"}  # histogram buckets
@@ -59,6 +57,7 @@ def test_the_promql_reader_finds_metrics_and_labels():
     assert labels == {"a", "b", "le", "c", "d", "e", "f"}
 
 
+@pytest.mark.process  # served_startup: a start-up in a fresh process, once per session
 def test_every_metric_and_label_in_a_dashboard_is_emitted(served_startup):
     emitted_names, emitted_labels, _ = _emitted(served_startup.exposition())
     dashboard_metrics, dashboard_labels = _dashboard_names()
@@ -71,6 +70,7 @@ def test_every_metric_and_label_in_a_dashboard_is_emitted(served_startup):
         "dashboards use labels nothing emits"
 
 
+@pytest.mark.process  # served_startup: a start-up in a fresh process, once per session
 def test_every_start_up_metric_is_used_by_a_dashboard(served_startup):
     emitted_names, _, _ = _emitted(served_startup.exposition())
     families = {family for family in emitted_names.values() if family.startswith("model_startup")}
@@ -79,6 +79,7 @@ def test_every_start_up_metric_is_used_by_a_dashboard(served_startup):
     assert not families - used, "emitted but shown nowhere"
 
 
+@pytest.mark.process  # served_startup: a start-up in a fresh process, once per session
 def test_docs_name_every_emitted_metric_and_label(served_startup):
     emitted_names, emitted_labels, _ = _emitted(served_startup.exposition())
     with open(DOC, encoding="utf-8") as handle:
@@ -93,6 +94,7 @@ def test_docs_name_every_emitted_metric_and_label(served_startup):
     assert not missing, f"add to docs/metrics.md: {missing}"
 
 
+@pytest.mark.process  # served_startup: a start-up in a fresh process, once per session
 def test_labels_stay_bounded(served_startup):
     """No label is a path, a tensor name, a thread, a process or a trace: the checks look at
     the real start-up's own file names, tensor names and trace id."""
@@ -119,6 +121,7 @@ def test_labels_stay_bounded(served_startup):
                      "telemetry_sdk_name", "telemetry_sdk_version"} <= {e.replace(".", "_") for e in expected}
 
 
+@pytest.mark.process  # served_startup: a start-up in a fresh process, once per session
 def test_every_series_carries_the_identifying_attributes(served_startup):
     _, _, samples = _emitted(served_startup.exposition())
     startup = [(n, s) for n, s in samples if n.startswith("model_startup")]

@@ -27,8 +27,6 @@ from otel_coldstart.analyze.model import Span
 from _otlp_collector import TraceCollector
 from metrics_testlib import HERE, STARTUP_TIMEOUT_S
 
-pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
-
 SHARDS = 3
 TENSORS_PER_SHARD = 4
 
@@ -289,6 +287,7 @@ def _app(checkpoint, end: str, env: dict) -> subprocess.Popen:
                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.process
 def test_metrics_are_pushed_at_ready_while_the_process_lives(checkpoint_dir, tmp_path):
     directory, _ = checkpoint_dir
     with TraceCollector(tmp_path / "collector.jsonl") as collector:
@@ -305,6 +304,7 @@ def test_metrics_are_pushed_at_ready_while_the_process_lives(checkpoint_dir, tmp
             process.communicate(timeout=60)  # closes stdin: the app's signal to stop serving
 
 
+@pytest.mark.process
 def test_a_start_up_that_never_becomes_ready_is_pushed_at_exit(checkpoint_dir, tmp_path):
     directory, _ = checkpoint_dir
     with TraceCollector(tmp_path / "collector.jsonl") as collector:
@@ -315,6 +315,7 @@ def test_a_start_up_that_never_becomes_ready_is_pushed_at_exit(checkpoint_dir, t
         assert durations and all(attrs[semconv.READY].bool_value is False for _, attrs in durations)
 
 
+@pytest.mark.process
 def test_exit_does_not_hang_on_a_collector_that_never_answers(checkpoint_dir, tmp_path):
     """A collector that accepts connections and never replies: the exit export is bounded by
     export_timeout_s, so the process still ends (a hang would hit the subprocess timeout)."""

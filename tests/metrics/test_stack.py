@@ -12,8 +12,6 @@ import yaml
 
 from metrics_testlib import DASHBOARDS, REPO, committed_dashboards
 
-pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
-
 STACK = os.path.join(REPO, "examples", "stack")
 
 
@@ -140,6 +138,7 @@ def test_readme_uses_the_published_ports(stack):
     assert "docker compose up" in readme
 
 
+@pytest.mark.process
 def test_promtool_accepts_the_prometheus_config():
     promtool = shutil.which("promtool")
     if promtool is None:
