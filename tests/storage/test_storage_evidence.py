@@ -413,7 +413,10 @@ def test_a_finished_read_is_done_for_progress_once_and_its_settlement_is_not_wor
         assert snap.done == 1 and snap.bytes_loaded == sum(t.nbytes for t in state.values())
         {k: v.to(torch.float16) for k, v in state.items()}
         otel_coldstart.ready()
-        assert len(_file_spans(traced)) == 1 and len(_settlements(traced)) == 1
+        # One final settlement; the in-flight monitor may have written an interim one before it
+        # (provisional: a figure that grew while the start-up ran), which is not work either.
+        finals = [s for s in _settlements(traced) if not s.attributes.get(semconv.CACHE_STORAGE_READ_PROVISIONAL)]
+        assert len(_file_spans(traced)) == 1 and len(finals) == 1
         # Imports are work too: the first cast or load in a test process may import a module
         # lazily (a span, or a batch of fast ones, written at ready()), and the board counts it.
         work = [s for s in traced.spans()
