@@ -231,6 +231,10 @@ class Breakdown:
     # what-if levers cap their cuts at and the compile-cache hit is measured in. Empty when slim.
     self_ns: Mapping[str, int] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
+    def own_ns(self, span: Span) -> int:
+        """The span's self time (its busy time where the breakdown has none for it)."""
+        return self.self_ns.get(span.span_id, span.busy_ns)
+
     @property
     def trace_id(self) -> str:
         return self.root.trace_id

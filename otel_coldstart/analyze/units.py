@@ -14,6 +14,11 @@ def format_seconds(ns: float) -> str:
     return f"{seconds * 1e3:.1f} ms"
 
 
+def json_seconds(ns: int) -> float:
+    """Seconds as the JSON documents give them: to the nanosecond, no float noise past it."""
+    return round(ns / 1e9, 9)
+
+
 def format_bytes(n: int | None) -> str:
     if n is None:
         return "-"
