@@ -284,11 +284,6 @@ class Saving:
             "; ".join(self.assumptions)
 
 
-def evidence(results: Sequence[Breakdown], options: Options = Options()) -> Evidence:
-    """What the levers learn from every start-up given (and ``options.reference``)."""
-    return gather(results, options)
-
-
 def saving(b: Breakdown, lever: str, ev: Evidence) -> Saving:
     """The time ``lever`` takes off start-up ``b``: its measured total less its projected
     total, as ``project`` computes it (the same cuts, the same arithmetic)."""
