@@ -19,6 +19,11 @@ def json_seconds(ns: int) -> float:
     return round(ns / 1e9, 9)
 
 
+def per_second(nbytes: float, ns: float) -> float | None:
+    """A rate of bytes over nanoseconds; None where either is not positive (no rate known)."""
+    return nbytes / (ns / 1e9) if nbytes > 0 and ns > 0 else None
+
+
 def format_bytes(n: int | None) -> str:
     if n is None:
         return "-"
