@@ -34,6 +34,7 @@ from ._bounded import exiting, run_bounded
 from ._errors import logger
 from .analyze.breakdown import LINK_PHASES, Breakdown, bandwidth_sample, link_of
 from .analyze.model import Span
+from .analyze.units import per_second
 
 # Start-ups take milliseconds (a cached small model) to tens of minutes (a cold 400B one).
 DURATION_BUCKETS_S = (
@@ -130,7 +131,7 @@ class CopyFacts:
     def throughput(self) -> float | None:
         """Achieved bytes per second: over device time for queued work, host time for
         synchronous work; None when no byte's time is known (never launch speed)."""
-        return self.timed_bytes / (self.timed_ns / 1e9) if self.timed_bytes > 0 and self.timed_ns > 0 else None
+        return per_second(self.timed_bytes, self.timed_ns)
 
     @property
     def above_bound(self) -> bool:

@@ -22,6 +22,7 @@ from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 from .. import semconv, verdicts
 from .first_request import FirstRequest, first_request_of
 from .model import Attributes, Span
+from .units import per_second
 
 TOTAL = "total"  # the whole start-up (the root span), beside the phases and unattributed
 
@@ -57,7 +58,7 @@ class PhaseTime:
         known; for other phases, over the busy time of the spans that did not fail (a read
         that raised moved no bytes it could be judged by)."""
         if self.phase in DEVICE_WORK_PHASES:
-            return self.timed_bytes / (self.timed_ns / 1e9) if self.timed_bytes > 0 and self.timed_ns > 0 else None
+            return per_second(self.timed_bytes, self.timed_ns)
         busy = self.busy_ns - self.failed_busy_ns
         if self.bytes <= 0 or busy <= 0:
             return None
@@ -231,6 +232,10 @@ class Breakdown:
     # what-if levers cap their cuts at and the compile-cache hit is measured in. Empty when slim.
     self_ns: Mapping[str, int] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
+    def own_ns(self, span: Span) -> int:
+        """The span's self time (its busy time where the breakdown has none for it)."""
+        return self.self_ns.get(span.span_id, span.busy_ns)
+
     @property
     def trace_id(self) -> str:
         return self.root.trace_id
@@ -260,6 +265,10 @@ class Breakdown:
     def end_phase(self) -> str | None:
         """The phase that was running when the start-up was cut short, if it was."""
         return verdicts.str_value(self.root.attributes, semconv.END_PHASE)
+
+    @property
+    def killed(self) -> bool:
+        return self.end_reason == semconv.END_KILLED
 
     @property
     def end_description(self) -> str:

@@ -119,19 +119,22 @@ def _quantiles(values: Sequence[int]) -> Quantiles:
     return Quantiles(int(percentile(values, 0.5)), int(percentile(values, 0.95)), values[-1])
 
 
+def _phase_quantiles(counted: Sequence[Breakdown]) -> dict[str, Quantiles]:
+    """Each phase's busy time over the start-ups (0 in one without it), and the unattributed time."""
+    busy = [{p.phase: p.busy_ns for p in b.phases} for b in counted]
+    phases = {name: _quantiles([times.get(name, 0) for times in busy])
+              for name in sorted({name for times in busy for name in times})}
+    phases[semconv.UNATTRIBUTED] = _quantiles([b.unattributed_ns for b in counted])
+    return phases
+
+
 def summarize_group(key: str, value: str, results: Sequence[Breakdown],
                     include_unready: bool = False, until: str = READY) -> GroupSummary:
     if until == FIRST_TOKEN:
         return _summarize_to_first_token(key, value, results)
     counted, unready = split_unready(results, include_unready)
-    phases = {}
-    total = None
-    if counted:
-        busy = [{p.phase: p.busy_ns for p in b.phases} for b in counted]
-        for name in sorted({name for times in busy for name in times}):
-            phases[name] = _quantiles([times.get(name, 0) for times in busy])
-        phases[semconv.UNATTRIBUTED] = _quantiles([b.unattributed_ns for b in counted])
-        total = _quantiles([b.duration_ns for b in counted])
+    phases = _phase_quantiles(counted) if counted else {}
+    total = _quantiles([b.duration_ns for b in counted]) if counted else None
     return GroupSummary(key, value, len(results), len(results) - unready.count, total, phases, unready,
                         len(counted))
 
@@ -156,10 +159,7 @@ def _summarize_to_first_token(key: str, value: str, results: Sequence[Breakdown]
     apart = Unready(sum(reasons.values()), tuple(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))))
     phases, total, wait = {}, None, None
     if counted:
-        busy = [{p.phase: p.busy_ns for p in b.phases} for b in counted]
-        for name in sorted({name for times in busy for name in times}):
-            phases[name] = _quantiles([times.get(name, 0) for times in busy])
-        phases[semconv.UNATTRIBUTED] = _quantiles([b.unattributed_ns for b in counted])
+        phases = _phase_quantiles(counted)
         phases[semconv.PHASE_FIRST_REQUEST] = _quantiles([b.first_request.duration_ns for b in counted])
         total = _quantiles([b.first_request.serving_ns for b in counted])
         wait = _quantiles([b.first_request.after_ready_ns for b in counted])

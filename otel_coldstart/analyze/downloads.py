@@ -16,6 +16,7 @@ from typing import Iterable, Sequence
 
 from .. import semconv, verdicts
 from .model import Span
+from .units import format_bytes, format_rate, format_seconds, json_seconds
 
 
 @dataclass(frozen=True)
@@ -182,12 +183,12 @@ def to_dict(found: Downloads | None, origin_ns: int) -> dict:
                 "metadata_seconds": 0.0, "throughput_bytes_per_s": None, "items": []}
     return {
         "files": found.files, "bytes": found.bytes, "cached_files": found.cached_files,
-        "seconds": round(found.wall_ns / 1e9, 9), "metadata_requests": found.metadata_requests,
-        "metadata_seconds": round(found.metadata_ns / 1e9, 9), "throughput_bytes_per_s": found.throughput,
+        "seconds": json_seconds(found.wall_ns), "metadata_requests": found.metadata_requests,
+        "metadata_seconds": json_seconds(found.metadata_ns), "throughput_bytes_per_s": found.throughput,
         "items": [{"source": i.source, "repo": i.repo, "file": i.filename, "path": i.path, "host": i.host,
                    "cached": i.cached, "bytes": i.bytes, "cached_bytes": i.cached_bytes,
-                   "expected_bytes": i.expected_bytes, "offset_s": round((i.start_ns - origin_ns) / 1e9, 9),
-                   "duration_s": round(i.duration_ns / 1e9, 9), "transfer_s": i.transfer_s,
+                   "expected_bytes": i.expected_bytes, "offset_s": json_seconds(i.start_ns - origin_ns),
+                   "duration_s": json_seconds(i.duration_ns), "transfer_s": i.transfer_s,
                    "throughput_bytes_per_s": i.throughput, "resumed": i.resumed, "retries": i.retries,
                    "retry_reasons": list(i.retry_reasons), "transport": i.transport,
                    "interrupted": i.interrupted}
@@ -207,36 +208,28 @@ def shard_notes(breakdown) -> dict:
         item = fetched.get(shard.path)
         if item is not None and item.end_ns <= shard.start_ns:
             notes[(shard.path, shard.start_ns)] = (
-                f" (written by this start-up's download {_seconds(shard.start_ns - item.end_ns)} earlier)")
+                f" (written by this start-up's download {format_seconds(shard.start_ns - item.end_ns)} earlier)")
     return notes
-
-
-def _seconds(ns: int) -> str:
-    from .units import format_seconds
-
-    return format_seconds(ns).strip()
 
 
 def lines(breakdown) -> list[str]:
     """The text report's downloads: a summary line, then one line per file (cached or
     fetched, bytes, time, throughput); the metadata requests' count and time."""
-    from .units import format_bytes, format_rate
-
     found = downloads(breakdown)
     if found is None:
         return []
     fetched = found.fetched
-    head = (f"downloads: {found.files} file(s), {len(fetched)} fetched ({format_bytes(found.bytes).strip()} "
-            f"from the network), {found.cached_files} from the cache, {_seconds(found.wall_ns)}")
+    head = (f"downloads: {found.files} file(s), {len(fetched)} fetched ({format_bytes(found.bytes)} "
+            f"from the network), {found.cached_files} from the cache, {format_seconds(found.wall_ns)}")
     if found.throughput:
-        head += f", {format_rate(found.throughput).strip()}"
+        head += f", {format_rate(found.throughput)}"
     out = [head]
     for item in found.items[:40]:
         if item.cached:
-            what = f"cached  {format_bytes(item.cached_bytes or None):>11}{_seconds(item.duration_ns):>10}"
+            what = f"cached  {format_bytes(item.cached_bytes or None):>11}{format_seconds(item.duration_ns):>10}"
         else:
-            what = (f"fetched {format_bytes(item.bytes):>11}{_seconds(item.duration_ns):>10}"
-                    f"  {format_rate(item.throughput).strip()}")
+            what = (f"fetched {format_bytes(item.bytes):>11}{format_seconds(item.duration_ns):>10}"
+                    f"  {format_rate(item.throughput)}")
             if item.resumed:
                 what += ", resumed"
             if item.retries:
@@ -248,6 +241,6 @@ def lines(breakdown) -> list[str]:
     if len(found.items) > 40:
         out.append(f"  ... {len(found.items) - 40} more")
     if found.metadata_requests:
-        out.append(f"  metadata requests: {found.metadata_requests}, {_seconds(found.metadata_ns)}"
+        out.append(f"  metadata requests: {found.metadata_requests}, {format_seconds(found.metadata_ns)}"
                    + (" (every file was cached: HF_HUB_OFFLINE=1 skips them)" if not fetched else ""))
     return out

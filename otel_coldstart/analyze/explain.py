@@ -311,7 +311,7 @@ def fastest_hits(results: Iterable[Breakdown]) -> dict[str, CacheHit]:
                 continue
             record = compile_record(span)
             if record.frame and record.hit_only:
-                ns = b.self_ns.get(span.span_id, span.busy_ns)
+                ns = b.own_ns(span)
                 if record.frame not in best or ns < best[record.frame].ns:
                     best[record.frame] = CacheHit(span.trace_id, ns)
     return best

@@ -259,10 +259,6 @@ def _open_item(span: Span) -> OpenAtDeath:
                        module if isinstance(module, str) else None)
 
 
-def is_killed(breakdown: Breakdown) -> bool:
-    return breakdown.root.attributes.get(semconv.END_REASON) == semconv.END_KILLED
-
-
 @dataclass(frozen=True)
 class Stall:
     """One ``coldstart.stall`` event: the start-up made no progress for ``idle_s``."""

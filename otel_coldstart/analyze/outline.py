@@ -142,12 +142,8 @@ def _combine(server: list[Span], groups: list[tuple[Span, list[Span]]], trace_sp
                 base.status)
     members = []
     seen = {root.span_id}
-    for group_root, group_members in groups:
-        for span in [group_root, *group_members]:
-            if span.span_id not in seen:
-                seen.add(span.span_id)
-                members.append(span)
-    for span in server:
+    grouped = [span for group_root, group_members in groups for span in (group_root, *group_members)]
+    for span in [*grouped, *server]:
         if span.span_id not in seen:
             seen.add(span.span_id)
             members.append(span)

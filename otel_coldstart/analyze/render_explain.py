@@ -3,19 +3,14 @@ document, and their lines in the text and Markdown reports. Writes, never comput
 
 from __future__ import annotations
 
-import html
 from typing import Callable, TextIO
 
 from .breakdown import Breakdown
-from .escape import markdown_text
+from .escape import html_text as e, markdown_text
 from .escape import terminal_text as _t
 from .explain import capture_summary, compile_summary, import_summary
 from .labels import shorten
-from .units import format_bytes, format_seconds
-
-
-def _s(ns: int) -> float:
-    return round(ns / 1e9, 9)
+from .units import format_bytes, format_seconds, json_seconds as _s
 
 
 # --- JSON -------------------------------------------------------------------------------------
@@ -193,7 +188,6 @@ def render_explain_markdown(b: Breakdown, out: TextIO) -> None:
 
 def render_explain_html(b: Breakdown, w: Callable[[str], object]) -> None:
     """The same outline and lines in the HTML page (render_html), everything escaped."""
-    e = html.escape
     if b.outline:
         w("<h3>Outline</h3>\n<p class=\"muted\">The server's own start-up spans, our phases inside.</p>\n"
           "<table class=\"data outline\"><thead><tr><th>span</th><th class=\"num\">time</th><th>process</th>"

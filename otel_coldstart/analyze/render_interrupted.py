@@ -14,10 +14,6 @@ from .units import format_bytes, format_seconds
 WORKERS_SHOWN = 4  # worker threads printed per stall (the JSON report has them all)
 
 
-def _was_killed(breakdown: Breakdown) -> bool:
-    return breakdown.root.attributes.get(semconv.END_REASON) == semconv.END_KILLED
-
-
 def _has_stalls(breakdown: Breakdown) -> bool:
     return any(event.name == semconv.EVENT_STALL for span in (breakdown.root, *breakdown.spans)
                for event in span.events)
@@ -25,11 +21,11 @@ def _has_stalls(breakdown: Breakdown) -> bool:
 
 def state_text(breakdown: Breakdown) -> str | None:
     """The header's state for a killed start-up, None for one that ended."""
-    return breakdown.end_description if _was_killed(breakdown) else None  # analyze/end_reasons.py
+    return breakdown.end_description if breakdown.killed else None  # analyze/end_reasons.py
 
 
 def render_killed_text(breakdown: Breakdown, out: TextIO) -> None:
-    if not _was_killed(breakdown):
+    if not breakdown.killed:
         return
     from .interrupted import killed
 

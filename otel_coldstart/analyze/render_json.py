@@ -16,12 +16,9 @@ from .lazy import lazy_files
 from .downloads import downloads, to_dict as downloads_to_dict
 from .render_explain import explain_document
 from .own_cost import own_cost_document
+from .units import json_seconds as _s
 
 SCHEMA = "otel-coldstart.analysis/1"
-
-
-def _s(ns: int) -> float:
-    return round(ns / 1e9, 9)
 
 
 def _plain(value: Any) -> Any:

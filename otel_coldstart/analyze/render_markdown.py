@@ -6,7 +6,7 @@ import io
 from typing import TextIO
 
 from .breakdown import Breakdown, bandwidth_warnings, by_trace
-from .escape import markdown_code, markdown_fence, markdown_text
+from .escape import markdown_code, markdown_fence, markdown_text as _cell  # everything here may come from a trace
 from .report import Report
 from .first_request import lines as first_request_lines
 from .lazy import lines as lazy_lines
@@ -17,10 +17,6 @@ from .render import dominant_line, saving_text
 from .units import format_bytes, format_rate, format_seconds
 from .render_downloads import render_downloads_markdown
 from .downloads import shard_notes
-
-
-def _cell(text: object) -> str:
-    return markdown_text(text)  # everything here may come from a trace
 
 
 def render_markdown(report: Report, out: TextIO) -> None:

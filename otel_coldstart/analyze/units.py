@@ -14,6 +14,16 @@ def format_seconds(ns: float) -> str:
     return f"{seconds * 1e3:.1f} ms"
 
 
+def json_seconds(ns: int) -> float:
+    """Seconds as the JSON documents give them: to the nanosecond, no float noise past it."""
+    return round(ns / 1e9, 9)
+
+
+def per_second(nbytes: float, ns: float) -> float | None:
+    """A rate of bytes over nanoseconds; None where either is not positive (no rate known)."""
+    return nbytes / (ns / 1e9) if nbytes > 0 and ns > 0 else None
+
+
 def format_bytes(n: int | None) -> str:
     if n is None:
         return "-"

@@ -12,7 +12,6 @@ from .._regular_files import open_regular
 from ..analyze.budgets import check_budgets, parse_budget_file, parse_budget_specs, unknown_budget_keys, valid_budget_keys
 from ..analyze.end_reasons import end_word
 from ..analyze.findings import find
-from ..analyze.interrupted import is_killed
 from ..analyze.render_html import trace_link
 from ..analyze.render_svg import render_svg
 from ..analyze.renderers import FORMATS
@@ -115,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     # not reach ready() under --require-ready (13), a killed start-up (11), inputs left out (12).
     code = (EXIT_BUDGET_EXCEEDED if violations else EXIT_WOULD_OVERWRITE if kept
             else EXIT_NOT_READY if unready
-            else EXIT_STARTUP_KILLED if any(is_killed(b) for b in results) else 0)
+            else EXIT_STARTUP_KILLED if any(b.killed for b in results) else 0)
     return inputs.exit_code(code)
 
 

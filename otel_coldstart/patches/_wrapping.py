@@ -173,6 +173,8 @@ class PatchSet:
     def __bool__(self) -> bool:
         return bool(self._saved)
 
+    is_patched = __bool__  # a patch module's is_patched() where this set is all it installed
+
     def wrap(self, owner: Any, name: str, wrapper: Callable) -> None:
         current = getattr(owner, name, None)
         # Look in the owner's own dict: getattr on a class returns a freshly bound wrapper,

@@ -57,6 +57,7 @@ API_MAKE_GRAPHED = "torch.cuda.make_graphed_callables"
 _MAX_BATCH_SIZES = 512  # an attribute array stays bounded whatever a loop captures
 
 _patches = PatchSet()
+is_patched = _patches.is_patched  # the patch module protocol (patches/__init__.py)
 # .batch_sizes: stack of hints from batch_size() / make_graphed_callables (the caller's
 # dynamic scope, like a context variable: not start-up state)
 _local = threading.local()
@@ -78,10 +79,6 @@ def _open_graph_captures(session) -> _OpenGraphCaptures:
 
 def get_version() -> str | None:
     return installed_version("torch")
-
-
-def is_patched() -> bool:
-    return bool(_patches)
 
 
 def patch() -> None:

@@ -36,18 +36,11 @@ HOT_PATH = False  # one check per open(); reads are wrapped only on the remote f
 LOCAL_PROTOCOLS = frozenset({"file", "local", "memory"})
 
 _patches = PatchSet()
+is_patched, unpatch = _patches.is_patched, _patches.restore  # the patch module protocol (patches/__init__.py)
 
 
 def get_version() -> str | None:
     return installed_version("fsspec")
-
-
-def is_patched() -> bool:
-    return bool(_patches)
-
-
-def unpatch() -> None:
-    _patches.restore()
 
 
 def patch() -> None:

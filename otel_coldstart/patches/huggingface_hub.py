@@ -58,6 +58,7 @@ TARGETS = (FILE_DOWNLOAD, SNAPSHOT_DOWNLOAD, HTTP, TRANSFORMERS_HUB)
 HOT_PATH = False  # a few calls per file; downloads after ready() are recorded too
 
 _patches = PatchSet()
+is_patched, unpatch = _patches.is_patched, _patches.restore  # the patch module protocol (patches/__init__.py)
 
 # The error types huggingface_hub raises for a file or revision the hub does not have.
 _NOT_FOUND = ("EntryNotFoundError", "RemoteEntryNotFoundError", "LocalEntryNotFoundError")
@@ -66,14 +67,6 @@ _SNAPSHOT_PATH = re.compile(r"[\\/]snapshots[\\/]([0-9a-f]{40})[\\/]")
 
 def get_version() -> str | None:
     return installed_version("huggingface_hub")
-
-
-def is_patched() -> bool:
-    return bool(_patches)
-
-
-def unpatch() -> None:
-    _patches.restore()
 
 
 def patch() -> None:

@@ -136,10 +136,6 @@ def _compiled_already() -> bool:
     return bool(getattr(convert_frame, "FRAME_COUNTER", 0))
 
 
-def _nbytes(obj) -> int:
-    return tensor_nbytes(obj)  # a storage's nbytes is a method; a sparse tensor has none
-
-
 def _pin_copy(where: str):
     def wrapper(wrapped, instance, args, kwargs):
         session = _session.ACTIVE
@@ -157,11 +153,11 @@ def _pin_copy(where: str):
                 if not (_fake_types and isinstance(result, _fake_types)):
                     if io_before is not None and io_after is not None:
                         recorder.count(state, semconv.PHASE_PIN, semconv.PIN_KIND_COPY, _COPY_ATTRIBUTES,
-                                       _nbytes(result), start, end, io_after.read_bytes - io_before.read_bytes,
+                                       tensor_nbytes(result), start, end, io_after.read_bytes - io_before.read_bytes,
                                        io_after.major_faults - io_before.major_faults)
                     else:
                         recorder.count(state, semconv.PHASE_PIN, semconv.PIN_KIND_COPY, _COPY_ATTRIBUTES,
-                                       _nbytes(result), start, end)
+                                       tensor_nbytes(result), start, end)
             except Exception:
                 report_internal_error(where)
         return result
@@ -187,7 +183,7 @@ def _pinned_alloc(wrapped, instance, args, kwargs):
         _guard.leave()
     try:
         if not (_fake_types and isinstance(result, _fake_types)):
-            _record(session, semconv.PIN_KIND_ALLOC, _nbytes(result), start, end)
+            _record(session, semconv.PIN_KIND_ALLOC, tensor_nbytes(result), start, end)
     except Exception:
         report_internal_error("pinned allocation")
     return result

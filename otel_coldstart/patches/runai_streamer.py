@@ -65,14 +65,11 @@ _OBJECT_STORE = ("s3://", "gs://", "az://")
 _STATE = __name__
 
 _patches = PatchSet()
+is_patched, unpatch = _patches.is_patched, _patches.restore  # the patch module protocol (patches/__init__.py)
 
 
 def get_version() -> str | None:
     return installed_version("runai-model-streamer")
-
-
-def is_patched() -> bool:
-    return bool(_patches)
 
 
 def patch() -> None:
@@ -82,10 +79,6 @@ def patch() -> None:
         return  # another version of the streamer: nothing of it is patched
     _patches.wrap(streamer, "stream_files", _stream_files)
     _patches.wrap(streamer, "get_tensors", _get_tensors)
-
-
-def unpatch() -> None:
-    _patches.restore()
 
 
 class _Stream:

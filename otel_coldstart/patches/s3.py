@@ -38,18 +38,11 @@ TARGETS = (TRANSFER_MANAGER, BOTOCORE_CLIENT)
 HOT_PATH = False  # one check per AWS API call (its operation name); nothing per byte
 
 _patches = PatchSet()
+is_patched, unpatch = _patches.is_patched, _patches.restore  # the patch module protocol (patches/__init__.py)
 
 
 def get_version() -> str | None:
     return installed_version("boto3")
-
-
-def is_patched() -> bool:
-    return bool(_patches)
-
-
-def unpatch() -> None:
-    _patches.restore()
 
 
 def patch() -> None:

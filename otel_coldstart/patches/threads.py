@@ -18,24 +18,17 @@ TARGETS = ("concurrent.futures",)
 HOT_PATH = True
 
 _patches = PatchSet()
+is_patched, unpatch = _patches.is_patched, _patches.restore  # the patch module protocol (patches/__init__.py)
 
 
 def get_version() -> str | None:
     return None  # part of the standard library
 
 
-def is_patched() -> bool:
-    return bool(_patches)
-
-
 def patch() -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     _patches.wrap(ThreadPoolExecutor, "submit", _submit)
-
-
-def unpatch() -> None:
-    _patches.restore()
 
 
 def _submit(wrapped, instance, args, kwargs):

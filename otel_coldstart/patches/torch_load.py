@@ -21,15 +21,12 @@ TARGETS = ("torch",)
 HOT_PATH = False
 
 _patches = PatchSet()
+is_patched, unpatch = _patches.is_patched, _patches.restore  # the patch module protocol (patches/__init__.py)
 _local = threading.local()  # .storage_ns / .storage_reads while a torch.load runs here
 
 
 def get_version() -> str | None:
     return installed_version("torch")
-
-
-def is_patched() -> bool:
-    return bool(_patches)
 
 
 def patch() -> None:
@@ -41,10 +38,6 @@ def patch() -> None:
     reader = getattr(torch._C, "PyTorchFileReader", None)
     if reader is not None and hasattr(reader, "get_storage_from_record"):
         _patches.wrap(reader, "get_storage_from_record", _storage_read)
-
-
-def unpatch() -> None:
-    _patches.restore()
 
 
 def _path_of(f) -> str | None:

@@ -55,18 +55,11 @@ TARGETS = (MODELING_UTILS, AUTO_FACTORY, MODELING_AUTO)
 HOT_PATH = False  # a handful of calls per from_pretrained
 
 _patches = PatchSet()
+is_patched, unpatch = _patches.is_patched, _patches.restore  # the patch module protocol (patches/__init__.py)
 
 
 def get_version() -> str | None:
     return installed_version("transformers")
-
-
-def is_patched() -> bool:
-    return bool(_patches)
-
-
-def unpatch() -> None:
-    _patches.restore()
 
 
 def patch() -> None:

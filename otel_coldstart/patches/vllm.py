@@ -51,6 +51,7 @@ TARGETS = tuple(dict.fromkeys([module for module, _ in READY_POINTS] + [OUTPUT_P
 HOT_PATH = False  # each point is called once per process
 
 _patches = PatchSet()
+is_patched = _patches.is_patched  # the patch module protocol (patches/__init__.py)
 _first_request_patches = PatchSet()  # removed once the first request ended (or at unpatch)
 _first_request = None  # first_request.FirstRequest while the first request runs
 _first_request_done = False  # per process: the first request was marked (or could not be)
@@ -59,10 +60,6 @@ _armed = False  # the vLLM plugin is loaded in this process (per process, as the
 
 def get_version() -> str | None:
     return installed_version("vllm")
-
-
-def is_patched() -> bool:
-    return bool(_patches)
 
 
 def arm() -> None:

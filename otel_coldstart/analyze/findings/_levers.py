@@ -10,14 +10,14 @@ from typing import Sequence
 
 from ..breakdown import Breakdown, same_thread
 from ..storage_floor import StorageFloor
-from ..whatif import Options, Saving, evidence, saving
-from ..whatif._evidence import Evidence, file_reads
+from ..whatif import Options, Saving, saving
+from ..whatif._evidence import Evidence, file_reads, gather
 
 
 def gathered(results: Sequence[Breakdown], floor: StorageFloor | None = None,
              reference: Sequence[Breakdown] = ()) -> Evidence:
     """What the levers learn from the start-ups given, once for every rule."""
-    return evidence(results, Options(floor=floor, reference=tuple(reference)))
+    return gather(results, Options(floor=floor, reference=tuple(reference)))
 
 
 def lever_saving(b: Breakdown, lever: str, floor: StorageFloor | None, ev: Evidence | None) -> Saving:

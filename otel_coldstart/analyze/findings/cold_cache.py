@@ -23,7 +23,7 @@ from __future__ import annotations
 from ... import semconv
 from ..breakdown import Breakdown, ShardRead
 from ..storage_floor import StorageFloor
-from ..units import format_bytes, format_rate, format_seconds
+from ..units import format_bytes, format_rate, format_seconds, per_second
 from ..whatif import PREWARM
 from ._finding import Finding, claim, share_text, shard_resource, split, weight
 from ._levers import cold_file_spans, lever_saving
@@ -40,10 +40,6 @@ def _bytes_read(shard: ShardRead) -> int:
     return shard.size or 0
 
 
-def _rate(nbytes: int, ns: int) -> float | None:
-    return nbytes / (ns / 1e9) if nbytes > 0 and ns > 0 else None
-
-
 def check(breakdown: Breakdown, floor: StorageFloor | None = None, given=None) -> list[Finding]:
     sized = [s for s in breakdown.read_shards if s.size]
     cold = [s for s in sized if s.cold]
@@ -52,8 +48,8 @@ def check(breakdown: Breakdown, floor: StorageFloor | None = None, given=None) -
     warm = [s for s in sized if s.state == semconv.CACHE_WARM]
     spent = sum(s.duration_ns for s in cold)
     read = sum(_bytes_read(s) for s in cold)
-    cold_rate = _rate(read, spent)
-    warm_rate = _rate(sum(s.size or 0 for s in warm), sum(s.duration_ns for s in warm))
+    cold_rate = per_second(read, spent)
+    warm_rate = per_second(sum(s.size or 0 for s in warm), sum(s.duration_ns for s in warm))
     floor_warm = floor.warm_bytes_per_s if floor else None
     reference, reference_name = None, ""
     if floor_warm:

@@ -174,7 +174,6 @@ def project(results: Sequence[Breakdown], levers: Sequence[str] | None = None,
     if not ready:
         raise ValueError("no start-up reached ready(): there is no start-up time to project")
     ev = gather(results, options)
-    own = [b.self_ns for b in ready]
     concurrency = [Concurrency(b) for b in ready]
     extend = _to_first_token if until == FIRST_TOKEN else (lambda _b, projected: projected)
     baseline = summarize([extend(b, (b.duration_ns, _phase_values(b))) for b in ready])
@@ -199,7 +198,7 @@ def project(results: Sequence[Breakdown], levers: Sequence[str] | None = None,
         per = {}
         for i, b in enumerate(ready):
             said.startup = i
-            per[i] = _MODULES[lever].cut(b, own[i], concurrency[i], ev, said)
+            per[i] = _MODULES[lever].cut(b, concurrency[i], ev, said)
         outcomes[lever] = (per, said)
     projections = []
     for lever in asked:
@@ -285,16 +284,11 @@ class Saving:
             "; ".join(self.assumptions)
 
 
-def evidence(results: Sequence[Breakdown], options: Options = Options()) -> Evidence:
-    """What the levers learn from every start-up given (and ``options.reference``)."""
-    return gather(results, options)
-
-
 def saving(b: Breakdown, lever: str, ev: Evidence) -> Saving:
     """The time ``lever`` takes off start-up ``b``: its measured total less its projected
     total, as ``project`` computes it (the same cuts, the same arithmetic)."""
     said = Assumptions()
-    outcome = _MODULES[lever].cut(b, b.self_ns, Concurrency(b), ev, said)
+    outcome = _MODULES[lever].cut(b, Concurrency(b), ev, said)
     if not outcome.applies:
         return Saving(lever, False, 0)
     if outcome.unknown and not outcome.cuts:

@@ -15,7 +15,7 @@ from ..breakdown import Breakdown, ShardRead, bandwidth_sample
 from ..explain import CacheHit, fastest_hits
 from ..model import Span
 from ..storage_floor import StorageFloor
-from ..units import format_rate
+from ..units import format_rate, per_second
 
 _NOT_FILE_READS = (semconv.PHASE_DESERIALIZE, semconv.PHASE_DOWNLOAD)
 COPY_PHASES = (semconv.PHASE_H2D, semconv.PHASE_D2H, semconv.PHASE_D2D, semconv.PHASE_H2H)
@@ -177,10 +177,6 @@ def hidden_reads(b: Breakdown) -> list[tuple[Span, int]]:
     return found
 
 
-def _per_second(nbytes: int, ns: int) -> float | None:
-    return nbytes / (ns / 1e9) if nbytes > 0 and ns > 0 else None
-
-
 def warm_rates_by_format(results: Iterable[Breakdown]) -> dict[str | None, float]:
     """Bytes per second of resident file reads, per file format."""
     size: dict[str | None, int] = defaultdict(int)
@@ -190,7 +186,7 @@ def warm_rates_by_format(results: Iterable[Breakdown]) -> dict[str | None, float
             if shard.state == semconv.CACHE_WARM:
                 size[shard.format] += shard.size or 0
                 time[shard.format] += span.duration_ns
-    return {fmt: rate for fmt in size if (rate := _per_second(size[fmt], time[fmt]))}
+    return {fmt: rate for fmt in size if (rate := per_second(size[fmt], time[fmt]))}
 
 
 def storage_read_rate(results: Iterable[Breakdown]) -> float | None:
@@ -204,7 +200,7 @@ def storage_read_rate(results: Iterable[Breakdown]) -> float | None:
                 if read > 0:
                     nbytes += read
                     ns += span.duration_ns
-    return _per_second(nbytes, ns)
+    return per_second(nbytes, ns)
 
 
 def _pinned_rate(results: Iterable[Breakdown]) -> tuple[float | None, str]:
@@ -225,7 +221,7 @@ def _pinned_rate(results: Iterable[Breakdown]) -> tuple[float | None, str]:
                 ns += sample[1]
                 device = device or semconv.COPY_ASYNC_S in span.attributes
     basis = "device time of the pinned copies" if device else "host time of the pinned copies"
-    return _per_second(nbytes, ns), basis
+    return per_second(nbytes, ns), basis
 
 
 def gather(results: Sequence[Breakdown], options: Options) -> Evidence:

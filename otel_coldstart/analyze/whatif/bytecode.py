@@ -16,7 +16,7 @@ from ._evidence import Assumptions, Concurrency, Cut, Evidence, LeverOutcome
 NOTHING = "no import compiled a module from source (the bytecode was cached), or the trace does not say"
 
 
-def cut(b: Breakdown, own: dict, ctx: Concurrency, ev: Evidence, said: Assumptions) -> LeverOutcome:
+def cut(b: Breakdown, ctx: Concurrency, ev: Evidence, said: Assumptions) -> LeverOutcome:
     out = LeverOutcome()
     for span, causes in import_spans(b):
         if not causes.compiled_modules or not causes.compile_ns:
@@ -24,6 +24,6 @@ def cut(b: Breakdown, own: dict, ctx: Concurrency, ev: Evidence, said: Assumptio
         out.applies = True
         said.add("bytecode", "each import's time compiling modules from source (measured) comes off it: their "
                              "cached bytecode is read instead, at the cost reading their source had")
-        cap = own.get(span.span_id, span.busy_ns)
+        cap = b.own_ns(span)
         out.cuts.append(Cut(span.span_id, semconv.PHASE_IMPORT, min(cap, causes.compile_ns), cap, ctx.of(span)))
     return out

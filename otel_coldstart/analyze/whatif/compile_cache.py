@@ -15,7 +15,7 @@ from ._evidence import Assumptions, Concurrency, Cut, Evidence, LeverOutcome
 NOTHING = "no compilation missed the cache in these start-ups"
 
 
-def cut(b: Breakdown, own: dict, ctx: Concurrency, ev: Evidence, said: Assumptions) -> LeverOutcome:
+def cut(b: Breakdown, ctx: Concurrency, ev: Evidence, said: Assumptions) -> LeverOutcome:
     out = LeverOutcome()
     compiles = [s for s in b.spans if s.phase == semconv.PHASE_COMPILE]
     missed = []
@@ -43,7 +43,7 @@ def cut(b: Breakdown, own: dict, ctx: Concurrency, ev: Evidence, said: Assumptio
             continue
         said.add("compile", "each compilation that missed the cache at the own time of the fastest compilation "
                             "of the same frame that only hit it in the input")
-        cap = own.get(span.span_id, span.busy_ns)
+        cap = b.own_ns(span)
         out.cuts.append(Cut(span.span_id, semconv.PHASE_COMPILE, max(0, cap - hit.ns), cap, ctx.of(span)))
     if never_hit:
         shown = ", ".join(sorted(set(never_hit))[:3]) + (" ..." if len(set(never_hit)) > 3 else "")

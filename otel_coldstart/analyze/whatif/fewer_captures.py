@@ -50,7 +50,7 @@ def default_keep(sizes: Iterable[int]) -> frozenset[int]:
     return frozenset(keep)
 
 
-def cut(b: Breakdown, own: dict, ctx: Concurrency, ev: Evidence, said: Assumptions) -> LeverOutcome:
+def cut(b: Breakdown, ctx: Concurrency, ev: Evidence, said: Assumptions) -> LeverOutcome:
     out = LeverOutcome()
     leaves = _capture_leaves(b)
     if not leaves:
@@ -69,7 +69,7 @@ def cut(b: Breakdown, own: dict, ctx: Concurrency, ev: Evidence, said: Assumptio
         if not sizes:
             unsized += 1
             continue
-        cap = own.get(span.span_id, span.busy_ns)
+        cap = b.own_ns(span)
         times = _capture_times(span, len(sizes))
         if times is not None and len(sizes) == 1 and not span.attributes.get(semconv.AGGREGATE):
             times = None  # one capture: its span is its time

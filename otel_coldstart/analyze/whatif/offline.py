@@ -16,14 +16,14 @@ from ._evidence import Assumptions, Concurrency, Cut, Evidence, LeverOutcome
 NOTHING = "the start-ups made no metadata request to the hub: nothing for offline mode to spare"
 
 
-def cut(b: Breakdown, own: dict, ctx: Concurrency, ev: Evidence, said: Assumptions) -> LeverOutcome:
+def cut(b: Breakdown, ctx: Concurrency, ev: Evidence, said: Assumptions) -> LeverOutcome:
     out = LeverOutcome()
     requests = [s for s in b.spans if s.name == semconv.SPAN_DOWNLOAD_METADATA]
     if not requests:
         return out
     out.applies = True
     for span in requests:
-        cap = own.get(span.span_id, span.busy_ns)
+        cap = b.own_ns(span)
         out.cuts.append(Cut(span.span_id, span.phase or semconv.PHASE_DOWNLOAD, cap, cap, ctx.of(span)))
     said.add("offline", "with HF_HUB_OFFLINE=1 the hub is never asked: every metadata request takes no time")
     fetched = [s for s in b.spans if s.name == semconv.SPAN_DOWNLOAD_FILE

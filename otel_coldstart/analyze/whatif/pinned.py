@@ -16,7 +16,7 @@ from ._evidence import Assumptions, Concurrency, Cut, Evidence, LeverOutcome, st
 NOTHING = "no pageable host-to-device copy in these start-ups"
 
 
-def cut(b: Breakdown, own: dict, ctx: Concurrency, ev: Evidence, said: Assumptions) -> LeverOutcome:
+def cut(b: Breakdown, ctx: Concurrency, ev: Evidence, said: Assumptions) -> LeverOutcome:
     out = LeverOutcome()
     copies = [s for s in b.spans if s.phase == semconv.PHASE_H2D
               and verdicts.positive_int(s.attributes, semconv.COPY_PAGEABLE_BYTES)]
@@ -31,7 +31,7 @@ def cut(b: Breakdown, own: dict, ctx: Concurrency, ev: Evidence, said: Assumptio
                        f"({{rates}}, {ev.pinned_basis}), one after another (no overlap assumed)", ev.pinned_rate)
     cold_rate = None
     for span in copies:
-        cap = own.get(span.span_id, span.busy_ns)
+        cap = b.own_ns(span)
         pageable = verdicts.positive_int(span.attributes, semconv.COPY_PAGEABLE_BYTES)
         pinned = verdicts.positive_int(span.attributes, semconv.COPY_PINNED_BYTES)
         storage = 0

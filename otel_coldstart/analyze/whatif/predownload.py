@@ -30,7 +30,7 @@ def _parent(b: Breakdown, span_id: str):
     return next(s for s in b.spans if s.span_id == span_id)
 
 
-def cut(b: Breakdown, own: dict, ctx: Concurrency, ev: Evidence, said: Assumptions) -> LeverOutcome:
+def cut(b: Breakdown, ctx: Concurrency, ev: Evidence, said: Assumptions) -> LeverOutcome:
     out = LeverOutcome()
     files = [s for s in b.spans if s.name == semconv.SPAN_DOWNLOAD_FILE and _fetched(s)]
     if not files:
@@ -41,7 +41,7 @@ def cut(b: Breakdown, own: dict, ctx: Concurrency, ev: Evidence, said: Assumptio
                  and any(f.parent_id == s.span_id for f in files)}
     tied = [s for s in b.spans if s.name == semconv.SPAN_DOWNLOAD_METADATA and s.parent_id in fetched_ids]
     for span in [*files, *tied, *snapshots.values()]:
-        cap = own.get(span.span_id, span.busy_ns)
+        cap = b.own_ns(span)
         if span.span_id in snapshots:
             # The calling thread only waits for its workers' files: the start-up is shorter by
             # that whole wait, whatever else ran beside it.

@@ -21,7 +21,7 @@ from ._evidence import (Assumptions, Concurrency, Cut, Evidence, LeverOutcome, c
 NOTHING = "every checkpoint file was already resident and no copy read from storage: nothing to pre-warm"
 
 
-def cut(b: Breakdown, own: dict, ctx: Concurrency, ev: Evidence, said: Assumptions) -> LeverOutcome:
+def cut(b: Breakdown, ctx: Concurrency, ev: Evidence, said: Assumptions) -> LeverOutcome:
     out = LeverOutcome()
     cold = [(span, shard) for span, shard in file_reads(b) if shard.cold]
     hidden = hidden_reads(b)
@@ -57,7 +57,7 @@ def cut(b: Breakdown, own: dict, ctx: Concurrency, ev: Evidence, said: Assumptio
                                          "read): at read(2)'s rate their copying is taken as free, an optimistic "
                                          "projection (give a start-up with resident files, e.g. with --reference, "
                                          "for this loader's own rate)")
-        _share_cut(out, [span, *nested], span.busy_ns - ideal, own, ctx)
+        _share_cut(out, b, [span, *nested], span.busy_ns - ideal, ctx)
     outside = [(span, read) for span, read in hidden if span.span_id not in inside_files]
     if outside:
         cold_rate = hidden_read_rate(b, ev, said)
@@ -65,7 +65,7 @@ def cut(b: Breakdown, own: dict, ctx: Concurrency, ev: Evidence, said: Assumptio
             missing.add("storage reads inside copies")
         else:
             for span, read in outside:
-                cap = own.get(span.span_id, span.busy_ns)
+                cap = b.own_ns(span)
                 out.cuts.append(Cut(span.span_id, span.phase or "", min(cap, int(read / cold_rate * 1e9)), cap,
                                      ctx.of(span)))
     if missing:
@@ -99,10 +99,10 @@ def _warm_file_rate(fmt: str | None, own_warm: dict, ev: Evidence, said: Assumpt
     return None, False
 
 
-def _share_cut(out: LeverOutcome, spans: list[Span], cut_ns: int, own: dict, ctx: Concurrency) -> None:
+def _share_cut(out: LeverOutcome, b: Breakdown, spans: list[Span], cut_ns: int, ctx: Concurrency) -> None:
     """``cut_ns`` taken from ``spans`` (a file and the copies made while it was open) in
     proportion to their own times."""
-    owns = [own.get(s.span_id, s.busy_ns) for s in spans]
+    owns = [b.own_ns(s) for s in spans]
     total = sum(owns)
     cut_ns = max(0, min(cut_ns, total))
     for span, own_ns in zip(spans, owns):

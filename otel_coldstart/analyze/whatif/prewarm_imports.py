@@ -16,7 +16,7 @@ from ._evidence import Assumptions, Concurrency, Cut, Evidence, LeverOutcome
 NOTHING = "no import read from storage (the environment was resident), or the trace does not say"
 
 
-def cut(b: Breakdown, own: dict, ctx: Concurrency, ev: Evidence, said: Assumptions) -> LeverOutcome:
+def cut(b: Breakdown, ctx: Concurrency, ev: Evidence, said: Assumptions) -> LeverOutcome:
     out = LeverOutcome()
     reading = [(span, causes) for span, causes in import_spans(b) if reads_storage(causes)]
     if not reading:
@@ -34,7 +34,7 @@ def cut(b: Breakdown, own: dict, ctx: Concurrency, ev: Evidence, said: Assumptio
     for span, causes in reading:
         if causes.cpu_ns is None:
             continue
-        cap = own.get(span.span_id, span.busy_ns)
+        cap = b.own_ns(span)
         out.cuts.append(Cut(span.span_id, semconv.PHASE_IMPORT, min(cap, storage_wait_ns(causes, share, warm)), cap,
                              ctx.of(span)))
     return out

@@ -14,7 +14,7 @@ from ._evidence import Assumptions, COPY_PHASES, Concurrency, Cut, Evidence, Lev
 NOTHING = "no cast in these start-ups: the checkpoint is already in the serving dtype"
 
 
-def cut(b: Breakdown, own: dict, ctx: Concurrency, ev: Evidence, said: Assumptions) -> LeverOutcome:
+def cut(b: Breakdown, ctx: Concurrency, ev: Evidence, said: Assumptions) -> LeverOutcome:
     out = LeverOutcome()
     casts = [s for s in b.spans if s.phase == semconv.PHASE_CAST]
     device_casts = [s for s in b.spans if s.phase in COPY_PHASES and semconv.CAST_TO in s.attributes]
@@ -30,7 +30,7 @@ def cut(b: Breakdown, own: dict, ctx: Concurrency, ev: Evidence, said: Assumptio
              + (f" ({', '.join(pairs)})" if pairs else ""))
     cold_rate = None
     for span in casts:
-        cap = own.get(span.span_id, span.busy_ns)
+        cap = b.own_ns(span)
         keep = 0
         read = verdicts.int_value(span.attributes, semconv.IO_READ_BYTES) or 0
         if read > 0:

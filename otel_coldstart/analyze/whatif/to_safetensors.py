@@ -30,7 +30,7 @@ def pickle_reads(b: Breakdown):
     return [(span, shard) for span, shard in file_reads(b) if shard.format in PICKLE_FORMATS]
 
 
-def cut(b: Breakdown, own: dict, ctx: Concurrency, ev: Evidence, said: Assumptions) -> LeverOutcome:
+def cut(b: Breakdown, ctx: Concurrency, ev: Evidence, said: Assumptions) -> LeverOutcome:
     out = LeverOutcome()
     pickles = pickle_reads(b)
     if not pickles:
@@ -45,7 +45,7 @@ def cut(b: Breakdown, own: dict, ctx: Concurrency, ev: Evidence, said: Assumptio
             missing += 1
             continue
         nested = [c for c in children.get(span.span_id, ()) if same_thread(c, span)]
-        _share_cut(out, [span, *nested], span.busy_ns - ideal, own, ctx)
+        _share_cut(out, b, [span, *nested], span.busy_ns - ideal, ctx)
     if missing:
         out.unknown = (f"{missing} pickle file(s) read from storage without a rate to read them at as "
                        "safetensors: no safetensors file read from storage in the start-ups given and no storage "
