@@ -41,6 +41,12 @@ class FindingGroup:
         return min(values), max(values)
 
 
+def several_startups(startups: Sequence) -> bool:
+    """Whether a report's findings are grouped: more than one start-up (each rank of a
+    multi-process start-up is one)."""
+    return len({(b.trace_id, b.root.span_id) for b in startups}) > 1
+
+
 def group(findings: Sequence, startups: int) -> list[FindingGroup]:
     """The findings grouped by rule and phase, the group with the largest saving first."""
     by_key: dict[tuple, list] = {}

@@ -13,7 +13,7 @@ from .escape import terminal_text as _t  # every string from a trace: no control
 from .labels import distinct_labels, shorten
 from .first_request import lines as first_request_lines
 from .lazy import lines as lazy_lines
-from .grouped_findings import group as group_findings
+from .grouped_findings import group as group_findings, several_startups
 from .downloads import lines as download_lines, shard_notes
 from .render_explain import render_explain_text
 from .own_cost import own_cost, phase_line as own_cost_line, total_line as own_cost_total_line
@@ -39,7 +39,7 @@ def render_text(report: "Report", out: TextIO) -> None:
         if len(group) > 1:
             render_ranks_text(group, out)
     out.write("\n")
-    if len({(b.trace_id, b.root.span_id) for b in report.startups}) > 1:
+    if several_startups(report.startups):
         render_grouped_findings_text(report.findings, len(report.startups), out)
     else:
         render_findings_text(report.findings, out)
@@ -209,21 +209,25 @@ def render_grouped_findings_text(findings: Sequence, startups: int, out: TextIO)
         return
     out.write(f"findings over {startups} start-ups, each once (largest estimated saving first):\n")
     for number, item in enumerate(group_findings(findings, startups), start=1):
-        low, high = item.savings_ns
-        if not high:
-            saving = "saving not estimated"
-        else:
-            shown = format_seconds(high) if format_seconds(low) == format_seconds(high) \
-                else f"{format_seconds(low)}–{format_seconds(high)}"
-            first = "the first requests " if getattr(item.findings[0], "saves_first_requests", False) else ""
-            saving = f"could save {first}~{shown}"
-        out.write(f"  {number}. {_t(item.title)} (in {item.count} of {startups} start-ups; {saving})\n")
+        out.write(f"  {number}. {_t(item.title)} (in {item.count} of {startups} start-ups; "
+                  f"{grouped_saving_text(item)})\n")
         for line in item.evidence:
             out.write(f"       - {_t(line)}\n")
         out.write(f"       lever: {_t(item.lever)}\n")
         if not item.same_words:
             out.write(f"       (words and figures of trace {_t(item.findings[0].trace_id[:16])}, the largest saving; "
                       "each start-up's own in --format json)\n")
+
+
+def grouped_saving_text(item) -> str:
+    """A group's saving as the range its start-ups' findings state (every format's)."""
+    low, high = item.savings_ns
+    if not high:
+        return "saving not estimated"
+    shown = format_seconds(high) if format_seconds(low) == format_seconds(high) \
+        else f"{format_seconds(low)}–{format_seconds(high)}"
+    first = "the first requests " if getattr(item.findings[0], "saves_first_requests", False) else ""
+    return f"could save {first}~{shown}"
 
 
 def saving_text(finding) -> str:

@@ -22,7 +22,8 @@ from .capacity import summarize_group
 from .escape import html_text as _e
 from .first_request import lines as first_request_lines
 from .lazy import lines as lazy_lines
-from .render import dominant_line, saving_text
+from .grouped_findings import group as group_findings, ranged, several_startups
+from .render import dominant_line, grouped_saving_text, saving_text
 from .render_explain import render_explain_html
 from .render_downloads import render_downloads_html
 from .render_interrupted import render_killed_text, render_stalls_text
@@ -96,6 +97,9 @@ def render_html(report: Report, out: TextIO) -> None:
     w("<h2>Findings</h2>\n")
     if not findings:
         w("<p>None.</p>\n")
+    if findings and several_startups(results):  # each rule once; JSON keeps each start-up's own
+        _grouped_findings(findings, len(results), w)
+        findings = ()
     for number, f in enumerate(findings, start=1):
         level = "major" if f.share >= 0.3 else "notable" if f.share >= 0.1 else "minor"
         rank = f" (rank {f.rank})" if f.rank is not None else ""
@@ -114,6 +118,35 @@ def render_html(report: Report, out: TextIO) -> None:
         for b in group:
             _startup(b, w, link)
     w(page_end())
+
+
+SEEN_LINKS = 8  # start-ups linked per grouped finding
+
+
+def _grouped_findings(findings, startups: int, w) -> None:
+    """The text report's grouped findings (analyze/grouped_findings.py), each linking the
+    start-ups it was seen in."""
+    w(f"<p class=\"muted\">Over {startups} start-ups, each finding once (largest estimated saving first).</p>\n")
+    for number, item in enumerate(group_findings(findings, startups), start=1):
+        top = item.findings[0]
+        level = "major" if top.share >= 0.3 else "notable" if top.share >= 0.1 else "minor"
+        w(f"<div class=\"finding {level}\" data-rule=\"{_e(item.rule)}\" data-count=\"{item.count}\"><b>{number}. "
+          f"{_e(item.title)}</b> <span class=\"muted\">in {item.count} of {startups} start-ups; "
+          f"{_e(grouped_saving_text(item))}</span><ul>")
+        for line in item.evidence:
+            w(f"<li>{_e(line)}</li>")
+        w(f"<li><i>Lever:</i> {_e(item.lever)}</li>")
+        estimates = [f.estimate for f in item.findings if f.estimate]
+        if estimates:
+            w(f"<li class=\"muted\">Estimate: {_e(ranged(estimates)[0])}</li>")
+        traces = list(dict.fromkeys(f.trace_id for f in item.findings))
+        more = f" and {len(traces) - SEEN_LINKS} more" if len(traces) > SEEN_LINKS else ""
+        w("<li class=\"muted\">Seen in: " + ", ".join(f"<a href=\"#trace-{_e(t)}\">trace {_e(t[:8])}</a>"
+                                                     for t in traces[:SEEN_LINKS]) + f"{more}</li>")
+        if not item.same_words:
+            w(f"<li class=\"muted\">Words and figures of trace {_e(top.trace_id[:16])}, the largest saving; each "
+              "start-up's own in --format json</li>")
+        w("</ul></div>\n")
 
 
 def _startup(b: Breakdown, w, link) -> None:

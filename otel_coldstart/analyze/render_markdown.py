@@ -13,7 +13,8 @@ from .lazy import lines as lazy_lines
 from .render_explain import render_explain_markdown
 from .render_interrupted import render_killed_text, render_stalls_text, state_text
 from .shard_rows import shard_rows
-from .render import dominant_line, saving_text
+from .render import dominant_line, grouped_saving_text, saving_text
+from .grouped_findings import group as group_findings, several_startups
 from .units import format_bytes, format_rate, format_seconds
 from .render_downloads import render_downloads_markdown
 from .downloads import shard_notes
@@ -36,6 +37,9 @@ def render_markdown(report: Report, out: TextIO) -> None:
     out.write("## Findings\n\n")
     if not findings:
         out.write("None.\n")
+    if findings and several_startups(report.startups):  # each rule once; JSON keeps each start-up's own
+        _grouped_findings(findings, len(report.startups), out)
+        findings = ()
     for number, f in enumerate(findings, start=1):
         rank = f" (rank {f.rank})" if f.rank is not None else ""
         out.write(f"{number}. **{_cell(f.title)}**{_cell(rank)}, {saving_text(f)}\n")
@@ -43,6 +47,20 @@ def render_markdown(report: Report, out: TextIO) -> None:
             out.write(f"   - {_cell(line)}\n")
         out.write(f"   - *Lever:* {_cell(f.lever)}\n")
     out.write("\n")
+
+
+def _grouped_findings(findings, startups: int, out: TextIO) -> None:
+    """The text report's grouped findings (analyze/grouped_findings.py) as a Markdown list."""
+    out.write(f"Over {startups} start-ups, each finding once (largest estimated saving first):\n\n")
+    for number, item in enumerate(group_findings(findings, startups), start=1):
+        out.write(f"{number}. **{_cell(item.title)}**, in {item.count} of {startups} start-ups, "
+                  f"{grouped_saving_text(item)}\n")
+        for line in item.evidence:
+            out.write(f"   - {_cell(line)}\n")
+        out.write(f"   - *Lever:* {_cell(item.lever)}\n")
+        if not item.same_words:
+            out.write(f"   - *Words and figures of trace {markdown_code(item.findings[0].trace_id[:16])}, the "
+                      "largest saving; each start-up's own in `--format json`*\n")
 
 
 def _startup(b: Breakdown, out: TextIO) -> None:

@@ -124,3 +124,13 @@ class WhatIfReport:
 
     result: Any  # whatif.WhatIf
     skipped: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class ByReport:
+    """What ``whatif --by`` and ``compare --by`` render: ``command``'s report per value of each
+    attribute (different programs under one service name, told apart)."""
+
+    command: str  # "whatif" or "compare": whose renderer writes each group
+    groups: Sequence[tuple[str, str, str, Any]]  # (attribute, value, its start-ups in words, the command's report)
+    notes: Sequence[str] = ()  # values left out, and why

@@ -559,10 +559,12 @@ def output(path: str | None, what: str = "--output") -> Iterator[TextIO]:
 
 def write_report(command: str, report, args: argparse.Namespace) -> None:
     """``report`` in the ``--format`` asked (analyze/renderers.py), to ``--output`` or stdout."""
+    from ..analyze.render_by import BY_RENDERERS
     from ..analyze.renderers import RENDERERS
+    from ..analyze.report import ByReport
 
     with output(args.output) as out:
-        RENDERERS[command][args.format](report, out)
+        (BY_RENDERERS if isinstance(report, ByReport) else RENDERERS[command])[args.format](report, out)
 
 
 def _is_stdout(path: str) -> bool:

@@ -10,13 +10,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..analyze.capacity import DEFAULT_GROUP_KEYS, FIRST_TOKEN, READY, UNTIL, capacity_summary, known_keys
+from ..analyze.capacity import DEFAULT_GROUP_KEYS, FIRST_TOKEN, READY, UNTIL, capacity_summary
 from ..analyze.programs import mixed_programs
 from ..analyze.renderers import FORMATS
 from ..analyze.report import CapacityReport
 from ..analyze.units import parse_duration_ns
 from ._inputs import (add_file_arguments, add_jobs_argument, check_number, expand_paths, load_files,
                       require_startups, write_report)
+from ._by import check_by
 from ._clickhouse import add_clickhouse_arguments, files_or_clickhouse, load_clickhouse
 from ._prometheus import add_prometheus_arguments, run_prometheus
 from .errors import EXIT_NO_STARTUP, EXIT_USAGE, CliError
@@ -65,12 +66,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         inputs = load_files(expand_paths(args.files), args, slim=True)
     results = require_startups(inputs, args.trace_id)
-    if args.by:
-        known = known_keys(results)
-        missing = [key for key in args.by if key not in known]
-        if missing:
-            raise CliError(f"--by {', '.join(missing)}: no start-up has this attribute; known keys: "
-                           f"{', '.join(known) or '(none)'}", EXIT_USAGE)
+    check_by(results, args.by)
     summaries = capacity_summary(results, args.by or DEFAULT_GROUP_KEYS, args.include_unready, args.until)
     if summaries[0].total is None and args.until == FIRST_TOKEN:
         raise CliError(f"none of the {summaries[0].count} start-up(s) has a first token "

@@ -10,11 +10,12 @@ import argparse
 import sys
 
 from ..analyze.compare import compare
-from ..analyze.programs import mixed_programs
+from ..analyze.programs import mixed_programs, split_by
 from ..analyze.renderers import FORMATS
-from ..analyze.report import CompareReport, Side, split_unready
+from ..analyze.report import ByReport, CompareReport, Side, split_unready
 from ._inputs import (Inputs, add_file_arguments, add_jobs_argument, expand_paths, load_sides, require_startups,
                       write_report)
+from ._by import check_by
 from ._clickhouse import add_clickhouse_arguments, files_or_clickhouse, load_clickhouse
 from .errors import EXIT_NO_STARTUP, CliError
 
@@ -29,6 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--include-unready", action="store_true",
                         help="count start-ups that did not reach ready() (killed, SIGTERM, crashed) in the "
                              "statistics; by default they are counted apart, by how they ended")
+    parser.add_argument("--by", action="append", default=None, metavar="ATTRIBUTE",
+                        help="compare each value of this resource or root-span attribute apart (A's against B's), "
+                             "as capacity --by groups (repeatable; e.g. process.command)")
     parser.add_argument("--format", choices=FORMATS, default="text",
                         help="report format (default %(default)s; html: one self-contained page)")
     parser.add_argument("--output", "-o", metavar="FILE", help="write the report here (never overwrites)")
@@ -65,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace, sides, b_is_there) -> int:
+    if args.by:
+        return _compare_by(args, sides, b_is_there)
     a_inputs, a, a_side = _side("A", args.a, next(sides), args)
     b_is_there()
     b_inputs, b, b_side = _side("B", args.b, next(sides), args)
@@ -73,6 +79,46 @@ def _compare(args: argparse.Namespace, sides, b_is_there) -> int:
     for note in report.comparison.warnings:  # also in the report; here after it was written (a failed write says only that)
         print(f"otel-coldstart: warning: {note}", file=sys.stderr)
     for name, side in (("A", a), ("B", b)):  # two programs under one service name, pooled in a side
-        for note in mixed_programs(side):
+        for note in mixed_programs(side, (), "compare"):
+            print(f"otel-coldstart: warning: {name}: {note}", file=sys.stderr)
+    return a_inputs.exit_code(b_inputs.exit_code())
+
+
+def _compare_by(args: argparse.Namespace, sides, b_is_there) -> int:
+    """A against B per value of each --by attribute; a value without a start-up that reached
+    ready() on both sides is said so and left out (exit 5 when that is every value)."""
+    a_inputs = next(sides)
+    a_all = require_startups(a_inputs, args.trace_id)
+    b_is_there()
+    b_inputs = next(sides)
+    b_all = require_startups(b_inputs, args.trace_id)
+    check_by(list(a_all) + list(b_all), args.by)
+    b_groups = {(key, value): members for key, value, members in split_by(b_all, args.by)}
+    a_groups = {(key, value): members for key, value, members in split_by(a_all, args.by)}
+    groups: list = []
+    notes: list[str] = []
+    warnings: list[str] = []
+    for key, value in sorted(a_groups.keys() | b_groups.keys(), key=lambda kv: (args.by.index(kv[0]), kv[1])):
+        label = f"{key} = {value!r}"
+        a_members, b_members = a_groups.get((key, value), []), b_groups.get((key, value), [])
+        a_counted, a_unready = split_unready(a_members, args.include_unready)
+        b_counted, b_unready = split_unready(b_members, args.include_unready)
+        if not a_counted or not b_counted:
+            notes.append(f"{label} left out: A has {len(a_counted)} and B {len(b_counted)} start-up(s) to compare "
+                         f"(of {len(a_members)} and {len(b_members)})")
+            continue
+        report = CompareReport(compare(a_counted, b_counted),
+                               Side(args.a, len(a_members), a_unready, tuple(a_inputs.skipped)),
+                               Side(args.b, len(b_members), b_unready, tuple(b_inputs.skipped)), args.include_unready)
+        groups.append((key, value, f"A {len(a_members)}, B {len(b_members)} start-up(s)", report))
+        warnings.extend(f"{label}: {note}" for note in report.comparison.warnings)
+    if not groups:
+        raise CliError(f"--by {', '.join(args.by)}: no value has start-ups that reached ready() on both sides: "
+                       f"{'; '.join(notes)}", EXIT_NO_STARTUP)
+    write_report("compare", ByReport("compare", groups, notes), args)
+    for note in warnings:
+        print(f"otel-coldstart: warning: {note}", file=sys.stderr)
+    for name, side in (("A", a_all), ("B", b_all)):  # programs the attributes asked for do not tell apart
+        for note in mixed_programs(side, args.by, "compare"):
             print(f"otel-coldstart: warning: {name}: {note}", file=sys.stderr)
     return a_inputs.exit_code(b_inputs.exit_code())

@@ -6,12 +6,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..analyze.programs import mixed_programs
+from ..analyze.programs import mixed_programs, split_by
 from ..analyze.renderers import FORMATS
-from ..analyze.report import WhatIfReport
+from ..analyze.report import ByReport, WhatIfReport
 from ..analyze.storage_floor import combine
 from ..analyze.whatif import ALL, LEVERS, Options, project
 from ._inputs import add_file_arguments, expand_paths, load_files, load_reference, require_startups, write_report
+from ._by import check_by
 from ._clickhouse import add_clickhouse_arguments, files_or_clickhouse, load_clickhouse
 from .errors import EXIT_USAGE, EXIT_NO_STARTUP, CliError
 
@@ -36,6 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--until", choices=("ready", "first-token"), default="ready",
                         help="where each start-up ends: ready() (default) or its first token (ready() plus its "
                              "first request as measured); start-ups without a first token are left out, said so")
+    parser.add_argument("--by", action="append", default=None, metavar="ATTRIBUTE",
+                        help="project each value of this resource or root-span attribute apart, as capacity --by "
+                             "groups (repeatable; e.g. process.command: programs under one service name)")
     parser.add_argument("--format", choices=FORMATS, default="text",
                         help="report format (default %(default)s; json: schema otel-coldstart.whatif/1)")
     parser.add_argument("--output", "-o", metavar="FILE", help="write the report here (never overwrites)")
@@ -68,14 +72,34 @@ def run(args: argparse.Namespace) -> int:
     floors = [f for f in (inputs.floor, reference.floor if reference else None) if f is not None]
     options = Options(floor=combine(floors), keep_capture_sizes=keep,
                       reference=tuple(reference.startups) if reference else ())
-    try:
-        result = project(results, args.lever, options, until=args.until)
-    except ValueError as exc:  # every start-up given stopped before ready()
-        raise CliError(f"{', '.join(s['source'] for s in inputs.sources[:3])}: {exc}", EXIT_NO_STARTUP) from None
     skipped = inputs.skipped + (reference.skipped if reference else [])
-    write_report("whatif", WhatIfReport(result, skipped), args)
+    check_by(results, args.by)
+    if args.by:
+        write_report("whatif", _by_program(results, args, options, skipped), args)
+    else:
+        try:
+            result = project(results, args.lever, options, until=args.until)
+        except ValueError as exc:  # every start-up given stopped before ready()
+            raise CliError(f"{', '.join(s['source'] for s in inputs.sources[:3])}: {exc}", EXIT_NO_STARTUP) from None
+        write_report("whatif", WhatIfReport(result, skipped), args)
     if skipped:
         print(f"otel-coldstart: warning: {len(skipped)} input(s) left out of this report", file=sys.stderr)
-    for note in mixed_programs(results):  # two programs under one service name, pooled
+    for note in mixed_programs(results, args.by or (), "whatif"):  # two programs under one service name, pooled
         print(f"otel-coldstart: warning: {note}", file=sys.stderr)
     return inputs.exit_code(reference.exit_code() if reference else 0)
+
+
+def _by_program(results, args: argparse.Namespace, options: Options, skipped) -> ByReport:
+    """A projection per value of each --by attribute; a value none of whose start-ups reached
+    ready() is said so and left out (exit 5 when that is every value)."""
+    groups, notes = [], []
+    for key, value, members in split_by(results, args.by):
+        try:
+            groups.append((key, value, f"{len(members)} start-up(s)",
+                           WhatIfReport(project(members, args.lever, options, until=args.until), skipped)))
+        except ValueError as exc:
+            notes.append(f"{key} = {value!r} ({len(members)} start-up(s)) left out: {exc}")
+    if not groups:
+        raise CliError(f"--by {', '.join(args.by)}: no value has a start-up to project: {'; '.join(notes)}",
+                       EXIT_NO_STARTUP)
+    return ByReport("whatif", groups, notes)

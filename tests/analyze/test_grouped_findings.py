@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import io
 import json
+import re
+
+import pytest
 
 from analyze_records import child, root, shard, write_otlp
 from otel_coldstart import semconv
@@ -68,3 +71,32 @@ def test_analyze_dir_prints_each_once_and_json_keeps_every_startups_own(tmp_path
     document = json.loads(capsys.readouterr().out)
     assert sorted(f["trace_id"] for f in document["findings"] if f["rule"] == "cold_cache") == \
         ["aa" * 16, "bb" * 16, "cc" * 16]
+
+
+def test_markdown_over_several_startups_prints_each_finding_once_with_ranges(tmp_path, capsys):
+    for index, spans in enumerate(_three()):
+        write_otlp(tmp_path / f"startup-{index}.otlp.jsonl", spans)
+    assert main(["analyze", str(tmp_path), "--format", "markdown"]) == 0
+    findings = capsys.readouterr().out.split("## Findings", 1)[1]
+    assert findings.count("in 3 of 3 start-ups") == 2 and findings.count("cold page cache") == 1, findings
+    assert "900.0 ms–1.20 s" in findings and "could save ~890.0 ms–1.19 s" in findings, findings
+
+
+@pytest.mark.process  # Chromium renders the page
+def test_html_over_several_startups_shows_each_finding_once_in_chromium(tmp_path, capsys):
+    from browser import dump_dom
+
+    for index, spans in enumerate(_three()):
+        write_otlp(tmp_path / f"startup-{index}.otlp.jsonl", spans)
+    page = tmp_path / "report.html"
+    assert main(["analyze", str(tmp_path), "--format", "html", "-o", str(page)]) == 0
+    dom, console = dump_dom(str(page))
+    assert not [line for line in console if "Uncaught" in line or "Error" in line], console
+    findings = re.findall(r'<div class="finding [a-z]+" data-rule="([a-z_]+)" data-count="(\d)">(.*?)</div>', dom, re.S)
+    assert sorted((rule, count) for rule, count, _ in findings) == [("cold_cache", "3"), ("dominant_phase", "3")]
+    cold = next(body for rule, _, body in findings if rule == "cold_cache")
+    seen = re.sub(r"<[^>]+>", "", cold)
+    assert "in 3 of 3 start-ups; could save ~890.0 ms–1.19 s" in seen and "900.0 ms–1.20 s" in seen, seen
+    # each start-up it was seen in, linked to that start-up's section of the page
+    for trace in ("aa" * 16, "bb" * 16, "cc" * 16):
+        assert f'href="#trace-{trace}"' in cold and f'id="trace-{trace}"' in dom
