@@ -77,7 +77,6 @@ def hooks(rounds: int, calls: int) -> dict:
     session.progress = None  # the container is made without the board; the loops call it
     container = session.start_container(semconv.PHASE_DESERIALIZE, {semconv.FILE_PATH: "/tmp/x.safetensors",
                                                                      semconv.FILE_SIZE: 1 << 20})
-    span_id = container.span_context.span_id
     done_attrs = {semconv.PHASE: semconv.PHASE_DESERIALIZE, semconv.FILE_PATH: "/tmp/x.safetensors",
                   semconv.FILE_SIZE: 1 << 20, semconv.BYTES: 1 << 20}
 
@@ -91,7 +90,7 @@ def hooks(rounds: int, calls: int) -> dict:
         start = time.perf_counter_ns()
         for _ in range(calls):
             board.span_opened(container)
-            board.span_done(span_id, container.name, done_attrs)
+            board.span_done(container.name, done_attrs)
         return (time.perf_counter_ns() - start) / calls
 
     def file_read() -> float:
@@ -99,7 +98,7 @@ def hooks(rounds: int, calls: int) -> dict:
         for _ in range(calls):
             board.span_opened(container)
             board.file_read_opened(read)
-            board.span_done(span_id, container.name, done_attrs)
+            board.span_done(container.name, done_attrs)
         return (time.perf_counter_ns() - start) / calls
 
     samples = {"span_opened+span_done": [], "span_opened+file_read_opened+span_done": []}

@@ -72,6 +72,17 @@ CASE = serve()
 import signal  # noqa: E402
 import time  # noqa: E402
 
+# The child is the host: it starts with Python's own SIGINT handling, as a program started from
+# a shell does, whatever the test runner that started the zygote had (CI's full run once had
+# every sigint case's child ignore the signal until the harness's 90 s ran out, while the file
+# alone passed). What it inherited is said on stderr, which a hung case's failure shows.
+_inherited = (signal.getsignal(signal.SIGINT), signal.pthread_sigmask(signal.SIG_BLOCK, []))
+if _inherited[0] is not signal.default_int_handler or _inherited[1]:
+    print(f"ending_zygote: inherited SIGINT handler {_inherited[0]!r}, blocked {sorted(_inherited[1])}",
+          file=sys.stderr)
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
 directory = CASE["dir"]
 os.chdir(directory)
 for fd, name in ((1, "stdout.txt"), (2, "stderr.txt")):
