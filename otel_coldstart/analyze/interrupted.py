@@ -336,10 +336,18 @@ def stalls(breakdown: Breakdown, frames: int = 4) -> list[Stall]:
             idle = event.attributes.get(semconv.STALL_IDLE_S)
             phase = event.attributes.get(semconv.STALL_PHASE)
             found[event.time_ns] = Stall(
-                max(0, event.time_ns - root.start_ns), float(idle) if isinstance(idle, (int, float)) else None,
+                max(0, event.time_ns - root.start_ns), _idle_seconds(idle),
                 phase if isinstance(phase, str) else span.phase, span.name, header, tuple(lines[:frames]),
                 len(blocks), _workers(blocks) if waits_on_other_threads(lines) else ())
     return [found[t] for t in sorted(found)]
+
+
+def _idle_seconds(value) -> float | None:
+    """A stall's idle time as the monitor writes it (seconds, finite, not negative); anything
+    else a trace may hold (text, a bool, NaN, 1e299) is unknown, never a figure to format."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1e9:
+        return None
+    return float(value)
 
 
 def parse_stacks(text: str) -> list[tuple[str, list[str]]]:
