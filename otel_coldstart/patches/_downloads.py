@@ -54,6 +54,11 @@ class InFlight:
         with self.lock:
             self.received += count
 
+    def raise_to(self, count: int) -> None:
+        """At least ``count`` received (a figure the library keeps itself, e.g. fsspec's block cache)."""
+        with self.lock:
+            self.received = max(self.received, count)
+
     def close(self, error: BaseException | None = None, path: str | None = None) -> None:
         with self.lock:
             if self.closed:

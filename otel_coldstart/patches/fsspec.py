@@ -22,6 +22,8 @@ and are not followed; boto3's own transfers are (patches/s3.py).
 
 from __future__ import annotations
 
+import sys
+
 from .. import semconv
 from .. import session as _session
 from .._errors import internal_errors, report_internal_error
@@ -44,8 +46,6 @@ def get_version() -> str | None:
 
 
 def patch() -> None:
-    import sys
-
     spec = sys.modules.get(SPEC)
     base = getattr(spec, "AbstractFileSystem", None)
     if isinstance(base, type):
@@ -97,8 +97,8 @@ def _follow(opened, found: InFlight) -> None:
     def fetched() -> None:
         cache = getattr(opened, "cache", None)
         requested = getattr(cache, "total_requested_bytes", None)
-        if isinstance(requested, int) and requested > found.received:
-            found.received = requested  # read-ahead fetched more than was read
+        if isinstance(requested, int):
+            found.raise_to(requested)  # read-ahead may have fetched more than was read
 
     def read_and_count(*args, **kwargs):
         outer = enter_followed_read()

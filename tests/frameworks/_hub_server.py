@@ -92,6 +92,21 @@ class HubServer:
     def body_bytes(self) -> int:
         return sum(sent for key, start, sent in self.sent)
 
+    def signal_mid_transfer(self, child, how: int, after_s: float) -> None:
+        """Send ``how`` to ``child`` ``after_s`` seconds into its first file GET (then wait for
+        it; killed if it has not ended within 60 s)."""
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not any(m == "GET" and "/resolve/" in p for m, p in self.log):
+                time.sleep(0.05)
+            time.sleep(after_s)
+            child.send_signal(how)
+            child.wait(timeout=60)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+
     def metadata_requests(self) -> int:
         """Requests that were not a file's GET (HEAD, API)."""
         return sum(1 for method, path in self.log if not (method == "GET" and "/resolve/" in path))

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -96,17 +95,7 @@ def test_killed_mid_read_reports_the_partial_file(tmp_path, files, how):
                                   f"hf://{REPO_ID}/big.safetensors", "unused"],
                                  env=_env(tmp_path, hub, OTEL_COLDSTART_PROGRESS_INTERVAL_S="0.2"),
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        try:
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and not any(m == "GET" and "/resolve/" in p for m, p in hub.log):
-                time.sleep(0.05)
-            time.sleep(2.0)  # ~6 MB in
-            child.send_signal(how)
-            child.wait(timeout=60)
-        finally:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
+        hub.signal_mid_transfer(child, how, after_s=2.0)  # ~6 MB in
     (startup,) = breakdowns(read_trace_dir(str(tmp_path / "t")))
     assert startup.root.attributes.get(semconv.END_REASON) == ("sigterm" if how == signal.SIGTERM else "killed")
     (item,) = downloads(startup).items

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -38,17 +37,7 @@ def test_killed_mid_download_reports_the_partial_file(tmp_path, how):
                         HF_HUB_DISABLE_PROGRESS_BARS="1")
         child = subprocess.Popen([sys.executable, CHILD, str(tmp_path / "out.json"), "hf_hub_download", REPO_ID,
                                   "weights.bin"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        try:
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and not any(m == "GET" and "/resolve/" in p for m, p in hub.log):
-                time.sleep(0.05)
-            time.sleep(2.5)  # ~7 MB in
-            child.send_signal(how)
-            child.wait(timeout=60)
-        finally:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
+        hub.signal_mid_transfer(child, how, after_s=2.5)  # ~7 MB in
     spans = read_trace_dir(str(tmp_path / "t"))
     (startup,) = breakdowns(spans)
     assert startup.root.attributes.get(semconv.END_REASON) == ("sigterm" if how == signal.SIGTERM else "killed")
