@@ -12,7 +12,7 @@ of the counterfactual (both the root span, ``model.startup``, from process start
 | compile-cache | an empty Inductor cache (a new TORCHINDUCTOR_CACHE_DIR per run) | a warm one | compile-cache, learning the cost of a hit from warm start-ups that are not measured, one every other round (`--reference`) |
 | to-safetensors | the checkpoint as pickles (`.bin`, torch.save), loaded with `torch.load`, resident | the same weights as safetensors, loaded with `load_file`, each tensor cloned out of the mapping (in memory, as torch.load leaves it), resident | to-safetensors, with the storage floor of the `.bin` files (the user's own files: no safetensors start-up to learn from) |
 | bytecode | `import torch` with PYTHONPYCACHEPREFIX on a bytecode cache holding only what `instrument()` imported (PYTHONDONTWRITEBYTECODE=1: torch compiles from source every time) | the same with every module's bytecode cached | bytecode |
-| prewarm-imports | `import torch, transformers.models.bert.modeling_bert` with the installed packages it loads evicted from the page cache (POSIX_FADV_DONTNEED on every file of their directories) | every file resident | prewarm-imports |
+| prewarm-imports | `import torch, transformers.models.bert.modeling_bert` with the installed packages it loads evicted from the page cache (POSIX_FADV_DONTNEED on every file of their directories) | every file resident | prewarm-imports, with resident start-ups that are not measured, one every other round (`--reference`: the same imports' resident time) |
 
 The start-ups are benchmarks/_whatif_child.py: ``touch`` (every tensor read, every page of it
 touched while its file is open), ``cast`` (each tensor read converted to fp16, as loaders do
@@ -440,12 +440,15 @@ def prewarm_imports(work: str, runs: int, smoke: bool = False, root: str | None 
             raise RuntimeError(f"the OS kept {modules} in the page cache ({resident}): no cold start-up here")
         start_up(["import", *modules], evicted_dir, ordinary)
 
-    def resident() -> None:
+    def resident(directory: str = resident_dir) -> None:
         floor.read_files(files)
-        start_up(["import", *modules], resident_dir, ordinary)
+        start_up(["import", *modules], directory, ordinary)
 
-    interleaved(runs, {"evicted": evicted, "resident": resident})
-    return _project(result, evicted_dir, resident_dir)
+    # The same imports resident, as a warm node's trace (--reference): start-ups that are not
+    # measured, one every other round, so that a busy moment does not set the twin alone.
+    reference_dir = os.path.join(work, "reference")
+    interleaved(runs, {"evicted": evicted, "resident": resident}, lambda: resident(reference_dir))
+    return _project(result, evicted_dir, resident_dir, "--reference", reference_dir)
 
 
 IMPORTS = ("torch",)

@@ -156,6 +156,28 @@ def test_bytecode_and_prewarm_imports_levers_project_the_measured_causes():
     assert by["bytecode"].assumptions and by["prewarm-imports"].assumptions
 
 
+def test_prewarm_imports_with_a_resident_twin_takes_what_the_cold_import_took_beyond_it():
+    """A warm start-up given (--reference) holds the same import resident: the cold import loses
+    everything beyond it (its CPU for the reads too, which the off-CPU bound leaves), each
+    counted without its wait for a core."""
+    from otel_coldstart.analyze.whatif._evidence import Options
+
+    cold = _startup(lambda r: _import(r, "torch", 10, 2510, read=200 << 20, cpu_ms=2000,
+                                      **{semconv.IMPORT_RUNQUEUE_S: 0.1}))
+    warm = [_startup(lambda r, ms=ms: _import(r, "torch", 10, 10 + ms, read=0, cpu_ms=ms - 50)) for ms in (1300, 1400, 1900)]
+    by = {p.lever: p for p in project([cold], ["prewarm-imports"], Options(reference=warm)).levers}
+    # (2,500 - 100 queued) - the twins' median 1,400 ms: 1,000 ms, where the off-CPU bound gives 400
+    assert by["prewarm-imports"].saving_p50_ns == 1000 * MS
+    assert any("resident in the start-ups given" in a for a in by["prewarm-imports"].assumptions)
+    # another module's resident import is no twin: the bound again
+    other = [_startup(lambda r: _import(r, "numpy", 10, 300, read=0, cpu_ms=280))]
+    by = {p.lever: p for p in project([cold], ["prewarm-imports"], Options(reference=other)).levers}
+    assert by["prewarm-imports"].saving_p50_ns == 400 * MS
+    # the finding states the same figure as the lever, given the same start-ups
+    (finding,) = [f for f in find([cold, *warm]) if f.rule == "imports_from_storage" and f.saving_ns]
+    assert finding.saving_ns == 1000 * MS
+
+
 def test_levers_do_not_apply_to_cached_resident_imports():
     b = _startup(lambda r: _import(r, "torch", 10, 2010, cpu_ms=1900))
     levers = {p.lever for p in project([b]).levers}

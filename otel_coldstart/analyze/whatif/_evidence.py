@@ -88,6 +88,8 @@ class Evidence:
     compile_hits: dict[str, CacheHit]  # per frame, the fastest compilation a cache served
     # whole safetensors file reads, by cache state (True: cold or partial), all pooled (to-safetensors)
     safetensors_rates: dict[bool, float] = field(default_factory=dict)
+    # per top-level module, its import's time with its files resident, all pooled (prewarm-imports)
+    resident_imports: dict[str, int] = field(default_factory=dict)
 
 
 def children_by_parent(b: Breakdown) -> dict[str, list[Span]]:
@@ -227,10 +229,12 @@ def _pinned_rate(results: Iterable[Breakdown]) -> tuple[float | None, str]:
 def gather(results: Sequence[Breakdown], options: Options) -> Evidence:
     everything = list(results) + list(options.reference)
     pinned_rate, pinned_basis = _pinned_rate(everything)
+    from ..import_causes import resident_import_ns
     from .to_safetensors import safetensors_rates  # the lever's own reading of its evidence
 
     return Evidence(options.floor, options.keep_capture_sizes, warm_rates_by_format(everything), storage_read_rate(everything),
-                     pinned_rate, pinned_basis, fastest_hits(everything), safetensors_rates(everything))
+                     pinned_rate, pinned_basis, fastest_hits(everything), safetensors_rates(everything),
+                     resident_import_ns(everything))
 
 
 # --- the levers: one start-up in, cuts out ------------------------------------------------
