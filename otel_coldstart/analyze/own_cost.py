@@ -75,8 +75,8 @@ def total_line(cost: OwnCost, duration_s: float) -> str | None:
     parts = []
     if cost.setup_s is not None:
         parts.append(f"set-up {_format(cost.setup_s)}")
-    hooks = sum(v for k, v in cost.by_phase_s.items() if k != semconv.PHASE_IMPORT)
-    if hooks:
+    hooks = sum(cost.by_phase_s.values()) - (cost.setup_s or 0.0)  # patching inside imports included
+    if hooks > 0:
         parts.append(f"hooks {_format(hooks)}")
     if cost.threads_cpu_s:
         parts.append(f"its threads' CPU {_format(cost.threads_cpu_s)}")

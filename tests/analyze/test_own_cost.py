@@ -85,10 +85,20 @@ def test_own_cost_of_many_small_files_is_shown_apart(trace):
     # The plugin's per-file work lands inside the file spans, and is only part of them: the
     # host's own reads are in them too.
     assert 0 < by_phase[semconv.PHASE_DESERIALIZE] < deserialize["busy_s"], (by_phase, deserialize)
-    # The whole is its parts: set-up (the import phase's own share), hooks by phase, threads' CPU.
-    assert parts["setup_s"] > 0 and by_phase[semconv.PHASE_IMPORT] == pytest.approx(parts["setup_s"])
+    # The whole is its parts: set-up, hooks by phase (patching torch inside its import
+    # included), threads' CPU.
+    assert parts["setup_s"] > 0 and by_phase[semconv.PHASE_IMPORT] > parts["setup_s"]
+    # The import phase's own share is what the import spans say is ours (coldstart.import.own_s:
+    # the set-up, then the patching done inside the host's `import torch`), the figure the
+    # import finding keeps out of its advice: one number, not two (on main the patching was left
+    # out of own_cost_s).
+    from otel_coldstart.analyze.readers import read_trace_file
+
+    import_own = sum(s.attributes.get(semconv.IMPORT_OWN_S, 0.0) for s in read_trace_file(trace)
+                     if s.attributes.get(semconv.PHASE) == semconv.PHASE_IMPORT)
+    assert by_phase[semconv.PHASE_IMPORT] == pytest.approx(import_own, abs=2e-4)
     assert parts["threads_cpu_s"] >= 0
-    hooks = sum(v for k, v in by_phase.items() if k != semconv.PHASE_IMPORT)
+    hooks = sum(by_phase.values()) - parts["setup_s"]
     assert own == pytest.approx(parts["setup_s"] + parts["threads_cpu_s"] + hooks, rel=1e-6)
     assert 0 < own < startup["duration_s"]
 
@@ -183,3 +193,27 @@ def test_a_trace_without_own_cost_says_none_and_keeps_the_set_up():
         out = io.StringIO()
         render_startup_text(breakdown, out)
         assert "otel-coldstart" not in out.getvalue()
+
+
+@pytest.mark.process
+def test_patching_libraries_imported_before_instrument_is_own_cost(tmp_path):
+    """A server that imported torch before instrument() (vLLM's order): instrument() then
+    patches torch and safetensors itself, after the import span ended. That is the plugin's
+    work between spans, in own_cost_s under ``unattributed``; on main it was in no part of
+    own_cost_s, and the report charged it to the host's unattributed time."""
+    traces = tmp_path / "traces"
+    env = dict(os.environ, OTEL_COLDSTART_OUTPUT_DIR=str(traces), OTEL_COLDSTART_SUMMARY="0")
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "TRACEPARENT"):
+        env.pop(name, None)
+    child = ("import torch, safetensors.torch\nimport otel_coldstart\notel_coldstart.instrument()\n"
+             "from otel_coldstart.patches import torch_load\nassert torch_load.is_patched()\notel_coldstart.ready()\n")
+    done = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (trace,) = [str(p) for p in traces.glob("startup-*.otlp.jsonl")]
+    shown = _cli("analyze", "--format", "json", trace)
+    assert shown.returncode == 0, shown.stderr
+    document = json.loads(shown.stdout)
+    startup = (document.get("startups") or [document])[0]
+    by_phase = startup["own_cost"]["by_phase_s"]
+    assert by_phase.get(semconv.UNATTRIBUTED, 0) > 0, by_phase  # patching torch is not free
+    assert startup["own_cost_s"] > startup["own_cost"]["setup_s"] + by_phase[semconv.UNATTRIBUTED] * 0.99
