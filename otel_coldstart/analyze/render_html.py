@@ -196,7 +196,7 @@ def _startup(b: Breakdown, w, link) -> None:
         w(_own_cost_row(own.by_phase[semconv.UNATTRIBUTED], semconv.UNATTRIBUTED))
     w("</tbody></table>\n")
     if own.total:
-        w(f"<p class=\"own-cost\">{_e(own.total[0].upper() + own.total[1:])}</p>\n")
+        w(f"<p class=\"own-cost\">{_e(own.total)}</p>\n")
     for warning in bandwidth_warnings(b):
         w(f"<p class=\"warning\">! {_e(warning)}</p>\n")
     render_explain_html(b, w)  # the outline, imports, compilations, captures

@@ -94,7 +94,7 @@ def _startup(b: Breakdown, out: TextIO) -> None:
         out.write(f"| &nbsp;&nbsp;*{_cell(own.by_phase[semconv.UNATTRIBUTED])}* | | | | | |\n")
     out.write("\n")
     if own.total:
-        out.write(f"{_cell(own.total[0].upper() + own.total[1:])}.\n\n")
+        out.write(f"{_cell(own.total)}.\n\n")  # the product's name keeps its lower case
     out.write(_cell(dominant_line(b)[0].upper() + dominant_line(b)[1:]) + ".\n\n")
     for warning in bandwidth_warnings(b):
         out.write(f"**!** {_cell(warning)}.\n\n")
