@@ -27,7 +27,7 @@ import wrapt  # noqa: E402
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from . import _host_warnings, _otel_env, ending, export, own_tracing, patches, semconv
+from . import _host_warnings, _otel_env, ending, export, own_cost, own_tracing, patches, semconv
 from . import session as _session
 from ._errors import internal_errors, report_internal_error
 from .patches.imports import run_as_plugin  # the import hook is always loaded: its target always is
@@ -148,6 +148,10 @@ class Controller:
         if not setup.exports and not summary and metrics_setup is None and not metrics_later:
             return  # OTEL_TRACES_EXPORTER=none and nothing else would read the start-up: stay out
         own_import = _own_import_attributes(entered_ns)
+        # The set-up's rest, after the import span's end, in this thread's CPU time: the export
+        # worker and the in-flight monitor start in it and run while it waits for the
+        # interpreter's lock, and their CPU is counted apart (own_cost.own_threads_cpu_ns).
+        rest_began_ns = time.thread_time_ns()
         session = _session.StartupSession(
             tracer, resource=resource_attrs, start_at=options.start_at,
             parent_context=_launcher_context(), root_attributes=rank_attributes(),
@@ -170,6 +174,12 @@ class Controller:
         ending.register_exit(self.end)
         if options.handle_sigterm:
             ending.SIGTERM.install(lambda: self.end(semconv.END_SIGTERM), options.export_timeout_s)
+        with internal_errors("own cost of instrument()"):
+            # The rest of instrument() (the session, the in-flight monitor, the import hooks and
+            # the patching of libraries imported already, the SIGTERM watcher) runs after the
+            # import span ended, between spans: the plugin's own cost there (own_cost.py), not
+            # the host's unattributed time.
+            own_cost.of(session).add(semconv.UNATTRIBUTED, time.thread_time_ns() - rest_began_ns)
 
     def stop(self) -> None:
         """Uninstrument: end the start-up if open and drain it, remove every patch, give the

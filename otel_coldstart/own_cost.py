@@ -2,11 +2,14 @@
 
 Three parts, each measured where it is spent:
 
-- set-up: importing otel-coldstart and ``instrument()`` (``coldstart.import.own_s`` on the
-  import span, timed by controller.py);
+- set-up: importing otel-coldstart and ``instrument()`` up to the import span's end
+  (``coldstart.import.own_s`` on the import span, timed by controller.py);
 - per-file and per-call work on the host's threads: the hooks time their own code (never the
   host's call inside them) with ``perf_counter_ns`` and add it here under the phase the work
-  lands in (``deserialize`` for a checkpoint file's span, path and residency evidence);
+  lands in (``deserialize`` for a checkpoint file's span, path and residency evidence); the
+  rest of ``instrument()`` (patching what the host imported before it, under
+  ``unattributed``, where it lands) and the patching done inside the host's later imports
+  (``import``, patches/imports.py) are added the same way;
 - the CPU time of the plugin's own threads (span export, the in-flight monitor), read from
   each thread's CPU clock when the start-up ends. They are Python threads: while one runs
   Python it holds the interpreter's lock, so its CPU time is time the host's Python threads

@@ -10,7 +10,6 @@ attribute is absent rather than wrong. Every probe is optional: on a platform wi
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import mmap
 import os
@@ -199,6 +198,8 @@ _LOW_BIT = bytes(i & 1 for i in range(256))  # mincore: bit 0 = resident, others
 def _load_libc():
     """glibc's soname directly: ``ctypes.util.find_library`` spawns ``ldconfig`` (5-12 ms,
     during the first file read) and its import costs ~5 ms; it is only the fallback."""
+    import ctypes  # first use, not at instrument() (_cachestat_structures)
+
     try:
         return ctypes.CDLL("libc.so.6", use_errno=True)
     except OSError:
@@ -208,6 +209,8 @@ def _load_libc():
 
 
 def _libc_handle():
+    import ctypes  # first use, not at instrument() (_cachestat_structures)
+
     global _libc
     if _libc is None:
         _libc = _load_libc()
@@ -250,17 +253,31 @@ _CACHESTAT_SYSCALL = 451 if getattr(os, "uname", None) and os.uname().machine in
 _cachestat_works: bool | None = None  # None: not tried yet; False: this kernel lacks it
 
 
-class _CachestatRange(ctypes.Structure):
-    _fields_ = [("off", ctypes.c_uint64), ("len", ctypes.c_uint64)]
+_cachestat_types: tuple | None = None  # (range, stats) ctypes structures, made at the first probe
 
 
-class _Cachestat(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_uint64) for name in
-                ("nr_cache", "nr_dirty", "nr_writeback", "nr_evicted", "nr_recently_evicted")]
+def _cachestat_structures() -> tuple:
+    """cachestat(2)'s argument structures. Made on first use, with ctypes imported then: a
+    process that never reads a checkpoint file does not pay for ctypes at instrument()."""
+    global _cachestat_types
+    if _cachestat_types is None:
+        import ctypes
+
+        class CachestatRange(ctypes.Structure):
+            _fields_ = [("off", ctypes.c_uint64), ("len", ctypes.c_uint64)]
+
+        class Cachestat(ctypes.Structure):
+            _fields_ = [(name, ctypes.c_uint64) for name in
+                        ("nr_cache", "nr_dirty", "nr_writeback", "nr_evicted", "nr_recently_evicted")]
+
+        _cachestat_types = (CachestatRange, Cachestat)
+    return _cachestat_types
 
 
 def _cachestat_pages(path: str) -> int | None:
     """Pages of the file in the page cache, from cachestat(2); None where unavailable."""
+    import ctypes  # first use, not at instrument() (_cachestat_structures)
+
     global _cachestat_works
     if _CACHESTAT_SYSCALL is None or _cachestat_works is False or not sys.platform.startswith("linux"):
         return None
@@ -270,8 +287,9 @@ def _cachestat_pages(path: str) -> int | None:
     except (OSError, AttributeError):
         return None
     try:
-        whole_file = _CachestatRange(0, 0)  # len 0: to the end of the file
-        stats = _Cachestat()
+        range_type, stats_type = _cachestat_structures()
+        whole_file = range_type(0, 0)  # len 0: to the end of the file
+        stats = stats_type()
         status = libc.syscall(ctypes.c_long(_CACHESTAT_SYSCALL), ctypes.c_int(fd), ctypes.byref(whole_file),
                               ctypes.byref(stats), ctypes.c_uint(0))
         if status != 0:
@@ -287,6 +305,8 @@ def _cachestat_pages(path: str) -> int | None:
 
 
 def _mincore_ratio(path: str, size: int, pages: int) -> float | None:
+    import ctypes  # first use, not at instrument() (_cachestat_structures)
+
     try:
         with open_regular(path) as handle:
             # A private (copy-on-write) mapping that we never write: ctypes needs a
@@ -429,11 +449,14 @@ def measure_residency(path: str, size: int | None = None, ranges: tuple | None =
 
 def _cachestat_ranges(fd: int, ranges) -> tuple[int, int] | None:
     """(resident pages, pages asked about) over ``ranges`` of (first page, count)."""
+    import ctypes  # first use, not at instrument() (_cachestat_structures)
+
     global _cachestat_works
     try:
         syscall = _libc_handle().syscall
-        span = _CachestatRange()
-        stats = _Cachestat()
+        range_type, stats_type = _cachestat_structures()
+        span = range_type()
+        stats = stats_type()
         number = ctypes.c_long(_CACHESTAT_SYSCALL)
         span_ref, stats_ref = ctypes.byref(span), ctypes.byref(stats)  # made once, not per range
         page = mmap.PAGESIZE

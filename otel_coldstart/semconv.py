@@ -380,7 +380,7 @@ COMPILE_CACHES = ("fx_graph", "aot_autograd", "dynamo")  # Inductor FX graph, AO
 
 def compile_cache_attribute(cache: str, outcome: str) -> str:
     """``coldstart.compile.cache.<cache>.<outcome>``, outcome hits | misses | bypasses | saved |
-    entries_at_start."""
+    entries_at_start | bypass_reason."""
     return f"coldstart.compile.cache.{cache}.{outcome}"
 
 
@@ -390,6 +390,9 @@ COMPILE_CACHE_DIR = "coldstart.compile.cache.dir"  # the Inductor cache director
 # aot_autograd; counted up to COMPILE_CACHE_ENTRIES_COUNTED), and the entries torch wrote during the
 # compilation (coldstart.compile.cache.aot_autograd.saved, torch's autograd_cache_saved counter).
 COMPILE_CACHE_ENTRIES_COUNTED = 1000
+# str: why torch bypassed a cache, in its own words (coldstart.compile.cache.<cache>.bypass_reason,
+# fx_graph and aot_autograd; the distinct reasons of the compilation joined by "; ", bounded):
+# "Cannot cache a graph with freezing enabled", "Unsupported post grad custom pass", ...
 # bool: autograd was on when the compilation began (not under no_grad()/inference_mode()): torch
 # then compiles a training graph, whose AOTAutograd entry it writes only once the backward is compiled.
 COMPILE_GRAD_ENABLED = "coldstart.compile.grad_enabled"

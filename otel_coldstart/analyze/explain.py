@@ -176,10 +176,15 @@ class CompileRecord:
     entries_at_start: dict[str, int] = field(default_factory=dict)
     grad_enabled: bool | None = None
     saved: dict[str, int] = field(default_factory=dict)
+    # Per cache, the lookups torch bypassed and why, in its words ("Cannot cache a graph with
+    # freezing enabled"): a bypassed graph is compiled from scratch at every start-up.
+    bypasses: dict[str, int] = field(default_factory=dict)
+    bypass_reasons: dict[str, str] = field(default_factory=dict)
 
     @property
     def missed(self) -> bool:
-        return bool(self.misses)
+        """Compiled from scratch: a cache missed, or torch bypassed one (and no cache hit)."""
+        return bool(self.misses) or (any(self.bypasses.values()) and not self.hits)
 
     @property
     def hit_only(self) -> bool:
@@ -274,6 +279,10 @@ def compile_record(span: Span) -> CompileRecord:
         entries_at_start=_per_cache(attrs, "entries_at_start"),
         grad_enabled=grad if isinstance(grad := attrs.get(semconv.COMPILE_GRAD_ENABLED), bool) else None,
         saved=_per_cache(attrs, "saved"),
+        bypasses=_per_cache(attrs, "bypasses"),
+        bypass_reasons={cache: reason for cache in semconv.COMPILE_CACHES
+                        if (reason := verdicts.str_value(attrs, semconv.compile_cache_attribute(cache,
+                                                                                                "bypass_reason")))},
     )
 
 

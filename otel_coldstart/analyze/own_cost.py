@@ -75,13 +75,33 @@ def total_line(cost: OwnCost, duration_s: float) -> str | None:
     parts = []
     if cost.setup_s is not None:
         parts.append(f"set-up {_format(cost.setup_s)}")
-    hooks = sum(v for k, v in cost.by_phase_s.items() if k != semconv.PHASE_IMPORT)
-    if hooks:
+    hooks = sum(cost.by_phase_s.values()) - (cost.setup_s or 0.0)  # patching inside imports included
+    if hooks > 0:
         parts.append(f"hooks {_format(hooks)}")
     if cost.threads_cpu_s:
         parts.append(f"its threads' CPU {_format(cost.threads_cpu_s)}")
     share = f", {cost.total_s / duration_s * 100:.1f}% of the start-up" if duration_s > 0 else ""
     return f"otel-coldstart's own cost: {_format(cost.total_s)}{share}" + (f" ({', '.join(parts)})" if parts else "")
+
+
+class ShownOwnCost(NamedTuple):
+    """What every human report says of the plugin's own cost (text, Markdown, HTML): the
+    ``of which otel-coldstart`` line under each phase it landed in (unattributed included),
+    and the whole. Computed once here so the three reports cannot disagree."""
+    by_phase: dict[str, str]  # phase (or "unattributed") -> its "of which otel-coldstart: X" line
+    total: str | None  # "otel-coldstart's own cost: X, Y% of the start-up (...)", or None
+
+
+def shown(breakdown: Breakdown) -> ShownOwnCost:
+    cost = own_cost(breakdown)
+    busy = {item.phase: item.busy_ns / 1e9 for item in breakdown.phases}
+    busy[semconv.UNATTRIBUTED] = breakdown.unattributed_ns / 1e9  # the plugin's work between its spans
+    lines = {}
+    for phase, phase_busy_s in busy.items():
+        line = phase_line(cost, phase, phase_busy_s)
+        if line:
+            lines[phase] = line
+    return ShownOwnCost(lines, total_line(cost, breakdown.duration_ns / 1e9))
 
 
 def _format(seconds: float) -> str:

@@ -16,7 +16,7 @@ from .lazy import lines as lazy_lines
 from .grouped_findings import group as group_findings, several_startups
 from .downloads import lines as download_lines, shard_notes
 from .render_explain import render_explain_text
-from .own_cost import own_cost, phase_line as own_cost_line, total_line as own_cost_total_line
+from .own_cost import shown as shown_own_cost
 from .render_interrupted import render_killed_text, render_stalls_text, state_text
 from .shard_rows import shard_rows
 from .units import format_bytes, format_rate, format_seconds
@@ -57,7 +57,7 @@ def render_startup_text(breakdown: Breakdown, out: TextIO) -> None:
     width = column_width([_t(item.phase) for item in breakdown.phases] + [semconv.UNATTRIBUTED], minimum=16)
     out.write(f"  {'phase':<{width}}{'time':>10}{'share':>8}{'bytes':>12}{'throughput':>14}{'spans':>7}\n")
     dominant = breakdown.dominant
-    own = own_cost(breakdown)  # the plugin's own work, said under the phases it landed in
+    own = shown_own_cost(breakdown)  # the plugin's own work, said under the phases it landed in
     for item in breakdown.phases:
         flag = "  <- dominant" if dominant is not None and item is dominant else ""
         out.write(
@@ -65,7 +65,7 @@ def render_startup_text(breakdown: Breakdown, out: TextIO) -> None:
             f"{item.share_of(total) * 100:>7.1f}%{format_bytes(item.bytes or None):>12}"
             f"{format_rate(item.throughput) + ('!' if item.above_bound else ''):>14}{item.spans:>7}{flag}\n"
         )
-        own_line = own_cost_line(own, item.phase, item.busy_ns / 1e9)
+        own_line = own.by_phase.get(item.phase)
         if own_line:
             out.write(f"    {own_line}\n")
     unattributed_share = breakdown.unattributed_ns / total * 100 if total else 0.0
@@ -73,12 +73,11 @@ def render_startup_text(breakdown: Breakdown, out: TextIO) -> None:
         f"  {semconv.UNATTRIBUTED:<{width}}{format_seconds(breakdown.unattributed_ns):>10}"
         f"{unattributed_share:>7.1f}%\n"
     )
-    own_line = own_cost_line(own, semconv.UNATTRIBUTED, breakdown.unattributed_ns / 1e9)  # between its spans
+    own_line = own.by_phase.get(semconv.UNATTRIBUTED)  # the plugin's work between its spans
     if own_line:
         out.write(f"    {own_line}\n")
-    own_total = own_cost_total_line(own, total / 1e9)
-    if own_total:
-        out.write(f"  {own_total}\n")
+    if own.total:
+        out.write(f"  {own.total}\n")
     for warning in bandwidth_warnings(breakdown):
         out.write(f"  ! {_t(warning)}\n")
     if breakdown.parallelism > 1.05:

@@ -17,6 +17,7 @@ from collections import defaultdict
 from typing import Sequence, TextIO
 from urllib.parse import quote
 
+from .. import semconv
 from .breakdown import Breakdown, bandwidth_warnings, by_trace
 from .capacity import summarize_group
 from .escape import html_text as _e
@@ -27,6 +28,7 @@ from .render import dominant_line, grouped_saving_text, saving_text
 from .render_explain import render_explain_html
 from .render_downloads import render_downloads_html
 from .render_interrupted import render_killed_text, render_stalls_text
+from .own_cost import shown as shown_own_cost
 from .render_svg import svg_waterfall
 from .report import Report
 from .units import format_bytes, format_rate, format_seconds
@@ -175,6 +177,7 @@ def _startup(b: Breakdown, w, link) -> None:
     w("</div>\n<table class=\"data phases\"><thead><tr><th>phase</th><th class=\"num\">time</th>"
       "<th class=\"num\">share</th><th></th><th class=\"num\">bytes</th><th class=\"num\">throughput</th>"
       "<th class=\"num\">spans</th></tr></thead><tbody>\n")
+    own = shown_own_cost(b)  # the plugin's own work under the phases it landed in, as the text says it
     for p in b.phases:
         share = p.share_of(total)
         w(f"<tr><td><span style=\"color:{phase_colour(p.phase)}\">&#9632;</span> {_e(p.phase)}</td>"
@@ -183,10 +186,17 @@ def _startup(b: Breakdown, w, link) -> None:
           f"{phase_colour(p.phase)}\"></div></td><td class=\"num\">{_e(format_bytes(p.bytes or None))}</td>"
           f"<td class=\"num\">{_e(format_rate(p.throughput))}{' !' if p.above_bound else ''}</td>"
           f"<td class=\"num\">{p.spans}</td></tr>\n")
+        if p.phase in own.by_phase:
+            w(_own_cost_row(own.by_phase[p.phase], p.phase))
     ushare = b.unattributed_ns / total if total else 0.0
     w(f"<tr><td><i>unattributed</i></td><td class=\"num\">{_e(format_seconds(b.unattributed_ns))}</td>"
       f"<td class=\"num\">{ushare * 100:.1f}%</td><td class=\"barcell\"><div style=\"width:{ushare * 100:.2f}%;"
-      "background:#c0392b\"></div></td><td></td><td></td><td></td></tr>\n</tbody></table>\n")
+      "background:#c0392b\"></div></td><td></td><td></td><td></td></tr>\n")
+    if semconv.UNATTRIBUTED in own.by_phase:
+        w(_own_cost_row(own.by_phase[semconv.UNATTRIBUTED], semconv.UNATTRIBUTED))
+    w("</tbody></table>\n")
+    if own.total:
+        w(f"<p class=\"own-cost\">{_e(own.total)}</p>\n")
     for warning in bandwidth_warnings(b):
         w(f"<p class=\"warning\">! {_e(warning)}</p>\n")
     render_explain_html(b, w)  # the outline, imports, compilations, captures
@@ -216,6 +226,12 @@ def _startup(b: Breakdown, w, link) -> None:
         w("<ul class=\"first-request\">" + "".join(
             f"<li class=\"{'muted' if line.startswith(' ') else ''}\">{_e(line.strip())}</li>" for line in first)
           + "</ul>\n")
+
+
+def _own_cost_row(line: str, phase: str) -> str:
+    """The text report's ``of which otel-coldstart: X`` under its phase's row."""
+    return (f"<tr class=\"own-cost\" data-phase=\"{_e(phase)}\"><td colspan=\"7\" class=\"muted\">"
+            f"&nbsp;&nbsp;&#8627; {_e(line)}</td></tr>\n")
 
 
 def _fleet(results: Sequence[Breakdown], w) -> None:

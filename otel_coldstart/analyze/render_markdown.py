@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from typing import TextIO
 
+from .. import semconv
 from .breakdown import Breakdown, bandwidth_warnings, by_trace
 from .escape import markdown_code, markdown_fence, markdown_text as _cell  # everything here may come from a trace
 from .report import Report
@@ -12,6 +13,7 @@ from .first_request import lines as first_request_lines
 from .lazy import lines as lazy_lines
 from .render_explain import render_explain_markdown
 from .render_interrupted import render_killed_text, render_stalls_text, state_text
+from .own_cost import shown as shown_own_cost
 from .shard_rows import shard_rows
 from .render import dominant_line, grouped_saving_text, saving_text
 from .grouped_findings import group as group_findings, several_startups
@@ -79,12 +81,20 @@ def _startup(b: Breakdown, out: TextIO) -> None:
         fence = markdown_fence(where.getvalue())  # longer than any backtick run from the trace
         out.write(fence + "\n" + where.getvalue() + fence + "\n\n")
     out.write("| phase | time | share | bytes | throughput | spans |\n|---|---:|---:|---:|---:|---:|\n")
+    own = shown_own_cost(b)  # the plugin's own work under the phases it landed in, as the text says it
     for p in b.phases:
         out.write(f"| {_cell(p.phase)} | {format_seconds(p.busy_ns)} | {p.share_of(total) * 100:.1f}% | "
                   f"{format_bytes(p.bytes or None)} | {format_rate(p.throughput)}{' !' if p.above_bound else ''} | "
                   f"{p.spans} |\n")
+        if p.phase in own.by_phase:
+            out.write(f"| &nbsp;&nbsp;*{_cell(own.by_phase[p.phase])}* | | | | | |\n")
     share = b.unattributed_ns / total * 100 if total else 0.0
-    out.write(f"| *unattributed* | {format_seconds(b.unattributed_ns)} | {share:.1f}% | | | |\n\n")
+    out.write(f"| *unattributed* | {format_seconds(b.unattributed_ns)} | {share:.1f}% | | | |\n")
+    if semconv.UNATTRIBUTED in own.by_phase:
+        out.write(f"| &nbsp;&nbsp;*{_cell(own.by_phase[semconv.UNATTRIBUTED])}* | | | | | |\n")
+    out.write("\n")
+    if own.total:
+        out.write(f"{_cell(own.total)}.\n\n")  # the product's name keeps its lower case
     out.write(_cell(dominant_line(b)[0].upper() + dominant_line(b)[1:]) + ".\n\n")
     for warning in bandwidth_warnings(b):
         out.write(f"**!** {_cell(warning)}.\n\n")

@@ -35,6 +35,17 @@ that misses is not a cache that was lost); per compilation, whether autograd was
 then compiles a training graph and writes its AOTAutograd entry only once the backward is
 compiled, which a server never does: every start-up misses again) and how many AOTAutograd
 entries torch saved (its ``autograd_cache_saved`` counter).
+
+Why a cache was bypassed (issue 39), in torch's own words: the reason string torch puts in the
+bypass exception it catches and counts (``fxgraph_cache_bypass``, ``autograd_cache_bypass``),
+taken where torch produces it, at no cost to a compilation that is not bypassed: the
+``cache_info`` that ``FxGraphCache.prepare_key`` returns ("Unsupported post grad custom
+pass"), and the exception that passes through ``autograd_cache_key`` or reaches
+``AOTAutogradCache._handle_save_error`` ("Cannot cache a graph with freezing enabled").
+torch's own routes to these strings (its INFO log, the structured trace, the chromium event
+log) are off unless the user turns them on, and turning them on would change what the host
+logs. The modules are wrapped when torch imports them (the first compilation does), never
+imported by us.
 """
 
 from __future__ import annotations
@@ -87,15 +98,23 @@ _SAVED_COUNTERS = {"aot_autograd": ("aot_autograd", "autograd_cache_saved")}
 # The subdirectories of the Inductor cache directory each cache keeps its entries in (torch's
 # FxGraphCache._get_tmp_dir and AOTAutogradCache._get_tmp_dir).
 _CACHE_SUBDIRS = {"fx_graph": "fxgraph", "aot_autograd": "aotautograd"}
+# Where torch has a bypass reason in hand: (module, class or None, function, cache).
+_BYPASS_REASON_SOURCES = (
+    ("torch._inductor.codecache", "FxGraphCache", "prepare_key", "fx_graph"),
+    ("torch._functorch._aot_autograd.autograd_cache", None, "autograd_cache_key", "aot_autograd"),
+    ("torch._functorch._aot_autograd.autograd_cache", "AOTAutogradCache", "_handle_save_error", "aot_autograd"),
+)
+_MAX_REASONS = 8  # per start-up and cache: a model of 100 graphs bypassed for one reason says it once
 
 
 class _Compilation:
     """One compilation: its span, the counters when it began, and, between the end callback
     and torch's CompilationMetrics, the end time and attributes it waits with."""
 
-    __slots__ = ("container", "counts", "compile_id", "end_ns", "attrs", "thread")
+    __slots__ = ("container", "counts", "compile_id", "end_ns", "attrs", "thread", "reasons_from")
 
-    def __init__(self, container, counts, compile_id: str) -> None:
+    def __init__(self, container, counts, compile_id: str, reasons_from: int = 0) -> None:
+        self.reasons_from = reasons_from  # its bypass reasons: _OpenCompilations.reasons from here
         self.container = container
         self.counts = counts
         self.compile_id = compile_id
@@ -109,13 +128,14 @@ class _OpenCompilations:
     metrics (kept on its session). Per start-up, not per thread: torch runs the end callbacks
     of a compilation on whichever thread ends the last one pending."""
 
-    __slots__ = ("lock", "stack", "waiting", "entries_at_start")
+    __slots__ = ("lock", "stack", "waiting", "entries_at_start", "reasons")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.stack: list[_Compilation] = []
         self.waiting: list[_Compilation] = []
         self.entries_at_start: dict | None = None  # per cache, before the first compilation
+        self.reasons: list[tuple[str, str]] = []  # (cache, torch's bypass reason), in order
 
 
 def _open_compilations(session) -> _OpenCompilations:
@@ -143,6 +163,77 @@ def patch() -> None:
     if utils is not None and callable(getattr(utils, "log_compilation_event", None)):
         _patches.wrap(utils, "log_compilation_event", _metrics_published)
     _handler = callback_handler
+    import wrapt
+
+    for module in dict.fromkeys(source[0] for source in _BYPASS_REASON_SOURCES):
+        # At once where torch imported it already; else when the first compilation does.
+        wrapt.register_post_import_hook(_wrap_bypass_reasons, module)
+
+
+def _wrap_bypass_reasons(module) -> None:
+    with internal_errors("compile cache reasons"):
+        if _handler is None:  # unpatched since the hook was registered
+            return
+        for name, owner_name, function, cache in _BYPASS_REASON_SOURCES:
+            if name != module.__name__:
+                continue
+            owner = getattr(module, owner_name) if owner_name else module
+            if not callable(getattr(owner, function, None)):
+                continue  # another torch: that reason stays unknown
+            if function == "prepare_key":
+                _patches.wrap(owner, function, _fx_graph_key_prepared)
+            else:
+                _patches.wrap(owner, function, functools.partial(_aot_autograd_bypassed, cache))
+
+
+def _fx_graph_key_prepared(wrapped, instance, args, kwargs):
+    """FxGraphCache.prepare_key: its ``cache_info`` says "bypass" and why when torch will not
+    cache the graph."""
+    result = wrapped(*args, **kwargs)
+    with internal_errors("compile cache reasons"):
+        info = result[1] if isinstance(result, tuple) and len(result) == 2 else None
+        if isinstance(info, dict) and info.get("cache_state") == "bypass":
+            _note_bypass_reason("fx_graph", info.get("cache_bypass_reason"))
+    return result
+
+
+def _aot_autograd_bypassed(cache, wrapped, instance, args, kwargs):
+    """autograd_cache_key (an exception through it is a bypass: torch catches and counts it) and
+    AOTAutogradCache._handle_save_error (``is_bypass``: the entry could not be written)."""
+    try:
+        result = wrapped(*args, **kwargs)
+    except Exception as error:
+        with internal_errors("compile cache reasons"):
+            if type(error).__name__ != "FXGraphCacheMiss":  # torch counts that one a miss
+                _note_bypass_reason(cache, str(error) or type(error).__name__)
+        raise
+    with internal_errors("compile cache reasons"):
+        if kwargs.get("is_bypass") is True and args:  # _handle_save_error(e, remote, is_bypass=True)
+            _note_bypass_reason(cache, "not saved: " + (str(args[0]) or type(args[0]).__name__))
+    return result
+
+
+def _note_bypass_reason(cache: str, reason) -> None:
+    session = _session.ACTIVE
+    if session is None or not isinstance(reason, str) or not reason:
+        return
+    reason = " ".join(reason.split())[:_MAX_REASON]  # torch's reasons span lines
+    state = _open_compilations(session)
+    with state.lock:
+        if sum(1 for c, _ in state.reasons if c == cache) < _MAX_REASONS:
+            state.reasons.append((cache, reason))
+
+
+def _bypass_reasons_since(state: _OpenCompilations, start: int) -> dict:
+    """Per cache, the distinct bypass reasons torch gave since ``start``, joined."""
+    with state.lock:
+        recent = state.reasons[start:]
+    found: dict[str, list[str]] = {}
+    for cache, reason in recent:
+        if reason not in found.setdefault(cache, []):
+            found[cache].append(reason)
+    return {semconv.compile_cache_attribute(cache, "bypass_reason"): "; ".join(reasons)[:_MAX_REASON]
+            for cache, reasons in found.items()}
 
 
 def _register(handler) -> None:
@@ -196,7 +287,9 @@ def _on_compile_start(args) -> None:
         grad = _grad_enabled()
         if grad is not None:
             attrs[semconv.COMPILE_GRAD_ENABLED] = grad
-        compilation = _Compilation(None, _cache_counts(), compile_id)
+        with state.lock:
+            reasons_from = len(state.reasons)
+        compilation = _Compilation(None, _cache_counts(), compile_id, reasons_from)
         container = session.start_container(semconv.PHASE_COMPILE, attrs)
         compilation.container = container
         container.on_interrupt = functools.partial(_interrupted, compilation)
@@ -216,6 +309,7 @@ def _on_compile_end(args) -> None:
             return
         compilation.end_ns = time.time_ns()
         compilation.attrs = _cache_attributes(compilation.counts)
+        compilation.attrs.update(_bypass_reasons_since(state, compilation.reasons_from))
         cache_dir = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
         if cache_dir:
             compilation.attrs[semconv.COMPILE_CACHE_DIR] = cache_dir

@@ -58,7 +58,7 @@ import time
 from array import array
 from typing import Any
 
-from .. import semconv
+from .. import own_cost, semconv
 from .. import session as _session
 from .._errors import report_internal_error
 
@@ -280,7 +280,14 @@ def _end_plugin_work(local, work: _PluginWork, end: int) -> None:
     if stack.names and stack.top is not None:
         elapsed = end - work.start
         stack.children[-1] += elapsed  # not the importing module's self time
-        stack.top.plugin_ns += elapsed
+        top = stack.top
+        top.plugin_ns += elapsed
+        session = top.session
+        if session is not None:  # the plugin's own cost too, in the import phase it lands in (own_cost.py)
+            try:
+                own_cost.of(session).add(semconv.PHASE_IMPORT, elapsed)
+            except Exception:  # in the host's import's finally: never raised into it
+                report_internal_error("own cost of patching")
 
 
 def run_as_plugin(work, *args):

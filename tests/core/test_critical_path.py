@@ -367,3 +367,21 @@ def test_a_process_that_exits_at_once_still_exports_over_otlp(tmp_path, ending):
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr and "left out" not in result.stderr, result.stderr
     assert {"model.startup", "coldstart.build"} <= set(collector.span_names())
+
+
+@pytest.mark.process
+def test_a_start_up_that_reads_no_file_and_leaves_sigterm_to_the_host_never_imports_ctypes(tmp_path):
+    """ctypes is the residency probes' (loaded at the first file they measure) and the SIGTERM
+    watcher's (bound at install): a start-up with neither imports none of it (issue 39, the
+    set-up's cost)."""
+    result = _fresh("""
+        import json, sys
+        import otel_coldstart
+        otel_coldstart.instrument(summary=False, handle_sigterm=False)
+        with otel_coldstart.phase("build"):
+            pass
+        otel_coldstart.ready()
+        print(json.dumps({"ctypes": sorted(m for m in sys.modules if m.split(".")[0] == "ctypes")}))
+    """, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1])["ctypes"] == []

@@ -103,3 +103,46 @@ def test_the_same_module_served_under_inference_mode_hits_the_second_time(tmp_pa
     assert span.attributes[semconv.COMPILE_GRAD_ENABLED] is False
     assert span.attributes[semconv.COMPILE_CACHE_MISSES] == 0 and span.attributes[semconv.COMPILE_CACHE_HITS] >= 1
     assert [f for f in _analyze(second)["findings"] if f["rule"] == "compile_cache"] == []
+
+
+BYPASSED = textwrap.dedent("""
+    import otel_coldstart
+    otel_coldstart.instrument()
+    import torch
+
+    torch.manual_seed(0)
+    x = torch.ones(2, 16)
+    plain = torch.compile(torch.nn.Linear(16, 4))
+    with torch.inference_mode():
+        plain(x)  # cacheable: fills the kept directory at the first start-up, hits at the second
+    torch._inductor.config.post_grad_custom_post_pass = lambda graph: None  # a custom pass with no uuid()
+    custom = torch.compile(torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU()))
+    with torch.inference_mode():
+        custom(x)
+    otel_coldstart.ready()
+""")
+
+
+def test_a_graph_torch_will_not_cache_misses_with_a_filled_directory_and_the_report_quotes_torch(tmp_path):
+    """Issue 39: the kept directory is filled (another graph hits from it), yet one graph is
+    compiled from scratch again: torch bypasses its caches for it. The compile span records
+    torch's reason, and the second start-up's finding quotes it and gives the lever that lifts
+    it (a CustomGraphPass with a uuid()), not "persist the directory"."""
+    (tmp_path / "serve.py").write_text(BYPASSED)
+    cache_dir = tmp_path / "kept-cache"
+    _start_up(tmp_path, "first", "-", cache_dir)
+    second = _start_up(tmp_path, "second", "-", cache_dir)
+
+    plain, custom = _compile_spans(second)[:2]
+    assert plain.attributes[semconv.COMPILE_CACHE_HITS] >= 1 and plain.attributes[semconv.COMPILE_CACHE_MISSES] == 0
+    assert custom.attributes[semconv.compile_cache_attribute("fx_graph", "entries_at_start")] > 0
+    assert custom.attributes[semconv.compile_cache_attribute("fx_graph", "bypasses")] >= 1
+    reason = "Unsupported post grad custom pass"
+    assert custom.attributes[semconv.compile_cache_attribute("fx_graph", "bypass_reason")] == reason
+    assert semconv.compile_cache_attribute("fx_graph", "bypass_reason") not in plain.attributes
+
+    [finding] = [f for f in _analyze(second)["findings"] if f["rule"] == "compile_cache"]
+    text = " ".join(finding["evidence"])
+    assert "already held entries at the start" in text and f'Inductor FX graph cache: "{reason}"' in text
+    assert f'("{reason}")' in finding["lever"] and "CustomGraphPass" in finding["lever"]
+    assert "cannot help" in finding["lever"] and "on a volume that outlives the pod" not in finding["lever"]

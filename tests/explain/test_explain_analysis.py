@@ -179,3 +179,22 @@ def test_every_per_cache_and_per_stage_attribute_is_documented():
             f"`{semconv.compile_cache_attribute(cache, 'hits')} " in text
     for stage in semconv.COMPILE_STAGES:
         assert semconv.compile_stage_attribute(stage) in text or f"`.{stage}_s`" in text
+
+
+def test_a_bypassed_compilation_quotes_torch_and_gives_the_lever_that_lifts_the_reason():
+    """Issue 39: torch bypassed both caches (no hit, no miss): compiled from scratch at every
+    start-up. The finding quotes torch's reason, and the lever lifts it instead of asking to
+    persist a directory torch writes nothing to; on main there was no finding at all."""
+    reason = "Cannot cache a graph with freezing enabled"
+    (b,) = breakdowns(startup("aa" * 16, 800, 0, 0, **{
+        semconv.compile_cache_attribute("fx_graph", "bypasses"): 1,
+        semconv.compile_cache_attribute("aot_autograd", "hits"): 0,
+        semconv.compile_cache_attribute("aot_autograd", "misses"): 0,
+        semconv.compile_cache_attribute("aot_autograd", "bypasses"): 1,
+        semconv.compile_cache_attribute("fx_graph", "bypass_reason"): "mkldnn tensors unpickleable",
+        semconv.compile_cache_attribute("aot_autograd", "bypass_reason"): reason}))
+    (f,) = compile_cache.check([b])
+    assert any(f'AOTAutograd cache: "{reason}"' in line for line in f.evidence), f.evidence
+    assert any("1 bypass(es)" in line for line in f.evidence), f.evidence
+    assert f'("{reason}")' in f.lever and "torch._inductor.config.freezing" in f.lever
+    assert "cannot help" in f.lever and "save_cache_artifacts" not in f.lever

@@ -46,17 +46,21 @@ def _finding(b: Breakdown, summary, given) -> Finding:
     total = b.duration_ns
     spent = sum(c.ns for c in missed)
     share = spent / total if total else 0.0
-    evidence = [f"{len(missed)} of {summary.count} compilation(s) missed a cache: {format_seconds(spent)}, "
+    bypassed = " or bypassed" if any(any(c.bypasses.values()) for c in missed) else ""
+    evidence = [f"{len(missed)} of {summary.count} compilation(s) missed{bypassed} a cache: {format_seconds(spent)}, "
                 f"{share_text(spent, total)}"]
     per_cache: dict[str, list[int]] = {}
     for c in missed:
         for cache, (hits, misses) in c.caches.items():
-            counts = per_cache.setdefault(cache, [0, 0])
+            counts = per_cache.setdefault(cache, [0, 0, 0])
             counts[0] += hits
             counts[1] += misses
+            counts[2] += c.bypasses.get(cache, 0)
     if per_cache:
-        evidence.append("; ".join(f"{CACHE_NAMES.get(cache, cache)}: {misses} miss(es), {hits} hit(s)"
-                                  for cache, (hits, misses) in sorted(per_cache.items(), key=lambda kv: -kv[1][1])))
+        evidence.append("; ".join(
+            f"{CACHE_NAMES.get(cache, cache)}: {misses} miss(es), {hits} hit(s)"
+            + (f", {bypassed} bypass(es)" if bypassed else "")
+            for cache, (hits, misses, bypassed) in sorted(per_cache.items(), key=lambda kv: -kv[1][1] - kv[1][2])))
     stages: dict[str, float] = {}
     for c in missed:
         for stage, seconds in c.stages.items():
@@ -89,7 +93,8 @@ def _finding(b: Breakdown, summary, given) -> Finding:
              "torch.compiler.save_cache_artifacts() after a warm start and load them with "
              "torch.compiler.load_cache_artifacts() before the first compilation; for vLLM, keep its compile "
              "cache directory (VLLM_CACHE_ROOT, default ~/.cache/vllm, torch_compile_cache) there too")
-    lever = _why_it_cannot_hit(missed, evidence, where) or lever
+    why = _why_it_cannot_hit(missed, evidence, where)
+    lever = _bypassed(missed, evidence, where) or why or lever
     level = weight(share)
     if level == "major":
         title = f"torch.compile missed its caches: {format_seconds(spent)}, {share_text(spent, total)}"
@@ -140,6 +145,44 @@ def _why_it_cannot_hit(missed, evidence: list[str], where: str) -> str | None:
                 "(torch version, torch.compile options and config, the inputs' shapes and dtypes, the model's "
                 "code); TORCH_LOGS=+inductor prints the keys of two start-ups to compare")
     return None
+
+
+# What to do about a reason torch gives for bypassing its cache (its words, matched loosely).
+BYPASS_LEVERS = (
+    ("custom pass", "give each custom pass a cache key: make it a torch._inductor.custom_graph_pass.CustomGraphPass "
+                    "whose uuid() names its code, which torch then includes in the cache key"),
+    ("freezing", "torch does not cache graphs compiled with freezing (torch._inductor.config.freezing): weigh "
+                 "freezing's run-time gain against compiling from scratch at every start-up"),
+    ("frozen", "torch does not cache graphs compiled with freezing (torch._inductor.config.freezing): weigh "
+               "freezing's run-time gain against compiling from scratch at every start-up"),
+    ("not enabled", "turn the FX graph cache back on (TORCHINDUCTOR_FX_GRAPH_CACHE=1 or "
+                    "torch._inductor.config.fx_graph_cache = True)"),
+)
+
+
+def _bypassed(missed, evidence: list[str], where: str) -> str | None:
+    """Compilations torch would not cache, with its reasons (patches/compile.py records them):
+    the evidence quotes torch; the lever is what lifts the reason, since persisting the cache
+    directory cannot help a graph torch never writes. None where torch gave no reason."""
+    reasons: dict[str, list[str]] = {}
+    for c in missed:
+        for cache, text in c.bypass_reasons.items():
+            for reason in text.split("; "):
+                if reason and reason not in reasons.setdefault(cache, []):
+                    reasons[cache].append(reason)
+    if not reasons:
+        return None
+    evidence.append("torch bypassed its cache, in its words: " + "; ".join(
+        f"{CACHE_NAMES.get(cache, cache)}: \"{reason}\"" for cache, found in reasons.items() for reason in found))
+    said = [reason for found in reasons.values() for reason in found]
+    # The reason a lever lifts first ("freezing" before the "mkldnn tensors unpickleable" it causes).
+    said.sort(key=lambda reason: not any(key in reason.lower() for key, _ in BYPASS_LEVERS))
+    levers = list(dict.fromkeys(lever for reason in said for key, lever in BYPASS_LEVERS if key in reason.lower()))
+    if not levers:
+        levers = ["remove what torch names, or compile ahead of time (torch.export with AOTInductor) so that no "
+                  "start-up compiles"]
+    return (f"torch will not cache this graph (\"{said[0]}\"), so persisting the cache directory{where} cannot help: "
+            + "; ".join(levers))
 
 
 def _count(entries: int) -> str:
