@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import time
+
 # The records below are NamedTuples, not frozen dataclasses: this module and time_to_ready.py
 # are imported on the in-flight monitor's thread while the host is still importing, and each
 # millisecond of ours there is one the host waits for the interpreter lock. A frozen

@@ -30,8 +30,8 @@ from opentelemetry import trace
 from . import _host_warnings, _otel_env, ending, export, own_tracing, patches, semconv
 from . import session as _session
 from ._errors import internal_errors, report_internal_error
-from .patches.imports import run_as_plugin  # the import hook is always loaded: its target always is
 from .options import Options, env_flag
+from .patches.imports import run_as_plugin  # the import hook is always loaded: its target always is
 from .rank import rank_attributes
 from .startup import Startup, configure_metrics, metrics_can_wait
 
@@ -95,7 +95,7 @@ class Controller:
         return _session.ACTIVE is not None
 
     @property
-    def session(self) -> "_session.StartupSession | None":
+    def session(self) -> _session.StartupSession | None:
         return _session.ACTIVE
 
     @property

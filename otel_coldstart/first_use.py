@@ -36,7 +36,7 @@ import mmap
 import os
 import threading
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from . import probes, semconv
 from ._errors import internal_errors

@@ -49,7 +49,8 @@ import threading
 import time
 import weakref
 from collections import namedtuple
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from . import ending, semconv
 from ._errors import internal_errors, logger, report_internal_error
@@ -616,7 +617,7 @@ class _GaugeSource:
 # meter provider -> its source: the instruments are made once per provider (a second
 # instrument() on the same provider re-points them). Weak keys: a provider that is gone
 # takes its entry with it (an id() key could be reused by a new provider).
-_gauge_sources: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_gauge_sources: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _gauge_lock = threading.Lock()
 
 

@@ -25,7 +25,8 @@ analyzer shows it as the context that encloses the start-ups, not as a phase of 
 from __future__ import annotations
 
 import os
-from typing import Any, Literal, Mapping
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -108,7 +109,7 @@ class Launch:
         if self._span is not None:
             self._span.set_attributes(dict(attributes))
 
-    def __enter__(self) -> "Launch":
+    def __enter__(self) -> Launch:
         from .package import __version__
 
         self._setup = export.configure_tracing(self._tracer_provider, self._output_dir)

@@ -22,8 +22,9 @@ import os
 import re
 import uuid
 from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from opentelemetry import metrics
 from opentelemetry import trace as otel_trace

@@ -40,8 +40,9 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.attributes import BoundedAttributes
@@ -343,7 +344,7 @@ class OwnSpan(trace.Span):
     reads as the SDK's ``ReadableSpan`` once ended (what the exporters and
     :func:`~otel_coldstart.otlp_json.spans_to_otlp_json_line` read)."""
 
-    def __init__(self, provider: "OwnTracerProvider", scope: OwnScope, name: str, context: SpanContext,
+    def __init__(self, provider: OwnTracerProvider, scope: OwnScope, name: str, context: SpanContext,
                  parent: SpanContext | None, kind: SpanKind, attributes, links: Sequence[Link],
                  start_time: int | None, record_exception: bool, set_status_on_exception: bool) -> None:
         self._provider = provider
@@ -521,7 +522,7 @@ def _random_id(bits: int) -> int:
 
 
 class OwnTracer(trace.Tracer):
-    def __init__(self, provider: "OwnTracerProvider", scope: OwnScope) -> None:
+    def __init__(self, provider: OwnTracerProvider, scope: OwnScope) -> None:
         self._provider = provider
         self._scope = scope
 

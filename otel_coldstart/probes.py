@@ -16,7 +16,8 @@ import mmap
 import os
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ._regular_files import open_regular, open_regular_fd
 

@@ -41,7 +41,7 @@ from .rank import rank_attributes
 class Startup:
     """Everything one start-up owns (see the module's docstring); ended by :meth:`finish`."""
 
-    def __init__(self, session: "_session.StartupSession", setup: export.ExportSetup, options: Options,
+    def __init__(self, session: _session.StartupSession, setup: export.ExportSetup, options: Options,
                  summary: bool, metrics=None, metrics_later: bool = False) -> None:
         self.session = session
         session.startup = self

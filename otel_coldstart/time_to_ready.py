@@ -85,7 +85,7 @@ class LiveEstimate:
         self._by_key = [_index(h) for h in (history.startups if history else ())]
 
     @classmethod
-    def load(cls, sources: Sources) -> "LiveEstimate":
+    def load(cls, sources: Sources) -> LiveEstimate:
         history = read_history(sources.directories, sources.identity, skip_paths=(sources.own_file,),
                                skip_trace=sources.trace_id)
         note = ""

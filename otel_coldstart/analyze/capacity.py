@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 from .. import semconv, verdicts
 from .breakdown import Breakdown
@@ -78,7 +79,7 @@ class GroupSummary:
     def lead_time_ns(self, provisioning_ns: int = 0) -> int | None:
         return None if self.total is None else provisioning_ns + self.total.p95_ns
 
-    def warm_pool(self, ramp_per_min: float, provisioning_ns: int = 0) -> "WarmPool":
+    def warm_pool(self, ramp_per_min: float, provisioning_ns: int = 0) -> WarmPool:
         return WarmPool(ramp_per_min, self.lead_time_ns(provisioning_ns), provisioning_ns, self.total.p95_ns,
                         "p95 to the first token" if self.until == FIRST_TOKEN else "p95 start-up")
 

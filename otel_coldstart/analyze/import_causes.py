@@ -16,7 +16,7 @@ causes patches/imports.py recorded on them (explain.import_causes).
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from .. import semconv
 from .breakdown import Breakdown

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 from collections import defaultdict
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from .. import semconv
 from .model import Attributes, Span
@@ -120,7 +120,7 @@ class Notes:
         entry[0] += len(spans) if count is None else count
         entry[1].extend(spans[:NAMED - len(entry[1])])
 
-    def merge(self, other: "Notes") -> None:
+    def merge(self, other: Notes) -> None:
         for template, (count, spans) in other._kinds.items():
             self.add(template, spans, count)
 

@@ -28,8 +28,9 @@ import json
 import os
 import re
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from .. import semconv, verdicts
 from .breakdown import Breakdown

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from .. import semconv
 from .breakdown import Breakdown, PhasedSpans, PhaseTime, breakdown_and_tree

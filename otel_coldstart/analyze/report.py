@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import io
 from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence, TextIO
+from typing import Any, TextIO
 
 from .breakdown import Breakdown
 from .end_reasons import end_word
@@ -55,7 +56,7 @@ class Report:
     link: Callable[[str], str] | None = None  # trace id -> URL of the trace, when one is known
 
     @classmethod
-    def of(cls, startups: Sequence[Breakdown], floor: StorageFloor | None = None, **fields: Any) -> "Report":
+    def of(cls, startups: Sequence[Breakdown], floor: StorageFloor | None = None, **fields: Any) -> Report:
         """The report of ``startups`` with their findings (the printed summary's, a test's)."""
         from .findings import find
 

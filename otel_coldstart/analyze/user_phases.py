@@ -20,7 +20,7 @@ span that fits none of these is counted as ours, as before: when in doubt, nothi
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable
+from collections.abc import Iterable
 
 from .. import semconv
 from .model import Span

@@ -101,7 +101,7 @@ def recording_state(session) -> ThreadState | None:
     return state
 
 
-def recording_session() -> "_session.StartupSession | None":
+def recording_session() -> _session.StartupSession | None:
     """The session to report a per-call event to, or None when this call must pass through."""
     session = _session.ACTIVE
     return session if recording_state(session) is not None else None

@@ -35,7 +35,7 @@ import mmap
 import os
 import stat
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from .. import probes, semconv
 from .._errors import internal_errors

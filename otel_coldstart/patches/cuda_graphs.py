@@ -38,7 +38,7 @@ import contextlib
 import sys
 import threading
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 from .. import semconv
 from .. import session as _session
@@ -70,7 +70,7 @@ class _OpenGraphCaptures:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.by_graph: dict[int, "_Capture"] = {}  # id(graph object) -> the capture running on it
+        self.by_graph: dict[int, _Capture] = {}  # id(graph object) -> the capture running on it
 
 
 def _open_graph_captures(session) -> _OpenGraphCaptures:

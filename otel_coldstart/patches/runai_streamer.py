@@ -101,7 +101,7 @@ class _Stream:
         self.ambient_index: int | None = None
 
 
-def _streams(session) -> "weakref.WeakKeyDictionary":
+def _streams(session) -> weakref.WeakKeyDictionary:
     return session.state(_STATE, weakref.WeakKeyDictionary)
 
 

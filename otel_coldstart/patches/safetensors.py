@@ -50,8 +50,8 @@ class _OpenHandles:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.handles: dict[int, "_Handle"] = {}  # id(safe_open object) -> its read, while open
-        self.slices: dict[int, "_Handle"] = {}  # id(slice object) -> the handle it came from
+        self.handles: dict[int, _Handle] = {}  # id(safe_open object) -> its read, while open
+        self.slices: dict[int, _Handle] = {}  # id(slice object) -> the handle it came from
 
 
 def _open_handles(session) -> _OpenHandles:
@@ -248,7 +248,7 @@ def _exit(wrapped, instance, args, kwargs):
     return result
 
 
-def _close_exited(state: "_OpenHandles", handle: "_Handle | None", error: BaseException | None) -> None:
+def _close_exited(state: _OpenHandles, handle: _Handle | None, error: BaseException | None) -> None:
     if handle is None:
         return
     with internal_errors("safe_open.__exit__"):
@@ -406,7 +406,7 @@ def _slice_getitem(wrapped, instance, args, kwargs):
     return result
 
 
-def _created_and_unused(handle: "_Handle | None") -> bool:
+def _created_and_unused(handle: _Handle | None) -> bool:
     return handle is not None and handle.seen_open and not handle.in_with and handle.read is None
 
 

@@ -34,7 +34,7 @@ expects storage reads (recorder.py). Calls that may reach a device take the full
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from .. import probes, semconv
 from .. import session as _session

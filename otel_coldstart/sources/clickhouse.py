@@ -23,8 +23,8 @@ import re
 import sys
 import time
 import urllib.parse
+from collections.abc import Iterable, Iterator
 from decimal import Decimal
-from typing import Iterable, Iterator
 
 from . import bounded_http
 from .bounded_http import ByteBudget, FetchError, origin

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from otel_coldstart import semconv
 from otel_coldstart.analyze.breakdown import breakdowns
-from otel_coldstart.analyze.interrupted import complete_killed, killed, parse_stacks, stalls
 from otel_coldstart.analyze.integrity import repair
+from otel_coldstart.analyze.interrupted import complete_killed, killed, parse_stacks, stalls
 from otel_coldstart.analyze.model import Span, SpanEvent
 from otel_coldstart.analyze.render import render_startup_text
 from otel_coldstart.analyze.render_markdown import render_markdown

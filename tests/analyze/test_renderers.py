@@ -11,13 +11,12 @@ import json
 import pytest
 
 from analyze_records import data_file
+from otel_coldstart.analyze.breakdown import breakdowns
 from otel_coldstart.analyze.capacity import capacity_summary
 from otel_coldstart.analyze.compare import compare
 from otel_coldstart.analyze.readers import read_trace
-from otel_coldstart.analyze.breakdown import breakdowns
 from otel_coldstart.analyze.renderers import FORMATS, RENDERERS
-from otel_coldstart.analyze.report import (CapacityReport, CompareReport, Report, Side, WhatIfReport,
-                                           render_to_string)
+from otel_coldstart.analyze.report import CapacityReport, CompareReport, Report, Side, WhatIfReport, render_to_string
 from otel_coldstart.analyze.whatif import project
 from otel_coldstart.cli import build_parser, main
 

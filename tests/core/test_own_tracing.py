@@ -488,8 +488,8 @@ def test_a_flush_asked_in_a_forked_child_is_done_by_the_childs_own_worker(tmp_pa
 def test_spans_handed_to_sdk_exporters_read_as_the_sdks_own():
     """OTLP and console exporters get SDK ReadableSpans: the protobuf encoding of ours equals
     the SDK's, ids aside."""
-    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
     from google.protobuf.json_format import MessageToDict
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
     pair = Pair()
     handed = []

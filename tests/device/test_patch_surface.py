@@ -34,8 +34,9 @@ def _wrapped_attributes():
 
 
 def test_patching_twice_is_one_layer_and_unpatch_restores_everything():
-    import otel_coldstart
     import torch._dynamo  # noqa: F401  (so the compile patch has something to register with)
+
+    import otel_coldstart
 
     otel_coldstart.uninstrument()
     before = {(owner, name): vars(owner).get(name) for owner, name in

@@ -14,11 +14,10 @@ import pytest
 
 pytest.importorskip("chdb")
 
+from clickhouse_http import ClickHouseOverChdb  # noqa: E402
 from otel_coldstart.cli import main  # noqa: E402
 from otel_coldstart.cli._clickhouse import add_clickhouse_arguments, load_clickhouse  # noqa: E402
 from otel_coldstart.cli._inputs import add_file_arguments, load_files  # noqa: E402
-
-from clickhouse_http import ClickHouseOverChdb  # noqa: E402
 from startups_otlp import T0, write  # noqa: E402
 
 RANGE = ["--from", str(T0 // 10**9 - 60), "--to", str(T0 // 10**9 + 86400)]

@@ -12,9 +12,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 import otel_coldstart
-from otel_coldstart import semconv
-
 from framework_checks import REPO, clean_env, run_python
+from otel_coldstart import semconv
 
 pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
 

@@ -11,11 +11,10 @@ the sizes beyond one per power of two up to the largest; not estimated without s
 
 from __future__ import annotations
 
-from ... import semconv
+from ... import semconv, verdicts
 from ..breakdown import Breakdown
-from ..units import format_seconds
-from ... import verdicts
 from ..explain import capture_summary
+from ..units import format_seconds
 from ..whatif import FEWER_CAPTURES
 from ._finding import Finding, claim, share_text
 from ._levers import lever_saving

@@ -16,7 +16,7 @@ from ..breakdown import Breakdown
 from ..storage_floor import StorageFloor
 from ..units import format_bytes, format_rate, format_seconds
 from ..whatif import TO_SAFETENSORS
-from ._finding import Finding, claim, share_text, shard_resource, split
+from ._finding import Finding, claim, shard_resource, share_text, split
 from ._levers import lever_saving
 
 PICKLE_FORMATS = (semconv.FORMAT_TORCH_ZIP, semconv.FORMAT_TORCH_LEGACY)

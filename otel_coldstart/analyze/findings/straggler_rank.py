@@ -6,7 +6,7 @@ Estimate: the straggler's time beyond the median of the other ranks.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..breakdown import Breakdown
 from ..units import format_seconds
