@@ -28,6 +28,7 @@ from opentelemetry.trace import (
     TraceState,
 )
 
+from _examples import examples
 from otel_coldstart.otlp_json import spans_to_otlp_json, spans_to_otlp_json_line
 
 
@@ -99,7 +100,7 @@ _values = _scalars | st.lists(st.integers(min_value=-(2**64), max_value=2**64), 
     st.text(max_size=5), max_size=4) | st.lists(st.floats(), max_size=3) | st.lists(st.booleans(), max_size=3)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(attributes=st.dictionaries(st.text(max_size=12), _values, max_size=6),
        name=st.text(max_size=15), description=st.none() | st.text(max_size=10))
 def test_any_attribute_value_matches_protobuf(attributes, name, description):

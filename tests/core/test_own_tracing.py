@@ -23,6 +23,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags, TraceState
 
+from _examples import examples
 from otel_coldstart import export, own_tracing
 from otel_coldstart.otlp_json import spans_to_otlp_json
 
@@ -168,7 +169,7 @@ def _link_context(valid: bool) -> SpanContext:
     return SpanContext(0xABC, 0xDEF, is_remote=True) if valid else SpanContext(0, 0, is_remote=False)
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(start_attributes=_attributes, ops=_ops, after_end=_ops, child_ops=_ops, kind=st.sampled_from(list(trace.SpanKind)),
        start_links=_start_links)
 def test_the_same_operations_export_the_same_span(start_attributes, ops, after_end, child_ops, kind, start_links):
@@ -560,7 +561,7 @@ def test_default_resource_without_the_sdk_equals_resource_create(monkeypatch, en
     assert ours.schema_url == theirs.schema_url
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.text(alphabet=st.sampled_from("ab=,% 2F.\u00e9"), max_size=30))
 def test_resource_attributes_variable_is_parsed_as_the_sdk_parses_it(value):
     saved = os.environ.get("OTEL_RESOURCE_ATTRIBUTES")
