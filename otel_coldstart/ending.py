@@ -39,6 +39,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from . import (
     _fork_warning,  # noqa: F401  (3.12+: our threads never make a host's fork warn)
@@ -184,7 +185,7 @@ class SigtermWatcher:
     def __init__(self) -> None:
         self.fired = threading.Event()  # SIGTERM seen: the start-up is being ended, then we die
         self._installed = False
-        self._previous_handler = None
+        self._previous_handler: Any = None  # what signal.signal() returned: a handler, an int or None
         self._wakeup_ours = False
         self._read_fd = -1
         self._write_fd = -1

@@ -529,7 +529,7 @@ class OwnTracer(trace.Tracer):
     def start_span(self, name: str, context=None, kind: SpanKind = SpanKind.INTERNAL, attributes=None,
                    links: Sequence[Link] | None = (), start_time: int | None = None, record_exception: bool = True,
                    set_status_on_exception: bool = True) -> trace.Span:
-        parent = trace.get_current_span(context).get_span_context()
+        parent: SpanContext | None = trace.get_current_span(context).get_span_context()
         if parent is not None and not isinstance(parent, SpanContext):
             raise TypeError("parent_span_context must be a SpanContext or None.")
         # ParentBased(ALWAYS_ON): a root is sampled; a child follows its parent's decision,
@@ -550,8 +550,9 @@ class OwnTracer(trace.Tracer):
         return OwnSpan(self._provider, self._scope, name, span_context, parent, kind, attributes, links or (),
                        start_time, record_exception, set_status_on_exception)
 
+    # The API types it with its private _agnosticcontextmanager; @contextmanager makes the same protocol.
     @contextmanager
-    def start_as_current_span(self, name: str, context=None, kind: SpanKind = SpanKind.INTERNAL, attributes=None,
+    def start_as_current_span(self, name: str, context=None, kind: SpanKind = SpanKind.INTERNAL, attributes=None,  # type: ignore[override]
                               links: Sequence[Link] | None = (), start_time: int | None = None,
                               record_exception: bool = True, set_status_on_exception: bool = True,
                               end_on_exit: bool = True) -> Iterator[trace.Span]:
@@ -777,7 +778,7 @@ class SdkExporters:
         self._factories = list(factories)
         self._on_failure = on_failure
         self._exporters: list | None = None
-        self._sdk_resource = None
+        self._sdk_resource: Any = None  # the SDK's Resource, made on first use (the SDK is imported late)
         self._lock = threading.Lock()
 
     def exporters(self) -> list:

@@ -40,6 +40,7 @@ from .verdicts import running_work
 
 if TYPE_CHECKING:  # pragma: no cover
     from .analyze.model import Span as SpanRecord
+    from .startup import Startup
 
 # The session the patches report to; None when not instrumented. The one pointer to the
 # active start-up (``ACTIVE.startup``), set only by controller.Controller.startup. Read without
@@ -211,7 +212,7 @@ class StartupSession:
         self.tracer = tracer
         self.resource = dict(resource)
         self.recorder = Recorder(self)
-        self.startup = None  # the startup.Startup that owns this session (set by it)
+        self.startup: Startup | None = None  # the startup.Startup that owns this session (set by it)
         self.ledger: list[_Kept] = []
         self.ended = False
         self.end_ns: int | None = None  # when the start-up ended (set by end_work())

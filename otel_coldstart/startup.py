@@ -27,15 +27,21 @@ import os
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from . import _otel_env, ending, export, own_cost, own_tracing, patches, semconv
 from . import session as _session
-from ._bounded import in_background
+from ._bounded import _Done, in_background
 from ._errors import internal_errors, report_internal_error
 from .options import Options
 from .patches._storage import StorageLedger
 from .plan import EXITING, Plan, plan
 from .rank import rank_attributes
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .first_use import FollowUp
+    from .inflight import ProgressBoard
+    from .metrics import StartupMetrics
 
 
 class Startup:
@@ -52,11 +58,11 @@ class Startup:
         # Metrics only we push (OTLP, console), made by a thread of ours when first needed.
         self.metrics_later = metrics_later
         self.storage = StorageLedger(session)
-        self.progress = None  # inflight.ProgressBoard, once started
-        self.after_ready_job: threading.Thread | None = None
+        self.progress: ProgressBoard | None = None  # once started
+        self.after_ready_job: threading.Thread | _Done | None = None
         self.own_setup_s: float | None = None  # the plugin's import and set-up, where the start-up counts it
-        self.first_use = None  # first_use.FollowUp: files still partly on storage at ready(), followed
-        self._first_use_metrics = None  # (StartupMetrics, labels) its counter is added to
+        self.first_use: FollowUp | None = None  # files still partly on storage at ready(), followed
+        self._first_use_metrics: tuple[StartupMetrics, dict] | None = None  # its counter, and the labels added to it
         self.plans: list[Plan] = []  # what finish() decided, in order (for tests and debugging)
         self.lock = threading.Lock()
         self._finish_lock = threading.RLock()

@@ -18,7 +18,7 @@ import os
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from .. import semconv, verdicts
 from .first_request import FirstRequest, first_request_of
@@ -402,6 +402,7 @@ def _group_trace(spans: list[Span], roots: list[Span]) -> list[tuple[Span, list[
     by_id = {s.span_id: s for s in spans}
     members: dict[int, list[Span]] = {id(r): [] for r in roots}
     owners: dict[str, Span | None] = {}
+    owner: Span | None
     for span in spans:
         if span.is_root:
             continue
@@ -581,7 +582,7 @@ def breakdown_and_tree(root: Span, members: Sequence[Span], foreign: Sequence[Sp
     totals: dict[str, list] = {}  # phase -> [busy, spans, bytes, timed bytes, timed ns, failed, failed busy]
     cache_states: list[str | None] = []
     for span, own in zip(window, own_times):
-        phase = span.phase
+        phase = cast(str, span.phase)  # the window holds phased spans only
         item = totals.get(phase)
         if item is None:
             item = totals[phase] = [0, 0, 0, 0, 0, 0, 0]
@@ -732,7 +733,7 @@ def _context(root: Span, members: Sequence[Span], foreign: Sequence[Span],
     return tuple(
         ContextSpan(
             name=s.name, start_ns=s.start_ns, end_ns=s.end_ns,
-            service=s.resource.get("service.name") if isinstance(s.resource.get("service.name"), str) else None,
+            service=service if isinstance(service := s.resource.get("service.name"), str) else None,
             phases_inside=tuple(sorted(inside.get(s.span_id, ()))),
             encloses_root=s.span_id in enclosing,
         )

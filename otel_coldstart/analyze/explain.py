@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 from .. import semconv, verdicts
 from .breakdown import Breakdown
@@ -378,5 +379,5 @@ def _pairs(names, seconds) -> tuple[tuple[str, int], ...]:
     return tuple(out)
 
 
-def _positive_int(value) -> bool:
+def _positive_int(value) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0

@@ -186,7 +186,7 @@ def render_ranks_text(group: Sequence[Breakdown], out: TextIO) -> None:
     out.write(f"ranks of trace {_t(group[0].trace_id)}:\n")
     out.write(f"  {'rank':<6}{'total':>10}" + "".join(f"{_t(p)[:12]:>13}" for p in phases) + f"{'host':>18}\n")
     for item in group:
-        cells = "".join(f"{format_seconds(item.phase(p).busy_ns) if item.phase(p) else '-':>13}" for p in phases)
+        cells = "".join(f"{format_seconds(phase.busy_ns) if phase else '-':>13}" for phase in map(item.phase, phases))
         host = item.root.resource.get("host.name")
         rank = "?" if item.rank is None else str(item.rank)
         out.write(f"  {rank:<6}{format_seconds(item.duration_ns):>10}{cells}{_t(host or '-')[:16]:>18}\n")

@@ -272,7 +272,7 @@ def load_sides(sides: list[list[str]], args: argparse.Namespace, *, keep_going: 
     check_number(args.max_input_mb, "--max-input-mb", MAX_INPUT_MB_LIMIT)
     max_bytes = int(args.max_input_mb * 2**20)
     trace_id = getattr(args, "trace_id", None)
-    plans = []  # per side: its shares, the first one read in this process
+    plans: list[list[list[tuple[int, Part | None]]]] = []  # per side: its shares, the first one read in this process
     progress = []  # per side: read all in this process (--jobs 1, or a small input), with progress shown
     for paths in sides:
         sizes = [_size(p) for p in paths] if slim else []  # looked up once: 10,000 files are 10,000 stats

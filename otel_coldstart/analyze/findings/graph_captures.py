@@ -44,8 +44,8 @@ def check(breakdown: Breakdown, floor=None, given=None) -> list[Finding]:
     sizes = _sizes(spans)
     evidence = [f"{count} graph captures in {format_seconds(busy)} ({format_seconds(busy // count)} each on average), "
                 f"{share_text(busy, total)}"]
-    longest = max((s.attributes.get(semconv.GRAPH_MAX_CAPTURE_S) for s in spans
-                   if isinstance(s.attributes.get(semconv.GRAPH_MAX_CAPTURE_S), (int, float))), default=None)
+    capture_s = [verdicts.number_value(s.attributes, semconv.GRAPH_MAX_CAPTURE_S) for s in spans]
+    longest = max((seconds for seconds in capture_s if seconds is not None), default=None)
     if longest is not None:
         evidence.append(f"longest capture {format_seconds(int(longest * 1e9))}")
     summary = capture_summary(breakdown)

@@ -159,7 +159,9 @@ def _to_first_token(b: Breakdown, projected: tuple[int, dict[str, int]]) -> tupl
     """A projected (total, phases) carried on to the first token: its first request added as
     measured (the wait for it after ready() left out)."""
     total, phases = projected
-    duration = b.first_request.duration_ns
+    duration = b.first_request.duration_ns if b.first_request is not None else None
+    if duration is None:  # project() keeps only start-ups with a first token
+        raise ValueError("a start-up without a first token has no time to first token to project")
     return total + duration, {**phases, FIRST_REQUEST_ROW: duration}
 
 
