@@ -128,5 +128,6 @@ class Launch:
                 self._span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
             self._span.end()
             # Bounded: an unreachable collector must not hold the launcher's exit.
-            export.finish(self._setup, self.export_timeout_s)
+            if self._setup is not None:
+                export.finish(self._setup, self.export_timeout_s)
         return False

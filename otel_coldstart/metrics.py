@@ -286,7 +286,7 @@ class StartupMetrics:
                 if nbytes and copy.direction in COPY_PHASES:
                     self.copy_bytes.add(nbytes, {**base, semconv.PHASE: copy.direction,
                                                  semconv.COPY_MEMORY: memory})
-            if copy.above_bound:
+            if copy.above_bound and copy.throughput is not None and copy.bound_bps is not None:
                 # Faster than the host link carries: a timing error, not a bandwidth. A
                 # dashboard would show it as one, so it is left out, and said.
                 logger.warning("otel-coldstart: %s bandwidth %.1f GB/s is above the host link's bound "
@@ -391,8 +391,7 @@ def configure_metrics(meter_provider: metrics.MeterProvider | None,
         return MetricsSetup(global_provider, False, "OTEL_METRICS_EXPORTER=none")
     readers = []
     described = []
-    address = None
-    registry = None
+    address = registry = None
     if "prometheus" in names or prometheus_port is not None:
         try:
             from opentelemetry.exporter.prometheus import PrometheusMetricReader
@@ -422,7 +421,7 @@ def configure_metrics(meter_provider: metrics.MeterProvider | None,
     provider = MeterProvider(metric_readers=readers, resource=metrics_resource(), shutdown_on_exit=False)
     setup = MetricsSetup(provider, True, " and ".join(described))
     setup.push_readers = [r for r in readers if not _is_pull_reader(r)]
-    if address is not None:
+    if address is not None and registry is not None:  # (set together)
         from prometheus_client import start_http_server
 
         try:

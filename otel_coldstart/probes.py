@@ -23,15 +23,16 @@ from ._regular_files import open_regular, open_regular_fd
 
 try:
     import resource
+    _HAVE_RESOURCE = True
 except ImportError:  # Windows
-    resource = None
+    _HAVE_RESOURCE = False
 
 
 def _thread_usage_probe() -> tuple[Callable[[int], Any] | None, str | None]:
     """``(getrusage, None)`` if per-thread storage reads can be counted here, else
     ``(None, reason)``. ``ru_inblock`` of ``RUSAGE_THREAD`` is the kernel's per-task
     read_bytes in 512-byte units on Linux only (other systems count operations, not blocks)."""
-    if resource is None:
+    if not _HAVE_RESOURCE:
         return None, "the resource module is missing"
     if not hasattr(resource, "RUSAGE_THREAD"):
         return None, "resource.RUSAGE_THREAD is missing"
@@ -431,6 +432,8 @@ def measure_residency(path: str, size: int | None = None, ranges: tuple | None =
 def _cachestat_ranges(fd: int, ranges) -> tuple[int, int] | None:
     """(resident pages, pages asked about) over ``ranges`` of (first page, count)."""
     global _cachestat_works
+    if _CACHESTAT_SYSCALL is None:  # (the callers asked resident_pages_by_range's checks first)
+        return None
     try:
         syscall = _libc_handle().syscall
         span = _CachestatRange()

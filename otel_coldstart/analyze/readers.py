@@ -350,6 +350,7 @@ def _read_handle(handle: BinaryIO, size: int, max_bytes: int, path: str,
             if progress is not None and time.monotonic() - last_report >= PROGRESS_EVERY_S:
                 progress(offset, size)
                 last_report = time.monotonic()
+            batch: list[Span] | None
             if number == 1 and first_batch is not None:
                 batch = first_batch
                 formats.add("otlp")

@@ -119,7 +119,7 @@ def finding_to_dict(f: Finding) -> dict:
 
 def analysis_document(report: Report) -> dict:
     floor = report.floor
-    doc = {
+    doc: dict[str, Any] = {
         "schema": SCHEMA,
         "sources": list(report.sources),
         "skipped": list(report.skipped),

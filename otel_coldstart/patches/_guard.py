@@ -72,7 +72,7 @@ def _compiling_here() -> bool:
     functional tensors and are not. A thread is compiling when it holds a dynamo compile or
     tracing context (thread-local in torch._guards) or a torch dispatch mode (make_fx,
     export's tracing)."""
-    if _compile_context is None:
+    if _compile_context is None or _tracing_context is None:  # (set together)
         return True
     try:
         import torch

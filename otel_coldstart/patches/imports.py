@@ -56,6 +56,7 @@ import sys
 import threading
 import time
 from array import array
+from types import FrameType
 from typing import Any
 
 from .. import semconv
@@ -354,7 +355,7 @@ def _importer() -> str | None:
     import system (our wrapper, importlib's frozen modules, ``importlib.import_module``). Once
     per top-level import only: a few frame reads and one string, which the collector does not
     track."""
-    frame = sys._getframe(2)  # above _enter and the wrapper
+    frame: FrameType | None = sys._getframe(2)  # above _enter and the wrapper
     while frame is not None:
         filename = frame.f_code.co_filename
         if not (filename.startswith("<frozen importlib") or filename.endswith(_IMPORTLIB_INIT)):
@@ -590,13 +591,14 @@ def _compiled(start: int) -> None:
         report_internal_error("import compile")
 
 
-try:
-    import resource as _resource
-except ImportError:  # not on every platform
-    _resource = None
 # ru_inblock is the task I/O accounting's read_bytes in 512-byte blocks on Linux only (other
 # systems count operations); RUSAGE_SELF sums it over the process's threads, live and ended.
-_READ_BLOCKS = _resource is not None and sys.platform.startswith("linux")
+try:
+    import resource as _resource
+
+    _READ_BLOCKS = sys.platform.startswith("linux")
+except ImportError:  # not on every platform
+    _READ_BLOCKS = False
 _BLOCK = 512
 
 

@@ -218,7 +218,7 @@ def _host_call(state, session, wrapped, instance, args, kwargs, where: str, copy
             nbytes = source.nbytes
         else:
             nbytes = tensor_nbytes(source)
-        if io_after is None:
+        if io_before is None or io_after is None:  # (sampled together)
             recorder.count(state, phase, detail, detail_attrs, nbytes, start, end)
         else:
             recorder.count(state, phase, detail, detail_attrs, nbytes, start, end,

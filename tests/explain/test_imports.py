@@ -86,8 +86,8 @@ def test_a_slow_import_says_which_code_made_it_through_a_statement_or_import_mod
     modules("slowlib.late", "import time\ntime.sleep(0.03)\n")
     modules("slowlib.caller", "def use():\n    import slowlib.late\n    return slowlib.late\n")
     import slow_direct  # noqa: F401
-    import slowlib.caller
     statement_line = sys._getframe().f_lineno - 1
+    import slowlib.caller
     importlib.import_module("slow_dynamic")
     dynamic_line = sys._getframe().f_lineno - 1
     slowlib.caller.use()
