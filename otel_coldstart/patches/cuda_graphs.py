@@ -210,7 +210,7 @@ def _close_capture(capture: _Capture, error: BaseException | None) -> None:
     if not _forget_capture(capture):
         return
     session = capture.session
-    if session is not _session.ACTIVE:
+    if session is not _session.ACTIVE or session is None:
         return  # uninstrumented (or re-instrumented) since it began
     attrs: dict = {semconv.GRAPH_API: capture.api}
     if capture.batch_size is not None:

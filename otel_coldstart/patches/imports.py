@@ -104,7 +104,7 @@ def source_to_code(self, *args, **kwargs):
 _COMPILE_WRAPPER_FILENAME = "<frozen importlib._bootstrap_external>"
 
 _installed = None  # (bootstrap module, original function, our wrapper, its live flag) while patched
-_installed_compile = None  # (SourceLoader class, original source_to_code, our wrapper, its live flag)
+_installed_compile: tuple[Any, Any, Any, list] | None = None  # (SourceLoader class, original source_to_code, our wrapper, its live flag)
 _min_ns = int(DEFAULT_MIN_MS * 1e6)
 _local = threading.local()  # .stack: imports in progress on this thread; .busy: our own bookkeeping
 OWN_THREAD_PREFIX = "otel-coldstart-"  # every thread the plugin starts is named so
@@ -151,7 +151,7 @@ def _patch_compile() -> None:
     global _installed_compile
     loader = getattr(sys.modules.get("_frozen_importlib_external"), "SourceLoader", None)
     original = loader.__dict__.get("source_to_code") if loader is not None else None
-    if not callable(original) or getattr(original, "__coldstart_imports__", False):
+    if loader is None or not callable(original) or getattr(original, "__coldstart_imports__", False):
         return
     live = [True]
     wrapper = _make_wrapper(_COMPILE_WRAPPER_SOURCE, _COMPILE_WRAPPER_FILENAME, "source_to_code", original, live,
@@ -395,6 +395,8 @@ def _leave(token, failed: bool) -> None:
                 stack.top.module_ns.append(own)
             return
         stack.top = None
+        if top is None:  # (never: depth 0 is entered with its _Import)
+            return
         top.module_names.append(name)
         top.module_ns.append(own)
         cpu_ns = time.thread_time_ns() - top.cpu_ns

@@ -468,11 +468,12 @@ def _restore_safe_open_names() -> None:
     if not _name_wrapper:
         return
     wrapper = _name_wrapper.pop()
+    handle_type = wrapper.__wrapped__
     for module in list(sys.modules.values()):
         namespace = getattr(module, "__dict__", None)
         if isinstance(namespace, dict) and namespace.get("safe_open") is wrapper:
             try:
-                setattr(module, "safe_open", wrapper.__wrapped__)
+                setattr(module, "safe_open", handle_type)
             except (AttributeError, TypeError):
                 pass
 
