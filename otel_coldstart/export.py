@@ -33,7 +33,6 @@ from opentelemetry import trace
 
 from . import _otel_env, own_tracing
 from ._bounded import run_bounded
-from ._otel_env import otlp_endpoint_configured  # noqa: F401  (startup.py reads it here)
 from .otlp_json import spans_to_otlp_json_line
 
 DEFAULT_OUTPUT_DIR = "otel-coldstart-traces"

@@ -66,7 +66,6 @@ class Startup:
         self.plans: list[Plan] = []  # what finish() decided, in order (for tests and debugging)
         self.lock = threading.Lock()
         self._finish_lock = threading.RLock()
-        self.fallback_path: str | None = None  # where undelivered spans were written, if anywhere
 
     # --- while it runs ---------------------------------------------------------------------
 
@@ -342,8 +341,6 @@ class Startup:
             path = export.default_trace_path(self.options.output_dir)
             os.makedirs(os.path.dirname(path), exist_ok=True)
             written = export.write_records(path, self.session.kept_spans(), self.session.resource)
-            if written:
-                self.fallback_path = path
             where = f"written to {path} instead" if written else f"and could not be written to {path} either"
             if refused:
                 host, port = export.otlp_endpoint("traces") or ("?", 0)
@@ -424,7 +421,7 @@ def metrics_wanted(meter_provider, prometheus_port) -> bool:
     not imported and nothing is recorded."""
     return (meter_provider is not None or prometheus_port is not None
             or bool(_otel_env.exporter_names("metrics"))
-            or export.otlp_endpoint_configured("metrics")
+            or _otel_env.otlp_endpoint_configured("metrics")
             or "opentelemetry.sdk.metrics" in sys.modules)
 
 

@@ -4,6 +4,7 @@ SDK itself: the same operations on an SDK tracer and on ours must export the sam
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -25,7 +26,11 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCod
 
 from _examples import examples
 from otel_coldstart import export, own_tracing
-from otel_coldstart.otlp_json import spans_to_otlp_json
+from otel_coldstart.otlp_json import spans_to_otlp_json_line
+
+
+def _otlp_document(spans) -> dict:
+    return json.loads(spans_to_otlp_json_line(spans))
 
 # The own provider mirrors the SDK from own_tracing.OWN_PROVIDER_MIN_SDK on; with an older SDK
 # (CI's oldest-supported run) the SDK's own provider is used and there is nothing to compare.
@@ -53,14 +58,14 @@ class Pair:
 
     def documents(self) -> tuple[dict, dict]:
         self.own_provider.force_flush()
-        return (_without_ids(spans_to_otlp_json(self.sdk_exporter.get_finished_spans())),
-                _without_ids(spans_to_otlp_json(self.ours_exported)))
+        return (_without_ids(_otlp_document(self.sdk_exporter.get_finished_spans())),
+                _without_ids(_otlp_document(self.ours_exported)))
 
     def handed_to_sdk_exporters(self) -> dict:
         """Our spans as SdkExporters hands them to an SDK exporter (OTLP, console)."""
         self.own_provider.force_flush()
         converter = own_tracing.SdkExporters([], lambda name, exc: None)
-        return _without_ids(spans_to_otlp_json([converter.readable(span) for span in self.ours_exported]))
+        return _without_ids(_otlp_document([converter.readable(span) for span in self.ours_exported]))
 
 
 class Collecting:
