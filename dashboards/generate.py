@@ -27,9 +27,14 @@ import os
 import sys
 from urllib.parse import quote
 
-from grafana_foundation_sdk.builders import common as common_builders
-from grafana_foundation_sdk.builders import dashboard as db
-from grafana_foundation_sdk.builders import prometheus, stat, table, timeseries
+from grafana_foundation_sdk.builders import (
+    common as common_builders,
+    dashboard as db,
+    prometheus,
+    stat,
+    table,
+    timeseries,
+)
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models.dashboard import (

@@ -28,8 +28,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from opentelemetry import context as otel_context
-from opentelemetry import trace
+from opentelemetry import context as otel_context, trace
 from opentelemetry.trace import Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 

@@ -26,8 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from opentelemetry import metrics
-from opentelemetry import trace as otel_trace
+from opentelemetry import metrics, trace as otel_trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext
 
 from . import _otel_env, semconv, verdicts

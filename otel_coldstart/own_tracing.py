@@ -48,8 +48,7 @@ from opentelemetry import trace
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from ._bounded import exit_has_begun as _exit_begins
-from ._bounded import exiting as _exit_has_begun
+from ._bounded import exit_has_begun as _exit_begins, exiting as _exit_has_begun
 
 logger = logging.getLogger(__name__)
 

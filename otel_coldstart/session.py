@@ -29,8 +29,7 @@ from collections import namedtuple
 from collections.abc import Callable, Hashable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from opentelemetry import context as otel_context
-from opentelemetry import trace
+from opentelemetry import context as otel_context, trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode
 
 from . import probes, semconv

@@ -29,8 +29,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from . import _otel_env, ending, export, own_cost, own_tracing, patches, semconv
-from . import session as _session
+from . import _otel_env, ending, export, own_cost, own_tracing, patches, semconv, session as _session
 from ._bounded import _Done, in_background
 from ._errors import internal_errors, report_internal_error
 from .options import Options

@@ -10,17 +10,13 @@ from typing import TYPE_CHECKING, TextIO
 from .. import semconv
 from ..verdicts import DOMINANT_MIN_SHARE
 from .breakdown import Breakdown, bandwidth_warnings, by_trace
-from .downloads import lines as download_lines
-from .downloads import shard_notes
+from .downloads import lines as download_lines, shard_notes
 from .escape import terminal_text as _t  # every string from a trace: no control characters
 from .first_request import lines as first_request_lines
-from .grouped_findings import group as group_findings
-from .grouped_findings import several_startups
+from .grouped_findings import group as group_findings, several_startups
 from .labels import distinct_labels, shorten
 from .lazy import lines as lazy_lines
-from .own_cost import own_cost
-from .own_cost import phase_line as own_cost_line
-from .own_cost import total_line as own_cost_total_line
+from .own_cost import own_cost, phase_line as own_cost_line, total_line as own_cost_total_line
 from .render_explain import render_explain_text
 from .render_interrupted import render_killed_text, render_stalls_text, state_text
 from .shard_rows import shard_rows

@@ -9,8 +9,7 @@ import json
 
 from .. import semconv
 from .capacity import FIRST_TOKEN, READY
-from .escape import html_text, terminal_text
-from .escape import markdown_text as _md
+from .escape import html_text, markdown_text as _md, terminal_text
 from .render import columns
 from .render_html import page_end, page_head
 from .report import CapacityReport

@@ -7,13 +7,10 @@ from collections.abc import Callable
 from typing import TextIO
 
 from .breakdown import Breakdown
-from .escape import html_text as e
-from .escape import markdown_text
-from .escape import terminal_text as _t
+from .escape import html_text as e, markdown_text, terminal_text as _t
 from .explain import capture_summary, compile_summary, import_summary
 from .labels import shorten
-from .units import format_bytes, format_seconds
-from .units import json_seconds as _s
+from .units import format_bytes, format_seconds, json_seconds as _s
 
 # --- JSON -------------------------------------------------------------------------------------
 

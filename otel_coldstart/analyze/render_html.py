@@ -22,8 +22,7 @@ from .breakdown import Breakdown, bandwidth_warnings, by_trace
 from .capacity import summarize_group
 from .escape import html_text as _e
 from .first_request import lines as first_request_lines
-from .grouped_findings import group as group_findings
-from .grouped_findings import ranged, several_startups
+from .grouped_findings import group as group_findings, ranged, several_startups
 from .lazy import lines as lazy_lines
 from .render import dominant_line, grouped_saving_text, saving_text
 from .render_downloads import render_downloads_html

@@ -8,8 +8,7 @@ from typing import Any, TextIO
 
 from .. import semconv
 from .breakdown import Breakdown
-from .downloads import downloads
-from .downloads import to_dict as downloads_to_dict
+from .downloads import downloads, to_dict as downloads_to_dict
 from .findings import Finding
 from .first_request import document as first_request_document
 from .interrupted import interruption_document

@@ -7,11 +7,9 @@ from typing import TextIO
 
 from .breakdown import Breakdown, bandwidth_warnings, by_trace
 from .downloads import shard_notes
-from .escape import markdown_code, markdown_fence  # everything here may come from a trace
-from .escape import markdown_text as _cell
+from .escape import markdown_code, markdown_fence, markdown_text as _cell  # everything here may come from a trace
 from .first_request import lines as first_request_lines
-from .grouped_findings import group as group_findings
-from .grouped_findings import several_startups
+from .grouped_findings import group as group_findings, several_startups
 from .lazy import lines as lazy_lines
 from .render import dominant_line, grouped_saving_text, saving_text
 from .render_downloads import render_downloads_markdown

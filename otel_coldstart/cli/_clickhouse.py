@@ -111,8 +111,7 @@ def _fail(exc) -> CliError:
 
 
 def connect(url: str):
-    from ..sources.clickhouse import ClickHouseError
-    from ..sources.clickhouse import connect as open_connection
+    from ..sources.clickhouse import ClickHouseError, connect as open_connection
 
     try:
         return open_connection(url)

@@ -40,8 +40,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from .. import semconv
-from .. import session as _session
+from .. import semconv, session as _session
 from .._errors import internal_errors
 from . import _guard
 from ._wrapping import PatchSet, installed_version

@@ -59,8 +59,7 @@ from array import array
 from types import FrameType
 from typing import Any
 
-from .. import semconv
-from .. import session as _session
+from .. import semconv, session as _session
 from .._errors import report_internal_error
 
 TARGETS = ("_frozen_importlib",)

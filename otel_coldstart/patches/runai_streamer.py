@@ -49,8 +49,7 @@ import sys
 import time
 import weakref
 
-from .. import probes, semconv
-from .. import session as _session
+from .. import probes, semconv, session as _session
 from .._errors import internal_errors
 from ._downloads import InFlight, open_download
 from ._files import FileRead

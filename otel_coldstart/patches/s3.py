@@ -25,8 +25,7 @@ from __future__ import annotations
 import sys
 from types import FrameType
 
-from .. import semconv
-from .. import session as _session
+from .. import semconv, session as _session
 from .._errors import report_internal_error
 from ._downloads import InFlight, open_download
 from ._wrapping import PatchSet, installed_version

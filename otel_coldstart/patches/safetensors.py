@@ -24,12 +24,16 @@ import sys
 import threading
 import time
 
-from .. import probes, semconv
-from .. import session as _session
+from .. import probes, semconv, session as _session
 from .._errors import internal_errors, report_internal_error
 from .._regular_files import open_regular
-from ._files import FileRead, charge_own_cost, in_file_read, traced_read
-from ._files import _local as _file_reads  # .depth: in_file_read() without a call, per tensor
+from ._files import (
+    FileRead,
+    _local as _file_reads,  # .depth: in_file_read() without a call, per tensor
+    charge_own_cost,
+    in_file_read,
+    traced_read,
+)
 from ._storage import observe_file
 from ._wrapping import ColdstartWrapper, PatchSet, installed_version
 

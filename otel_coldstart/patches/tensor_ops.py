@@ -36,8 +36,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from .. import probes, semconv
-from .. import session as _session
+from .. import probes, semconv, session as _session
 from .._errors import report_internal_error
 from ..recorder import thread_state
 from . import _guard

@@ -9,8 +9,7 @@ import sys
 import threading
 import time
 
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from _examples import examples
 from otel_coldstart import semconv

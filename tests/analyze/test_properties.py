@@ -9,8 +9,7 @@ import json
 import os
 import tempfile
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from _examples import examples
 from otel_coldstart.analyze.breakdown import breakdowns

@@ -14,10 +14,8 @@ import time
 import types
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from opentelemetry import context as otel_context
-from opentelemetry import trace
+from hypothesis import HealthCheck, given, settings, strategies as st
+from opentelemetry import context as otel_context, trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor

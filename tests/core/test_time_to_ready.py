@@ -16,8 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 import otel_coldstart
-from otel_coldstart import _history, semconv, time_to_ready
-from otel_coldstart import session as _session
+from otel_coldstart import _history, semconv, session as _session, time_to_ready
 from otel_coldstart._history import STEP_END_S, STEP_KEY, STEP_START_S, EarlierStartup, History, Identity, read_history
 from otel_coldstart.inflight import Snapshot
 

@@ -13,8 +13,7 @@ import pytest
 import torch
 
 from _standins import MS, Described, Timeline, TimelineStream, make_event_class, open_gate
-from otel_coldstart import semconv
-from otel_coldstart import session as _session
+from otel_coldstart import semconv, session as _session
 from otel_coldstart.patches import _device_windows, _guard, tensor_ops
 from otel_coldstart.recorder import Aggregate
 

@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from otel_coldstart import patches
-from otel_coldstart.patches import compile as compile_patch
-from otel_coldstart.patches import cuda_graphs, pinning, runtime, tensor_ops
+from otel_coldstart.patches import compile as compile_patch, cuda_graphs, pinning, runtime, tensor_ops
 from otel_coldstart.patches._wrapping import ColdstartWrapper
 
 DEVICE_MODULES = (tensor_ops, pinning, cuda_graphs, runtime, compile_patch)

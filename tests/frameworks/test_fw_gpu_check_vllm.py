@@ -83,8 +83,7 @@ def test_first_request_check_on_a_real_first_request(gpu_check, tmp_path):
     end has them once the plugin marks it), and that it fails where it must."""
     from dataclasses import replace
 
-    from otel_coldstart import first_token
-    from otel_coldstart import session as _session
+    from otel_coldstart import first_token, session as _session
 
     otel_coldstart.uninstrument()
     with gpu_check.SpanReceiver() as receiver:

@@ -26,8 +26,7 @@ from metrics_testlib import (
     promql_names,
     variable_queries,
 )
-from otel_coldstart import metrics as coldstart_metrics
-from otel_coldstart import semconv
+from otel_coldstart import metrics as coldstart_metrics, semconv
 
 DOC = os.path.join(REPO, "docs", "metrics.md")
 SCRAPE_LABELS = {"job", "instance"}  # added by the Prometheus scrape (or the Collector's exporter)

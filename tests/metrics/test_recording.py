@@ -21,8 +21,7 @@ from safetensors.torch import load_file, save_file
 import otel_coldstart
 from _otlp_collector import TraceCollector
 from metrics_testlib import HERE, STARTUP_TIMEOUT_S
-from otel_coldstart import metrics as coldstart_metrics
-from otel_coldstart import semconv
+from otel_coldstart import metrics as coldstart_metrics, semconv
 from otel_coldstart.analyze.breakdown import compute_breakdown
 from otel_coldstart.analyze.model import Span
 
