@@ -38,8 +38,10 @@ test: install
 validate: install
 	$(BIN)/python -m pytest -q -m timing --reruns 1 -rR
 
+# The property tests with a fifth of their examples (the "quick" hypothesis profile,
+# tests/conftest.py); `make test` runs them in full.
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not process" -n $(XDIST)
+	$(BIN)/python -m pytest -q -m "not process" -n $(XDIST) --hypothesis-profile quick
 
 # ruff (the whole tree) and mypy (the package); the rules are in pyproject.toml, why in docs/decisions.md.
 .PHONY: lint

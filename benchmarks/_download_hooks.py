@@ -13,8 +13,9 @@ import sys
 import time
 
 endpoint, cache_dir, commit, rounds, calls = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
-import otel_coldstart  # noqa: E402
 from huggingface_hub import file_download, hf_hub_download, hf_hub_url  # noqa: E402
+
+import otel_coldstart  # noqa: E402
 
 REPO = "bench/weights"
 url = hf_hub_url(REPO, "config.json", revision=commit, endpoint=endpoint)

@@ -30,9 +30,8 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "frameworks"))
 
-from common import finish, fmt_ratio, fmt_seconds, load_average, machine, paired_ratios, rotated, stamp, summary  # noqa: E402
-
 from _hub_server import HubServer, Repo  # noqa: E402
+from common import finish, fmt_ratio, fmt_seconds, load_average, machine, paired_ratios, rotated, stamp, summary  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = os.path.join(HERE, "_download_child.py")

@@ -31,7 +31,6 @@ import tempfile
 import time
 
 import common
-
 from otel_coldstart import demo, semconv
 from otel_coldstart._history import progress_of
 

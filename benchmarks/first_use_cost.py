@@ -27,7 +27,6 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import load_average  # noqa: E402
-
 from otel_coldstart import first_use, probes  # noqa: E402
 
 MIB = 1 << 20

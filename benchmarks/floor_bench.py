@@ -18,9 +18,8 @@ import sys
 import tempfile
 
 import common
-from startup import run_child
-
 from otel_coldstart import floor
+from startup import run_child
 
 
 def measure(checkpoint: common.Checkpoint, repeats: int, loader_runs: int) -> dict:

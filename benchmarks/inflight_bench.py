@@ -67,8 +67,7 @@ def hooks(rounds: int, calls: int) -> dict:
     from opentelemetry.sdk.trace import TracerProvider
 
     import otel_coldstart
-    from otel_coldstart import semconv
-    from otel_coldstart import session as _session
+    from otel_coldstart import semconv, session as _session
 
     otel_coldstart.instrument(tracer_provider=TracerProvider(), start_at="instrument", summary=False,
                               handle_sigterm=False, progress_interval_s=0, stall_after_s=0)
@@ -114,8 +113,7 @@ def hooks(rounds: int, calls: int) -> dict:
 
 def wakeups(repeats: int, directory: str) -> dict:
     import otel_coldstart
-    from otel_coldstart import inflight
-    from otel_coldstart import session as _session
+    from otel_coldstart import inflight, session as _session
 
     otel_coldstart.instrument(output_dir=directory, start_at="instrument", summary=False, handle_sigterm=False,
                               progress_interval_s=0, stall_after_s=0)

@@ -21,10 +21,9 @@ import sys
 import tempfile
 
 import common
-from startup import run_child
-
 from otel_coldstart import demo, semconv
 from otel_coldstart.analyze.readers import read_trace_file
+from startup import run_child
 
 NARROW = dict(vocab=256, hidden=32, intermediate=64)
 

@@ -47,7 +47,6 @@ if BENCH_DIR not in sys.path:
     sys.path.insert(0, BENCH_DIR)
 
 from common import FULL_SHAPE, cache_root, load_average, shape_label, stamp  # noqa: E402
-
 from otel_coldstart import demo, floor  # noqa: E402
 
 CHILD = os.path.join(BENCH_DIR, "_whatif_child.py")

@@ -27,12 +27,23 @@ import os
 import sys
 from urllib.parse import quote
 
-from grafana_foundation_sdk.builders import common as common_builders, dashboard as db
-from grafana_foundation_sdk.builders import prometheus, stat, table, timeseries
+from grafana_foundation_sdk.builders import (
+    common as common_builders,
+    dashboard as db,
+    prometheus,
+    stat,
+    table,
+    timeseries,
+)
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common
-from grafana_foundation_sdk.models.dashboard import (DataSourceRef, DataTransformerConfig, VariableOption,
-                                                     VariableRefresh, VariableSort)
+from grafana_foundation_sdk.models.dashboard import (
+    DataSourceRef,
+    DataTransformerConfig,
+    VariableOption,
+    VariableRefresh,
+    VariableSort,
+)
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -173,8 +173,8 @@ def _loaded_controller():
     return None if module is None else module.CONTROLLER
 
 
-def instrument(tracer_provider: "TracerProvider | None" = None,
-               meter_provider: "MeterProvider | None" = None, **options: Any) -> None:
+def instrument(tracer_provider: TracerProvider | None = None,
+               meter_provider: MeterProvider | None = None, **options: Any) -> None:
     """Start tracing the start-up. Idempotent: a second call does nothing.
 
     Options:
@@ -299,7 +299,7 @@ class phase(contextlib.ContextDecorator):
             return phase_coroutine
         return super().__call__(func)
 
-    def __enter__(self) -> "phase":
+    def __enter__(self) -> phase:
         # No session module loaded: never instrumented, so no start-up to record into.
         module = sys.modules.get(_SESSION_MODULE)
         session = None if module is None else module.ACTIVE
@@ -379,7 +379,7 @@ class first_request(contextlib.ContextDecorator):
 
         return first_request_call
 
-    def __enter__(self) -> "first_request":
+    def __enter__(self) -> first_request:
         global _first_request_seen
         if _first_request_seen:
             return self

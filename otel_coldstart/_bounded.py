@@ -15,7 +15,7 @@ readers' own threads): docs/decisions.md, "The exit starts no thread".
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 _exiting = False
 
@@ -42,7 +42,7 @@ class _Done:
         return False
 
 
-def in_background(fn: Callable[[], object], name: str = "otel-coldstart-export") -> "threading.Thread | _Done":
+def in_background(fn: Callable[[], object], name: str = "otel-coldstart-export") -> threading.Thread | _Done:
     def run() -> None:
         try:
             fn()

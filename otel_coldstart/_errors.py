@@ -60,7 +60,7 @@ class internal_errors:
     def __init__(self, where: str) -> None:
         self.where = where
 
-    def __enter__(self) -> "internal_errors":
+    def __enter__(self) -> internal_errors:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:

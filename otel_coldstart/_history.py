@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import time
+
 # The records below are NamedTuples, not frozen dataclasses: this module and time_to_ready.py
 # are imported on the in-flight monitor's thread while the host is still importing, and each
 # millisecond of ours there is one the host waits for the interpreter lock. A frozen
@@ -151,9 +152,9 @@ class _FileReader:
         # A line without the service's name as a JSON string is another service's (a shared
         # Collector file): skipped unparsed. Only for names every JSON writer writes as they
         # are (Go's escapes <, > and &; some writers escape /).
-        name = identity.service
-        plain = name and name.isascii() and name.isprintable() and not set(name) & set('"\\<>&/')
-        self.needle = b'"' + name.encode() + b'"' if plain else b""
+        name = identity.service or ""
+        plain = name.isascii() and name.isprintable() and not set(name) & set('"\\<>&/')
+        self.needle = b'"' + name.encode() + b'"' if name and plain else b""
         self.steps: dict[str, list] = {}  # trace id -> [(key, start_ns, end_ns, bytes)]
         self.roots: dict[str, tuple] = {}  # trace id -> (start_ns, end_ns, host type)
 
@@ -266,15 +267,19 @@ def progress_of(path: str) -> tuple[tuple[int, int] | None, list[tuple[int, dict
     """One of our trace files as the estimate's checks read it: the root's (start, end) ns
     (None for a start-up that never ended) and its progress records' (time ns, attributes),
     in time order. For tests and benchmarks that hold an estimate against the outcome."""
-    root, records = None, []
+    root: tuple[int, int] | None = None
+    records: list[tuple[int, dict]] = []
     with open(path, "rb") as handle:
         for line in handle:
             for resource_spans in _list(json.loads(line), "resourceSpans"):
                 for scope_spans in _list(resource_spans, "scopeSpans"):
                     for span in _list(scope_spans, "spans"):
                         start = _nanos(span.get("startTimeUnixNano"))
+                        if start is None:  # no time to place it at (our spans always have one)
+                            continue
                         if span.get("name") == semconv.SPAN_ROOT:
-                            root = (start, _nanos(span.get("endTimeUnixNano")))
+                            end = _nanos(span.get("endTimeUnixNano"))
+                            root = (start, end) if end is not None else None
                         elif span.get("name") == semconv.SPAN_PROGRESS:
                             records.append((start, _attributes(span)))
     return root, sorted(records, key=lambda record: record[0])

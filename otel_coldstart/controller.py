@@ -24,14 +24,12 @@ from typing import Any
 _RUNTIME_IMPORT_STARTED_NS = time.perf_counter_ns()
 
 import wrapt  # noqa: E402
-from opentelemetry import context as otel_context
-from opentelemetry import trace
+from opentelemetry import context as otel_context, trace
 
-from . import _host_warnings, _otel_env, ending, export, own_cost, own_tracing, patches, semconv
-from . import session as _session
+from . import _host_warnings, _otel_env, ending, export, own_cost, own_tracing, patches, semconv, session as _session
 from ._errors import internal_errors, report_internal_error
-from .patches.imports import run_as_plugin  # the import hook is always loaded: its target always is
 from .options import Options, env_flag
+from .patches.imports import run_as_plugin  # the import hook is always loaded: its target always is
 from .rank import rank_attributes
 from .startup import Startup, configure_metrics, metrics_can_wait
 
@@ -95,7 +93,7 @@ class Controller:
         return _session.ACTIVE is not None
 
     @property
-    def session(self) -> "_session.StartupSession | None":
+    def session(self) -> _session.StartupSession | None:
         return _session.ACTIVE
 
     @property

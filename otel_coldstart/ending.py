@@ -38,10 +38,13 @@ import signal
 import sys
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
+from typing import Any
 
-from . import _fork_warning  # noqa: F401  (3.12+: our threads never make a host's fork warn)
-from . import semconv
+from . import (
+    _fork_warning,  # noqa: F401  (3.12+: our threads never make a host's fork warn)
+    semconv,
+)
 from ._bounded import exit_has_begun, in_background
 from ._errors import internal_errors, report_internal_error
 
@@ -50,7 +53,7 @@ from ._errors import internal_errors, report_internal_error
 _atexit_registered = False
 
 
-def register_exit(on_exit: Callable[[str, "str | None"], None]) -> None:
+def register_exit(on_exit: Callable[[str, str | None], None]) -> None:
     """Call ``on_exit(reason, exception_type)`` once when the interpreter exits."""
     global _atexit_registered
     if not _atexit_registered:
@@ -68,7 +71,7 @@ def exit_reason() -> tuple[str, str | None]:
     return semconv.END_EXIT, None
 
 
-def _at_exit(on_exit: Callable[[str, "str | None"], None]) -> None:
+def _at_exit(on_exit: Callable[[str, str | None], None]) -> None:
     if SIGTERM.fired.is_set():
         # The watcher is ending the start-up and will kill the process with SIGTERM: let it,
         # so that the exit status stays -15.
@@ -182,7 +185,7 @@ class SigtermWatcher:
     def __init__(self) -> None:
         self.fired = threading.Event()  # SIGTERM seen: the start-up is being ended, then we die
         self._installed = False
-        self._previous_handler = None
+        self._previous_handler: Any = None  # what signal.signal() returned: a handler, an int or None
         self._wakeup_ours = False
         self._read_fd = -1
         self._write_fd = -1

@@ -27,13 +27,12 @@ import os
 import sys
 import threading
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from opentelemetry import trace
 
 from . import _otel_env, own_tracing
 from ._bounded import run_bounded
-from ._otel_env import otlp_endpoint_configured  # noqa: F401  (startup.py reads it here)
 from .otlp_json import spans_to_otlp_json_line
 
 DEFAULT_OUTPUT_DIR = "otel-coldstart-traces"
@@ -213,7 +212,7 @@ class ExportSetup:
     __slots__ = ("provider", "owned", "file_path", "description", "file_exporter", "exports")
 
     def __init__(self, provider: trace.TracerProvider, owned: bool, file_path: str | None, description: str,
-                 file_exporter: "OtlpJsonFile | None" = None, exports: bool = True) -> None:
+                 file_exporter: OtlpJsonFile | None = None, exports: bool = True) -> None:
         self.provider = provider
         self.owned = owned  # we made it: we flush and shut it down
         self.file_path = file_path  # the OTLP JSON file, when that is where spans go
@@ -330,8 +329,8 @@ def finish(setup: ExportSetup, timeout_s: float) -> bool:
 def write_records(path: str, kept: Sequence, resource: dict) -> bool:
     """Write spans the session kept (session._Kept) to ``path`` as one OTLP JSON line: the
     fallback when the configured exporter did not take them. False if it could not."""
-    from .package import __version__
     from .own_tracing import OwnResource, OwnScope
+    from .package import __version__
 
     own_resource = OwnResource(resource)
     scope = OwnScope("otel_coldstart", __version__, None, None)

@@ -38,8 +38,7 @@ import time
 
 from opentelemetry import trace
 
-from . import export, semconv
-from . import session as _session
+from . import export, semconv, session as _session
 from ._bounded import in_background
 from ._errors import internal_errors
 

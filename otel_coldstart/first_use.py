@@ -36,7 +36,7 @@ import mmap
 import os
 import threading
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from . import probes, semconv
 from ._errors import internal_errors
@@ -89,7 +89,7 @@ class _Followed:
             at_ready = -(-self.lazy.unread // mmap.PAGESIZE) if self.lazy.unread else None
             self.baseline = float(at_ready) if at_ready is not None and self.exact else missing
             self.missing = self.baseline
-        if missing < self.missing:
+        if self.missing is None or missing < self.missing:
             self.missing = missing
             if self.first_ns is None:
                 self.first_ns = now

@@ -196,9 +196,10 @@ def evict(paths: list[str]) -> tuple[bool, float | None]:
     accepted = all([probes.evict_from_page_cache(path) for path in paths])
     resident = [probes.resident_ratio(path) for path in paths]
     sizes = [os.path.getsize(path) for path in paths]
-    if any(r is None for r in resident) or not sum(sizes):
+    known = [r for r in resident if r is not None]
+    if len(known) < len(resident) or not sum(sizes):
         return accepted, None
-    return accepted, sum(r * s for r, s in zip(resident, sizes)) / sum(sizes)
+    return accepted, sum(r * s for r, s in zip(known, sizes)) / sum(sizes)
 
 
 def measure(paths: list[str], repeats: int = 3, states: tuple[str, ...] = STATES,

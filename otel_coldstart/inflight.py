@@ -49,12 +49,16 @@ import threading
 import time
 import weakref
 from collections import namedtuple
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from . import ending, semconv
 from ._errors import internal_errors, logger, report_internal_error
 from .options import DEFAULT_PROGRESS_INTERVAL_S, DEFAULT_STALL_AFTER_S
 from .verdicts import running_work
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .time_to_ready import LiveEstimate
 
 # Bounds: a record and a stall event stay a few KiB whatever the host does.
 MAX_OPEN_LISTED = 32  # open spans in one record (the latest started; the rest are counted)
@@ -157,7 +161,7 @@ class ProgressBoard:
         # Time to ready: where earlier start-ups are (plain values, from start_for), read once on
         # this thread into an estimate (time_to_ready.LiveEstimate) at its first wake-up.
         self.history_sources: dict | None = None
-        self.time_to_ready = None
+        self.time_to_ready: LiveEstimate | None = None
         self._last_done: tuple | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -350,6 +354,8 @@ class ProgressBoard:
     def _read_history(self) -> None:
         """Earlier start-ups of this service, read once (bounded; time_to_ready.py)."""
         sources, self.history_sources = self.history_sources, None
+        if sources is None:
+            return
         with internal_errors("inflight history"):
             if not ending.SOURCE_EVALS.run(_import_time_to_ready):
                 return
@@ -616,7 +622,7 @@ class _GaugeSource:
 # meter provider -> its source: the instruments are made once per provider (a second
 # instrument() on the same provider re-points them). Weak keys: a provider that is gone
 # takes its entry with it (an id() key could be reused by a new provider).
-_gauge_sources: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_gauge_sources: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _gauge_lock = threading.Lock()
 
 
@@ -627,12 +633,13 @@ def register_gauges(meter_provider, board: ProgressBoard, labels: dict) -> None:
     from .metrics import phase_label
 
     with _gauge_lock:
+        source: _GaugeSource | None = None
         try:
             source = _gauge_sources.get(meter_provider)
         except TypeError:  # a provider that cannot be weakly referenced: make its instruments each time
-            source = None
+            pass
         fresh = source is None
-        if fresh:
+        if source is None:
             source = _GaugeSource()
             try:
                 _gauge_sources[meter_provider] = source
@@ -658,7 +665,7 @@ def register_gauges(meter_provider, board: ProgressBoard, labels: dict) -> None:
         return callback
 
     def estimated(field: str):  # a figure of the time-to-ready estimate (absent without one)
-        return lambda snap: getattr(source.board.estimate(snap), field, None)
+        return lambda snap: getattr(source.board and source.board.estimate(snap), field, None)
 
     from .package import __version__
 

@@ -25,10 +25,10 @@ analyzer shows it as the context that encloses the start-ups, not as a phase of 
 from __future__ import annotations
 
 import os
-from typing import Any, Literal, Mapping
+from collections.abc import Mapping
+from typing import Any, Literal
 
-from opentelemetry import context as otel_context
-from opentelemetry import trace
+from opentelemetry import context as otel_context, trace
 from opentelemetry.trace import Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -108,7 +108,7 @@ class Launch:
         if self._span is not None:
             self._span.set_attributes(dict(attributes))
 
-    def __enter__(self) -> "Launch":
+    def __enter__(self) -> Launch:
         from .package import __version__
 
         self._setup = export.configure_tracing(self._tracer_provider, self._output_dir)
@@ -127,5 +127,6 @@ class Launch:
                 self._span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
             self._span.end()
             # Bounded: an unreachable collector must not hold the launcher's exit.
-            export.finish(self._setup, self.export_timeout_s)
+            if self._setup is not None:
+                export.finish(self._setup, self.export_timeout_s)
         return False

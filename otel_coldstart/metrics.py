@@ -22,11 +22,11 @@ import os
 import re
 import uuid
 from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
-from opentelemetry import metrics
-from opentelemetry import trace as otel_trace
+from opentelemetry import metrics, trace as otel_trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext
 
 from . import _otel_env, semconv, verdicts
@@ -285,7 +285,7 @@ class StartupMetrics:
                 if nbytes and copy.direction in COPY_PHASES:
                     self.copy_bytes.add(nbytes, {**base, semconv.PHASE: copy.direction,
                                                  semconv.COPY_MEMORY: memory})
-            if copy.above_bound:
+            if copy.above_bound and copy.throughput is not None and copy.bound_bps is not None:
                 # Faster than the host link carries: a timing error, not a bandwidth. A
                 # dashboard would show it as one, so it is left out, and said.
                 logger.warning("otel-coldstart: %s bandwidth %.1f GB/s is above the host link's bound "
@@ -390,8 +390,7 @@ def configure_metrics(meter_provider: metrics.MeterProvider | None,
         return MetricsSetup(global_provider, False, "OTEL_METRICS_EXPORTER=none")
     readers = []
     described = []
-    address = None
-    registry = None
+    address = registry = None
     if "prometheus" in names or prometheus_port is not None:
         try:
             from opentelemetry.exporter.prometheus import PrometheusMetricReader
@@ -421,7 +420,7 @@ def configure_metrics(meter_provider: metrics.MeterProvider | None,
     provider = MeterProvider(metric_readers=readers, resource=metrics_resource(), shutdown_on_exit=False)
     setup = MetricsSetup(provider, True, " and ".join(described))
     setup.push_readers = [r for r in readers if not _is_pull_reader(r)]
-    if address is not None:
+    if address is not None and registry is not None:  # (set together)
         from prometheus_client import start_http_server
 
         try:

@@ -199,9 +199,3 @@ def spans_to_otlp_json_line(spans: Sequence) -> str:
                               + "}")
     return '{"resourceSpans":[' + ",".join(resource_texts) + "]}"
 
-
-def spans_to_otlp_json(spans: Sequence) -> dict:
-    """The same document as a dict (tests, and readers that want one)."""
-    import json
-
-    return json.loads(spans_to_otlp_json_line(spans))

@@ -27,6 +27,7 @@ import time
 from . import semconv
 from ._fork_warning import OWN_THREAD_PREFIX
 
+
 class OwnCost:
     """Nanoseconds of the plugin's own work on the host's threads, by phase.
 

@@ -40,15 +40,15 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from ._bounded import exit_has_begun as _exit_begins
-from ._bounded import exiting as _exit_has_begun
+from ._bounded import exit_has_begun as _exit_begins, exiting as _exit_has_begun
 
 logger = logging.getLogger(__name__)
 
@@ -343,7 +343,7 @@ class OwnSpan(trace.Span):
     reads as the SDK's ``ReadableSpan`` once ended (what the exporters and
     :func:`~otel_coldstart.otlp_json.spans_to_otlp_json_line` read)."""
 
-    def __init__(self, provider: "OwnTracerProvider", scope: OwnScope, name: str, context: SpanContext,
+    def __init__(self, provider: OwnTracerProvider, scope: OwnScope, name: str, context: SpanContext,
                  parent: SpanContext | None, kind: SpanKind, attributes, links: Sequence[Link],
                  start_time: int | None, record_exception: bool, set_status_on_exception: bool) -> None:
         self._provider = provider
@@ -521,14 +521,14 @@ def _random_id(bits: int) -> int:
 
 
 class OwnTracer(trace.Tracer):
-    def __init__(self, provider: "OwnTracerProvider", scope: OwnScope) -> None:
+    def __init__(self, provider: OwnTracerProvider, scope: OwnScope) -> None:
         self._provider = provider
         self._scope = scope
 
     def start_span(self, name: str, context=None, kind: SpanKind = SpanKind.INTERNAL, attributes=None,
                    links: Sequence[Link] | None = (), start_time: int | None = None, record_exception: bool = True,
                    set_status_on_exception: bool = True) -> trace.Span:
-        parent = trace.get_current_span(context).get_span_context()
+        parent: SpanContext | None = trace.get_current_span(context).get_span_context()
         if parent is not None and not isinstance(parent, SpanContext):
             raise TypeError("parent_span_context must be a SpanContext or None.")
         # ParentBased(ALWAYS_ON): a root is sampled; a child follows its parent's decision,
@@ -549,8 +549,9 @@ class OwnTracer(trace.Tracer):
         return OwnSpan(self._provider, self._scope, name, span_context, parent, kind, attributes, links or (),
                        start_time, record_exception, set_status_on_exception)
 
+    # The API types it with its private _agnosticcontextmanager; @contextmanager makes the same protocol.
     @contextmanager
-    def start_as_current_span(self, name: str, context=None, kind: SpanKind = SpanKind.INTERNAL, attributes=None,
+    def start_as_current_span(self, name: str, context=None, kind: SpanKind = SpanKind.INTERNAL, attributes=None,  # type: ignore[override]
                               links: Sequence[Link] | None = (), start_time: int | None = None,
                               record_exception: bool = True, set_status_on_exception: bool = True,
                               end_on_exit: bool = True) -> Iterator[trace.Span]:
@@ -776,7 +777,7 @@ class SdkExporters:
         self._factories = list(factories)
         self._on_failure = on_failure
         self._exporters: list | None = None
-        self._sdk_resource = None
+        self._sdk_resource: Any = None  # the SDK's Resource, made on first use (the SDK is imported late)
         self._lock = threading.Lock()
 
     def exporters(self) -> list:

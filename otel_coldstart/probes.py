@@ -15,21 +15,23 @@ import mmap
 import os
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ._regular_files import open_regular, open_regular_fd
 
 try:
     import resource
+    _HAVE_RESOURCE = True
 except ImportError:  # Windows
-    resource = None
+    _HAVE_RESOURCE = False
 
 
 def _thread_usage_probe() -> tuple[Callable[[int], Any] | None, str | None]:
     """``(getrusage, None)`` if per-thread storage reads can be counted here, else
     ``(None, reason)``. ``ru_inblock`` of ``RUSAGE_THREAD`` is the kernel's per-task
     read_bytes in 512-byte units on Linux only (other systems count operations, not blocks)."""
-    if resource is None:
+    if not _HAVE_RESOURCE:
         return None, "the resource module is missing"
     if not hasattr(resource, "RUSAGE_THREAD"):
         return None, "resource.RUSAGE_THREAD is missing"
@@ -452,6 +454,8 @@ def _cachestat_ranges(fd: int, ranges) -> tuple[int, int] | None:
     import ctypes  # first use, not at instrument() (_cachestat_structures)
 
     global _cachestat_works
+    if _CACHESTAT_SYSCALL is None:  # (the callers asked resident_pages_by_range's checks first)
+        return None
     try:
         syscall = _libc_handle().syscall
         range_type, stats_type = _cachestat_structures()

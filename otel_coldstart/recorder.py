@@ -28,7 +28,8 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Hashable
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as _otel_context
 from opentelemetry.trace import SpanContext
@@ -118,7 +119,7 @@ class _Accumulator:
     __slots__ = ("recorder", "context", "generation", "parent", "parent_key", "slots",
                  "last", "last_phase", "last_detail")
 
-    def __init__(self, recorder: "Recorder") -> None:
+    def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
         self.context = _NOT_LOOKED_UP
         self.generation = -1
@@ -164,12 +165,12 @@ class Aggregate:
         # queued copies, graph batch sizes), and what it must do once when the aggregate
         # ends: resolve those events, turn the state into attributes.
         self.extras: dict[str, Any] = {}
-        self.end_hooks: list[Callable[["Aggregate"], None]] = []
+        self.end_hooks: list[Callable[[Aggregate], None]] = []
         # Device work still queued when the aggregate ends (non-blocking copies, GPU casts):
         # settle(aggregate, final_deadline) -> True once it has set its figures. False holds
         # the aggregate back (nothing waits). final_deadline is None until the end of the
         # start-up, then the time.monotonic() by which every held aggregate must be written.
-        self.settle: Callable[["Aggregate", float | None], bool] | None = None
+        self.settle: Callable[[Aggregate, float | None], bool] | None = None
         # The owning thread's lock (ThreadState.lock): its additions and the close that
         # takes it for writing exclude each other. Closed: taken; later calls start another.
         self.lock: threading.RLock | None = None  # the adding thread's ThreadState.lock
@@ -218,7 +219,7 @@ class Recorder:
     # device work (a bounded delay of ready(), only when work queued before it still runs).
     FINAL_SETTLE_S = 2.0
 
-    def __init__(self, session: "StartupSession") -> None:
+    def __init__(self, session: StartupSession) -> None:
         self._session = session
         self._lock = threading.Lock()
         self._aggregates: dict[tuple, Aggregate] = {}
@@ -363,7 +364,7 @@ class Recorder:
                     on_add(aggregate)
         self.own_cost.add_since(phase, end_ns)
 
-    def child_phase_bytes(self, parent: "PendingParent") -> dict[str, int]:
+    def child_phase_bytes(self, parent: PendingParent) -> dict[str, int]:
         """Bytes per phase recorded so far under a pending parent (its phase is only known
         from the work it caused: ``Module.to("cuda")`` on a module already there is a cast)."""
         with self._lock:
@@ -432,7 +433,7 @@ class Recorder:
             })
         return records
 
-    def take_children(self, pending: "PendingParent") -> list[Aggregate]:
+    def take_children(self, pending: PendingParent) -> list[Aggregate]:
         return self._take(pending)
 
     def flush_children(self, span_id: int, span_context: SpanContext, *, interrupted: bool = False) -> None:

@@ -26,10 +26,10 @@ import sys
 import threading
 import time
 from collections import namedtuple
-from typing import TYPE_CHECKING, Any, Callable, Hashable, Mapping, TypeVar
+from collections.abc import Callable, Hashable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from opentelemetry import context as otel_context
-from opentelemetry import trace
+from opentelemetry import context as otel_context, trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode
 
 from . import probes, semconv
@@ -39,11 +39,12 @@ from .verdicts import running_work
 
 if TYPE_CHECKING:  # pragma: no cover
     from .analyze.model import Span as SpanRecord
+    from .startup import Startup
 
 # The session the patches report to; None when not instrumented. The one pointer to the
 # active start-up (``ACTIVE.startup``), set only by controller.Controller.startup. Read without
 # a lock on every intercepted call: a plain module global is the cheapest check there is.
-ACTIVE: "StartupSession | None" = None
+ACTIVE: StartupSession | None = None
 
 _StateT = TypeVar("_StateT")
 
@@ -63,7 +64,7 @@ class AmbientParent:
 
     __slots__ = ("encloses", "span_context", "_open", "session")
 
-    def __init__(self, encloses: int, span_context: SpanContext, session: "StartupSession | None" = None) -> None:
+    def __init__(self, encloses: int, span_context: SpanContext, session: StartupSession | None = None) -> None:
         self.encloses = encloses
         self.span_context = span_context
         self._open = True
@@ -87,7 +88,7 @@ def current_span_id() -> int:
 
 
 def push_ambient_parent(encloses: int, span_context: SpanContext,
-                        session: "StartupSession | None" = None) -> AmbientParent:
+                        session: StartupSession | None = None) -> AmbientParent:
     """Add an ambient parent on this thread, for ``session`` (default: the active one); close
     it with ``.open = False`` from any thread. The stack is per thread and per start-up
     (``session.local``): each entry is closed by its handle, every handle is closed when
@@ -129,7 +130,7 @@ class ContainerSpan:
     __slots__ = ("session", "span", "parent", "name", "start_ns", "attributes", "_token", "_thread",
                  "on_interrupt", "file_read", "download")
 
-    def __init__(self, session: "StartupSession", span, parent, name, start_ns, attributes, token) -> None:
+    def __init__(self, session: StartupSession, span, parent, name, start_ns, attributes, token) -> None:
         self.session = session
         self.span = span
         self.parent = parent
@@ -210,7 +211,7 @@ class StartupSession:
         self.tracer = tracer
         self.resource = dict(resource)
         self.recorder = Recorder(self)
-        self.startup = None  # the startup.Startup that owns this session (set by it)
+        self.startup: Startup | None = None  # the startup.Startup that owns this session (set by it)
         self.ledger: list[_Kept] = []
         self.ended = False
         self.end_ns: int | None = None  # when the start-up ended (set by end_work())
@@ -519,7 +520,7 @@ class StartupSession:
             with internal_errors("interrupt open work"):
                 interrupt(end_ns)
 
-    def records(self) -> "list[SpanRecord]":
+    def records(self) -> list[SpanRecord]:
         """Every span ended so far, as the analyzer's records (the same pure functions the
         ``analyze`` command runs compute the summary and the metrics from them)."""
         from .analyze.model import Span as SpanRecord  # the analyzer's model: only when asked
@@ -533,7 +534,7 @@ class StartupSession:
                            status=k.status)
                 for k in kept])
 
-    def kept_spans(self) -> "list[_Kept]":
+    def kept_spans(self) -> list[_Kept]:
         """Every span ended so far, as the ledger keeps it (what a fallback file is written from)."""
         with self._lock:
             return list(self.ledger)

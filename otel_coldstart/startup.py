@@ -27,21 +27,26 @@ import os
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
 
-from . import _otel_env, ending, export, own_cost, own_tracing, patches, semconv
-from . import session as _session
-from ._bounded import in_background
+from . import _otel_env, ending, export, own_cost, own_tracing, patches, semconv, session as _session
+from ._bounded import _Done, in_background
 from ._errors import internal_errors, report_internal_error
 from .options import Options
 from .patches._storage import StorageLedger
 from .plan import EXITING, Plan, plan
 from .rank import rank_attributes
 
+if TYPE_CHECKING:  # pragma: no cover
+    from .first_use import FollowUp
+    from .inflight import ProgressBoard
+    from .metrics import StartupMetrics
+
 
 class Startup:
     """Everything one start-up owns (see the module's docstring); ended by :meth:`finish`."""
 
-    def __init__(self, session: "_session.StartupSession", setup: export.ExportSetup, options: Options,
+    def __init__(self, session: _session.StartupSession, setup: export.ExportSetup, options: Options,
                  summary: bool, metrics=None, metrics_later: bool = False) -> None:
         self.session = session
         session.startup = self
@@ -52,15 +57,14 @@ class Startup:
         # Metrics only we push (OTLP, console), made by a thread of ours when first needed.
         self.metrics_later = metrics_later
         self.storage = StorageLedger(session)
-        self.progress = None  # inflight.ProgressBoard, once started
-        self.after_ready_job: threading.Thread | None = None
+        self.progress: ProgressBoard | None = None  # once started
+        self.after_ready_job: threading.Thread | _Done | None = None
         self.own_setup_s: float | None = None  # the plugin's import and set-up, where the start-up counts it
-        self.first_use = None  # first_use.FollowUp: files still partly on storage at ready(), followed
-        self._first_use_metrics = None  # (StartupMetrics, labels) its counter is added to
+        self.first_use: FollowUp | None = None  # files still partly on storage at ready(), followed
+        self._first_use_metrics: tuple[StartupMetrics, dict] | None = None  # its counter, and the labels added to it
         self.plans: list[Plan] = []  # what finish() decided, in order (for tests and debugging)
         self.lock = threading.Lock()
         self._finish_lock = threading.RLock()
-        self.fallback_path: str | None = None  # where undelivered spans were written, if anywhere
 
     # --- while it runs ---------------------------------------------------------------------
 
@@ -336,8 +340,6 @@ class Startup:
             path = export.default_trace_path(self.options.output_dir)
             os.makedirs(os.path.dirname(path), exist_ok=True)
             written = export.write_records(path, self.session.kept_spans(), self.session.resource)
-            if written:
-                self.fallback_path = path
             where = f"written to {path} instead" if written else f"and could not be written to {path} either"
             if refused:
                 host, port = export.otlp_endpoint("traces") or ("?", 0)
@@ -418,7 +420,7 @@ def metrics_wanted(meter_provider, prometheus_port) -> bool:
     not imported and nothing is recorded."""
     return (meter_provider is not None or prometheus_port is not None
             or bool(_otel_env.exporter_names("metrics"))
-            or export.otlp_endpoint_configured("metrics")
+            or _otel_env.otlp_endpoint_configured("metrics")
             or "opentelemetry.sdk.metrics" in sys.modules)
 
 

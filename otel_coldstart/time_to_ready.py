@@ -85,7 +85,7 @@ class LiveEstimate:
         self._by_key = [_index(h) for h in (history.startups if history else ())]
 
     @classmethod
-    def load(cls, sources: Sources) -> "LiveEstimate":
+    def load(cls, sources: Sources) -> LiveEstimate:
         history = read_history(sources.directories, sources.identity, skip_paths=(sources.own_file,),
                                skip_trace=sources.trace_id)
         note = ""
@@ -102,16 +102,17 @@ class LiveEstimate:
 
     def estimate(self, snap) -> Estimate | None:
         """Seconds left to ready() for the start-up as ``snap`` shows it, or None."""
-        if not self._by_key:
+        history = self.history
+        if history is None or not self._by_key:
             return None
-        answers = [_remaining(h, index, snap, self.sources) for h, index in zip(self.history.startups, self._by_key)]
+        answers = [_remaining(h, index, snap, self.sources) for h, index in zip(history.startups, self._by_key)]
         remaining = _median([r for r, _, _ in answers])
         overrun = _median([o for _, _, o in answers])
         hows = [how for _, how, _ in answers]
         how = max(set(hows), key=hows.count)
         if overrun > 0:
             how += f", overrunning the earlier start-ups by {overrun:.1f} s"
-        others = "" if self.history.same_host_type else " (of other host types: none of this one)"
+        others = "" if history.same_host_type else " (of other host types: none of this one)"
         basis = f"{how}; {len(answers)} earlier start-up(s){others}"
         return Estimate(max(0.0, remaining), len(answers), basis[:MAX_BASIS_CHARS], max(0.0, overrun))
 
@@ -176,7 +177,9 @@ def _remaining(h: EarlierStartup, by_key: dict, snap, sources: Sources) -> tuple
         evidence.append((last_done[2], -1, None))
     # Freshest first: the span opened last, or the one that ended last if that came later.
     for _, _, entry in sorted(evidence, key=lambda item: item[:2], reverse=True):
-        if entry is None:
+        if entry is None:  # the span that ended last
+            if last_done is None:
+                continue
             name, attributes, end_ns = last_done
             key = step_key(name, attributes.get(semconv.PHASE), attributes.get(semconv.FILE_PATH))
             step = _nearest(h, by_key.get(key), (end_ns - start) / 1e9, STEP_END_S)

@@ -14,7 +14,8 @@ with the attributes of :class:`~otel_coldstart.analyze.model.Span` or ``PhaseTim
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from . import semconv
 

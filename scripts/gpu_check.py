@@ -757,7 +757,7 @@ class _Instrumented:
         otel_coldstart.instrument(tracer_provider=self.provider, start_at="instrument", summary=False,
                                   handle_sigterm=False)
 
-    def finish(self) -> "Trace":
+    def finish(self) -> Trace:
         import otel_coldstart
         from otel_coldstart.analyze.readers import read_trace_file
 
@@ -1417,7 +1417,7 @@ def child_cast_copy(args: dict) -> dict:
             "control": cast_copy_figures(trace, *results["planted_"], prefix="planted_")}
 
 
-def _async_s(trace: "Trace", phase: str, parent: str) -> float:
+def _async_s(trace: Trace, phase: str, parent: str) -> float:
     return _sum(trace.under(parent, phase), "coldstart.copy.async_s")
 
 

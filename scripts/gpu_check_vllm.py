@@ -180,7 +180,7 @@ class SpanReceiver:
         self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}/v1/traces"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
-    def __enter__(self) -> "SpanReceiver":
+    def __enter__(self) -> SpanReceiver:
         self._thread.start()
         return self
 

@@ -45,8 +45,7 @@ class TraceCollector(http.server.ThreadingHTTPServer):
             def _handle(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 if self.path.endswith("/v1/metrics"):
-                    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
-                        ExportMetricsServiceRequest)
+                    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
                     metrics_request = ExportMetricsServiceRequest()
                     metrics_request.ParseFromString(body)
@@ -88,7 +87,7 @@ class TraceCollector(http.server.ThreadingHTTPServer):
         return [m.name for request in requests for rm in request.resource_metrics for sm in rm.scope_metrics
                 for m in sm.metrics]
 
-    def __enter__(self) -> "TraceCollector":
+    def __enter__(self) -> TraceCollector:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -9,8 +9,14 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import settings
 
 from otel_coldstart import _errors
+
+# `make test-fast` runs the property tests with a fifth of their examples (--hypothesis-profile
+# quick; tests/_examples.py scales the explicit counts); `make test`, which CI runs, keeps the
+# default profile and every count as written.
+settings.register_profile("quick", max_examples=20)
 
 
 @pytest.fixture(autouse=True)

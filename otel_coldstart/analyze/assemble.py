@@ -21,8 +21,8 @@ would give; memory is bounded by a chunk, the traces that cross chunks and the r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from .breakdown import Breakdown, breakdowns
 from .integrity import Notes, check, repair_noted

@@ -16,8 +16,9 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+from typing import Any, NamedTuple, cast
 
 from .. import semconv, verdicts
 from .first_request import FirstRequest, first_request_of
@@ -106,7 +107,7 @@ def _bandwidth_sample(span: Span, attrs: Mapping[str, Any], nbytes: int) -> tupl
     return (nbytes, busy) if busy > 0 else None
 
 
-def bandwidth_warnings(breakdown: "Breakdown") -> list[str]:
+def bandwidth_warnings(breakdown: Breakdown) -> list[str]:
     """One line per phase whose bandwidth is above the host link's bound: a timing error
     (launch time taken for transfer time, say), never a fast copy. Every renderer prints them."""
     from .units import format_rate
@@ -227,7 +228,7 @@ class Breakdown:
     # start-up's outline, with our phases inside each (analyze/outline.py); empty otherwise.
     outline: tuple = ()
     # The first request after ready() (analyze/first_request.py), None when the trace has none.
-    first_request: "FirstRequest | None" = None
+    first_request: FirstRequest | None = None
     # Each phased span's self time (span id -> ns), as the phases add it up: the one figure the
     # what-if levers cap their cuts at and the compile-cache hit is measured in. Empty when slim.
     self_ns: Mapping[str, int] = dataclasses.field(default_factory=dict, compare=False, repr=False)
@@ -341,7 +342,7 @@ class Breakdown:
             return self.slim_cache
         return cache_verdict(s.state for s in self.shards)
 
-    def slim(self) -> "Breakdown":
+    def slim(self) -> Breakdown:
         """This start-up as compare and capacity read it (phases, root, cache verdict),
         without its spans, gaps, context, shards and outline: a fleet of 10,000 is then held,
         and handed between processes, at a fraction of the size. What needs those reads
@@ -401,6 +402,7 @@ def _group_trace(spans: list[Span], roots: list[Span]) -> list[tuple[Span, list[
     by_id = {s.span_id: s for s in spans}
     members: dict[int, list[Span]] = {id(r): [] for r in roots}
     owners: dict[str, Span | None] = {}
+    owner: Span | None
     for span in spans:
         if span.is_root:
             continue
@@ -580,7 +582,7 @@ def breakdown_and_tree(root: Span, members: Sequence[Span], foreign: Sequence[Sp
     totals: dict[str, list] = {}  # phase -> [busy, spans, bytes, timed bytes, timed ns, failed, failed busy]
     cache_states: list[str | None] = []
     for span, own in zip(window, own_times):
-        phase = span.phase
+        phase = cast(str, span.phase)  # the window holds phased spans only
         item = totals.get(phase)
         if item is None:
             item = totals[phase] = [0, 0, 0, 0, 0, 0, 0]
@@ -731,7 +733,7 @@ def _context(root: Span, members: Sequence[Span], foreign: Sequence[Span],
     return tuple(
         ContextSpan(
             name=s.name, start_ns=s.start_ns, end_ns=s.end_ns,
-            service=s.resource.get("service.name") if isinstance(s.resource.get("service.name"), str) else None,
+            service=service if isinstance(service := s.resource.get("service.name"), str) else None,
             phases_inside=tuple(sorted(inside.get(s.span_id, ()))),
             encloses_root=s.span_id in enclosing,
         )

@@ -4,8 +4,8 @@ violations out; the CLI turns violations into an exit code (docs/cli.md)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from .. import semconv
 from .breakdown import TOTAL, Breakdown

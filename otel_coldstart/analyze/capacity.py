@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 from .. import semconv, verdicts
 from .breakdown import Breakdown
@@ -78,8 +79,11 @@ class GroupSummary:
     def lead_time_ns(self, provisioning_ns: int = 0) -> int | None:
         return None if self.total is None else provisioning_ns + self.total.p95_ns
 
-    def warm_pool(self, ramp_per_min: float, provisioning_ns: int = 0) -> "WarmPool":
-        return WarmPool(ramp_per_min, self.lead_time_ns(provisioning_ns), provisioning_ns, self.total.p95_ns,
+    def warm_pool(self, ramp_per_min: float, provisioning_ns: int = 0) -> WarmPool:
+        """For a group with a total (the renderers ask no other)."""
+        if self.total is None:
+            raise ValueError(f"no warm pool for {self.key}={self.value}: no start-up of it has a total")
+        return WarmPool(ramp_per_min, provisioning_ns + self.total.p95_ns, provisioning_ns, self.total.p95_ns,
                         "p95 to the first token" if self.until == FIRST_TOKEN else "p95 start-up")
 
 
@@ -158,11 +162,13 @@ def _summarize_to_first_token(key: str, value: str, results: Sequence[Breakdown]
     reasons = Counter(r for r in (no_first_token_reason(b) for b in results) if r is not None)
     apart = Unready(sum(reasons.values()), tuple(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))))
     phases, total, wait = {}, None, None
+    # Each counted start-up has a first request that ended well: its figures are all there.
+    requests = [r for b in counted if (r := b.first_request) is not None]
     if counted:
         phases = _phase_quantiles(counted)
-        phases[semconv.PHASE_FIRST_REQUEST] = _quantiles([b.first_request.duration_ns for b in counted])
-        total = _quantiles([b.first_request.serving_ns for b in counted])
-        wait = _quantiles([b.first_request.after_ready_ns for b in counted])
+        phases[semconv.PHASE_FIRST_REQUEST] = _quantiles([ns for r in requests if (ns := r.duration_ns) is not None])
+        total = _quantiles([ns for r in requests if (ns := r.serving_ns) is not None])
+        wait = _quantiles([r.after_ready_ns for r in requests])
     return GroupSummary(key, value, len(results), sum(1 for b in results if b.ready), total, phases, apart,
                         len(counted), FIRST_TOKEN, wait)
 

@@ -18,12 +18,13 @@ differs for that reason alone.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from .. import semconv
 from .breakdown import TOTAL, Breakdown
 from .stats import iqr, mann_whitney_p
+
 ALPHA = 0.05
 MIN_EFFECT_NS = 5_000_000  # 5 ms
 MIN_EFFECT_RATIO = 0.10  # 10% of the baseline median

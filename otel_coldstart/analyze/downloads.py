@@ -11,8 +11,8 @@ HEAD is a metadata request like the others.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Iterable, Sequence
 
 from .. import semconv, verdicts
 from .model import Span

@@ -9,8 +9,9 @@ unknown: None, never zero.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import TypeGuard
 
 from .. import semconv, verdicts
 from .breakdown import Breakdown
@@ -33,7 +34,7 @@ class ImportRecord:
     interrupted: bool
     parent_id: str | None = None  # the span it ran under (a phase of the user's or a library step)
     importer: str | None = None  # "module:line" whose code ran the import (coldstart.import.importer)
-    why: "ImportCauses | None" = None  # why it was slow (issue 38); None in traces from before
+    why: ImportCauses | None = None  # why it was slow (issue 38); None in traces from before
 
     @property
     def imported_by_itself(self) -> bool:
@@ -62,7 +63,7 @@ class ImportCauses:
     storage_off_cpu_ns: int = 0  # the same, in the imports that read from storage
     queued_ns: int | None = None  # waiting for a core (a busy machine), where recorded
 
-    def plus(self, other: "ImportCauses") -> "ImportCauses":
+    def plus(self, other: ImportCauses) -> ImportCauses:
         def add(a, b):
             return b if a is None else a if b is None else a + b
         return ImportCauses(self.ns + other.ns, self.compiled_modules + other.compiled_modules,
@@ -387,5 +388,5 @@ def _pairs(names, seconds) -> tuple[tuple[str, int], ...]:
     return tuple(out)
 
 
-def _positive_int(value) -> bool:
+def _positive_int(value) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0

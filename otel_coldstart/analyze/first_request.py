@@ -12,8 +12,9 @@ Pure functions over plain records: :func:`first_request_of` is called by compute
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from .. import semconv
 from .model import Span
@@ -132,7 +133,7 @@ def _phases_inside(span: Span, members: Sequence[Span]) -> tuple[tuple[str, int,
     return tuple(sorted(((p, ns, n) for p, (ns, n) in totals.items()), key=lambda t: (-t[1], t[0])))[:MAX_INSIDE]
 
 
-def first_use_inside(b: "Breakdown") -> list[tuple[str, int, float]]:
+def first_use_inside(b: Breakdown) -> list[tuple[str, int, float]]:
     """The files still on storage at ready() whose first reads the follow-up saw while the
     first request ran (to one sampling tick after it): (file name, bytes read after ready()
     in all, seconds after ready() first seen)."""
@@ -161,7 +162,7 @@ def _status_text(request: FirstRequest) -> str:
     return request.status
 
 
-def lines(b: "Breakdown") -> list[str]:
+def lines(b: Breakdown) -> list[str]:
     """Every renderer's lines about the first request; [] when the trace has none."""
     request = b.first_request
     if request is None:
@@ -187,7 +188,7 @@ def lines(b: "Breakdown") -> list[str]:
     return out
 
 
-def document(b: "Breakdown") -> dict | None:
+def document(b: Breakdown) -> dict | None:
     """``analyze --format json``'s ``first_request`` of one start-up (None without one)."""
     request = b.first_request
     if request is None:

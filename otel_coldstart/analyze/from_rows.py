@@ -9,7 +9,7 @@ each phase's busy time and span count, unattributed time and the cache verdict."
 from __future__ import annotations
 
 import sys
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from .. import semconv
 from .breakdown import Breakdown, PhaseTime

@@ -11,8 +11,8 @@ as they are (JSON keeps them all).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 # A figure: a number with the unit that follows it, if any ("1.20 s", "36%", "8.7x", "128.0 MiB").
 _FIGURE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(\s?(?:ns|µs|us|ms|s|KiB|MiB|GiB|TiB|kB|MB|GB|B/s|B|%|x)\b|%)?")

@@ -7,8 +7,8 @@ Pure: counts in, figures out (cli/_prometheus.py fetches the counts)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 
 @dataclass(frozen=True)

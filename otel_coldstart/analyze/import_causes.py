@@ -21,7 +21,7 @@ causes patches/imports.py recorded on them (explain.import_causes).
 from __future__ import annotations
 
 import statistics
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from .. import semconv, verdicts
 from .breakdown import Breakdown
@@ -65,7 +65,7 @@ def storage_wait_ns(causes: ImportCauses, resident_share: float, warm_bytes_per_
         return 0
     wait = causes.off_cpu_ns - resident_share * causes.ns
     if warm_bytes_per_s:
-        wait -= causes.storage_read_bytes / warm_bytes_per_s * 1e9
+        wait -= (causes.storage_read_bytes or 0) / warm_bytes_per_s * 1e9  # not None: reads_storage
     return max(0, int(wait))
 
 

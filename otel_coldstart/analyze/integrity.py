@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 from collections import defaultdict
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from .. import semconv
 from .model import Attributes, Span
@@ -120,7 +120,7 @@ class Notes:
         entry[0] += len(spans) if count is None else count
         entry[1].extend(spans[:NAMED - len(entry[1])])
 
-    def merge(self, other: "Notes") -> None:
+    def merge(self, other: Notes) -> None:
         for template, (count, spans) in other._kinds.items():
             self.add(template, spans, count)
 
@@ -142,7 +142,7 @@ def check(spans: Iterable[Span]) -> tuple[list[Span], Notes]:
     """validate, with its findings as :class:`Notes` (to be merged over many traces)."""
     kept: list[Span] = []
     notes = Notes()
-    untimed_roots: list[tuple[Span, str]] = []
+    untimed_roots: list[tuple[Span, str | None]] = []  # (never None here: the times failed a check)
     good_trace = None  # the trace id last found not all-zero: a trace's spans come together
     for span in spans:
         trace_id = span.trace_id
@@ -183,7 +183,7 @@ def _names(items: Sequence[Span], count: int) -> str:
     return shown + (f" and {count - NAMED} more" if count > NAMED else "")
 
 
-def _time_roots(untimed: list[tuple[Span, str]], kept: list[Span]) -> tuple[list[Span], list[Span]]:
+def _time_roots(untimed: list[tuple[Span, str | None]], kept: list[Span]) -> tuple[list[Span], list[Span]]:
     """Each root to the last end of the other spans of its trace, from its own start where
     that can be true, else from their first start: the start-up is shown, honestly marked,
     instead of as 0 ms and ready."""
@@ -276,7 +276,7 @@ def _cut_cycles(spans: list[Span], index: dict[str, dict[str, int]]) -> tuple[li
     cut = 0
     for start in range(len(spans)):
         path = []
-        i = start
+        i: int | None = start
         while i is not None and state[i] == 0:
             state[i] = 1
             path.append(i)

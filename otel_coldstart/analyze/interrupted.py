@@ -28,8 +28,9 @@ import json
 import os
 import re
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from .. import semconv, verdicts
 from .breakdown import Breakdown
@@ -296,13 +297,13 @@ def _frame_path(frame: str) -> str | None:
 
 def is_user_frame(frame: str) -> bool:
     path = _frame_path(frame)
-    return bool(path) and not _NOT_USER_CODE.search(path)
+    return bool(path and not _NOT_USER_CODE.search(path))
 
 
 def waits_on_other_threads(frames: list[str]) -> bool:
     """The thread's innermost frame is a wait on a lock, condition, queue, future or pool."""
     path = _frame_path(frames[0]) if frames else None
-    return bool(path) and bool(_WAITS_ON_OTHERS.search(path))
+    return bool(path and _WAITS_ON_OTHERS.search(path))
 
 
 def _workers(blocks: list[tuple[str, list[str]]]) -> tuple[tuple[str, tuple[str, ...]], ...]:

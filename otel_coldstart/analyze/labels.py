@@ -11,7 +11,7 @@ table, the JSON report.
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 ELLIPSIS = "\u2026"
 MIN_HEAD = 4  # characters of the start kept, so a label still reads as the name it is

@@ -91,9 +91,8 @@ def lazy_files(breakdown: Breakdown, floor=None) -> list[LazyFile]:
     if not breakdown.ready:
         return []
     files = [s for s in breakdown.spans if s.phase == semconv.PHASE_DESERIALIZE]
-    unread = [(s, verdicts.int_value(s.attributes, semconv.LAZY_UNREAD_BYTES)) for s in files]
-    unread = [(s, n) for s, n in unread
-              if n is not None and verdicts.is_lazily_unread(n, verdicts.int_value(s.attributes, semconv.FILE_SIZE))]
+    unread = [(s, n) for s in files if (n := verdicts.int_value(s.attributes, semconv.LAZY_UNREAD_BYTES)) is not None
+              and verdicts.is_lazily_unread(n, verdicts.int_value(s.attributes, semconv.FILE_SIZE))]
     if not unread:
         return []
     own = {s.span_id: _in_span_read(s) for s in files}

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from .. import semconv
 
@@ -37,7 +38,7 @@ class Attributes(Mapping):
     __slots__ = ("_index", "_values")
     _index: Layout
     _values: tuple
-    _layouts: dict[tuple, "Layout"] = {}
+    _layouts: dict[tuple, Layout] = {}
     MAX_LAYOUTS = 4096  # a trace with ever-new key sets gets plain dicts beyond this
 
     @classmethod

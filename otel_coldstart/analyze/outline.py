@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from .. import semconv
 from .breakdown import Breakdown, PhasedSpans, PhaseTime, breakdown_and_tree
@@ -185,7 +185,7 @@ def _outline(root: Span, tree: PhasedSpans, server_ids: set[str], root_ids: set[
     covering: dict[str, list[Span]] = defaultdict(list)
     for span, own in zip(tree.window, tree.own):
         node = _outline_parent(span, by_id, outline_ids)
-        if node is None:
+        if node is None or span.phase is None:  # (the window holds phased spans only)
             continue
         inside[node][span.phase] += own
         covering[node].append(span)
@@ -238,9 +238,9 @@ def _process_key(span: Span) -> str | None:
     return str(pid) if isinstance(pid, (int, str)) and not isinstance(pid, bool) and pid != "" else None
 
 
-def _process_names(spans) -> dict[str, str]:
+def _process_names(spans) -> dict[str | None, str]:  # None is never a key (a span without a pid asks for it)
     """vLLM's name of each process (``vllm.process_name``), by pid, for our spans there too."""
-    names = {}
+    names: dict[str | None, str] = {}
     for span in spans:
         name = span.resource.get("vllm.process_name")
         key = _process_key(span)

@@ -12,7 +12,7 @@ many start-ups each has, and suggest ``--by`` that attribute (whatif, compare an
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import Sequence
+from collections.abc import Sequence
 
 from .. import semconv
 from .breakdown import Breakdown

@@ -8,11 +8,22 @@ carry its process inline instead of a ``processID``.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from .. import semconv
-from ._values import (TraceReadError, as_dict, as_list, coerce_string, duration_ns, failure_type, finite_float,
-                      hex_id, int64, unix_ns)
+from ._values import (
+    TraceReadError,
+    as_dict,
+    as_list,
+    coerce_string,
+    duration_ns,
+    failure_type,
+    finite_float,
+    hex_id,
+    int64,
+    unix_ns,
+)
 from .list_values import lists_from_text
 from .model import Span
 

@@ -10,7 +10,8 @@ removed by the caller (readers.py).
 from __future__ import annotations
 
 import sys
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from .. import semconv
 from ._values import TraceReadError, as_dict, as_list, failure_type, finite_float, hex_id, int64, unix_ns

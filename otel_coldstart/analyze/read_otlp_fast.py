@@ -19,14 +19,16 @@ UNSET: Any = object()  # replaced by msgspec.UNSET below when msgspec is install
 
 try:
     import msgspec
+
+    _HAVE_MSGSPEC = True
 except ImportError:  # pragma: no cover - msgspec is a dependency; the general path still works
-    msgspec = None
+    _HAVE_MSGSPEC = False
 
 _decoder = None
 _intern = sys.intern
 
 
-if msgspec is not None:  # typed structs: the decoder fills them without building dicts
+if _HAVE_MSGSPEC:  # typed structs: the decoder fills them without building dicts
     # UNSET, not None, as the default: a key present with an odd value (null, a number
     # where a string belongs) fails validation, and the line goes the general way, which
     # has its own rules for those; so both paths give the same records.
@@ -150,7 +152,7 @@ def reset_ids() -> None:
 def spans_from_line(line: bytes) -> "list[Span] | None":
     """The spans of one OTLP JSON line, or None when the fast path does not take it."""
     global _decoder
-    if msgspec is None:
+    if not _HAVE_MSGSPEC:
         return None
     if _decoder is None:
         _decoder = _build_decoder()

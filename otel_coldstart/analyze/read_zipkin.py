@@ -10,7 +10,8 @@ the resource's attributes, written as tags of every span, are taken back into th
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from .. import semconv
 from ._values import TraceReadError, as_dict, coerce_string, duration_ns, failure_type, hex_id, unix_ns

@@ -19,8 +19,9 @@ import io
 import json
 import os
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Callable, Iterator
+from typing import Any, BinaryIO
 
 from .._regular_files import is_regular_file, open_regular_fd
 from ._values import TraceReadError
@@ -105,7 +106,7 @@ class BatchReader:
     batches are."""
 
     def __init__(self, path: str, max_bytes: int = DEFAULT_MAX_BYTES, progress: Progress | None = None,
-                 part: "Part | None" = None) -> None:
+                 part: Part | None = None) -> None:
         self.path, self.max_bytes, self.progress, self.part = path, max_bytes, progress, part
         self.facts = FileFacts()
 
@@ -349,6 +350,7 @@ def _read_handle(handle: BinaryIO, size: int, max_bytes: int, path: str,
             if progress is not None and time.monotonic() - last_report >= PROGRESS_EVERY_S:
                 progress(offset, size)
                 last_report = time.monotonic()
+            batch: list[Span] | None
             if number == 1 and first_batch is not None:
                 batch = first_batch
                 formats.add("otlp")

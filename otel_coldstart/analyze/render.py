@@ -4,19 +4,20 @@ every format); the functions below it write its parts. They never compute."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, AbstractSet, Sequence, TextIO
+from collections.abc import Sequence, Set
+from typing import TYPE_CHECKING, TextIO
 
 from .. import semconv
 from ..verdicts import DOMINANT_MIN_SHARE
 from .breakdown import Breakdown, bandwidth_warnings, by_trace
-from .escape import terminal_text as _t  # every string from a trace: no control characters
-from .labels import distinct_labels, shorten
-from .first_request import lines as first_request_lines
-from .lazy import lines as lazy_lines
-from .grouped_findings import group as group_findings, several_startups
 from .downloads import lines as download_lines, shard_notes
-from .render_explain import render_explain_text
+from .escape import terminal_text as _t  # every string from a trace: no control characters
+from .first_request import lines as first_request_lines
+from .grouped_findings import group as group_findings, several_startups
+from .labels import distinct_labels, shorten
+from .lazy import lines as lazy_lines
 from .own_cost import shown as shown_own_cost
+from .render_explain import render_explain_text
 from .render_interrupted import render_killed_text, render_stalls_text, state_text
 from .shard_rows import shard_rows
 from .units import format_bytes, format_rate, format_seconds
@@ -25,7 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .report import Report
 
 
-def render_text(report: "Report", out: TextIO) -> None:
+def render_text(report: Report, out: TextIO) -> None:
     """Every start-up (the ranks of a multi-process start-up together, with a line per rank),
     then the findings."""
     groups = list(by_trace(report.startups).values())
@@ -124,7 +125,7 @@ def render_startup_text(breakdown: Breakdown, out: TextIO) -> None:
         )
 
 
-def columns(rows: Sequence[Sequence[str]], right: AbstractSet[int] = frozenset()) -> list[str]:
+def columns(rows: Sequence[Sequence[str]], right: Set[int] = frozenset()) -> list[str]:
     """Rows of cells as lines, each column as wide as its widest cell and two spaces from the
     next: however long a value gets ("+3.79 s" beside "3058.47x"), columns never run
     together. ``right``: the columns aligned right (numbers)."""
@@ -180,7 +181,7 @@ def render_ranks_text(group: Sequence[Breakdown], out: TextIO) -> None:
     out.write(f"ranks of trace {_t(group[0].trace_id)}:\n")
     out.write(f"  {'rank':<6}{'total':>10}" + "".join(f"{_t(p)[:12]:>13}" for p in phases) + f"{'host':>18}\n")
     for item in group:
-        cells = "".join(f"{format_seconds(item.phase(p).busy_ns) if item.phase(p) else '-':>13}" for p in phases)
+        cells = "".join(f"{format_seconds(phase.busy_ns) if phase else '-':>13}" for phase in map(item.phase, phases))
         host = item.root.resource.get("host.name")
         rank = "?" if item.rank is None else str(item.rank)
         out.write(f"  {rank:<6}{format_seconds(item.duration_ns):>10}{cells}{_t(host or '-')[:16]:>18}\n")

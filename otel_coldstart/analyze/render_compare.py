@@ -5,7 +5,8 @@ one self-contained HTML page in the analyze report's style. Each is a renderer
 from __future__ import annotations
 
 import json
-from typing import Sequence, TextIO
+from collections.abc import Sequence
+from typing import TextIO
 
 from .compare import ALPHA, FASTER, MIN_EFFECT_NS, MIN_EFFECT_RATIO, NOISE, SLOWER
 from .escape import html_text, markdown_text, terminal_text

@@ -4,7 +4,8 @@ Made from analyze/downloads.py; nothing computed here."""
 
 from __future__ import annotations
 
-from typing import Callable, TextIO
+from collections.abc import Callable
+from typing import TextIO
 
 from .downloads import downloads
 from .escape import html_text, markdown_text

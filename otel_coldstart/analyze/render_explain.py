@@ -3,15 +3,14 @@ document, and their lines in the text and Markdown reports. Writes, never comput
 
 from __future__ import annotations
 
-from typing import Callable, TextIO
+from collections.abc import Callable
+from typing import TextIO
 
 from .breakdown import Breakdown
-from .escape import html_text as e, markdown_text
-from .escape import terminal_text as _t
+from .escape import html_text as e, markdown_text, terminal_text as _t
 from .explain import capture_summary, compile_summary, import_summary
 from .labels import shorten
 from .units import format_bytes, format_seconds, json_seconds as _s
-
 
 # --- JSON -------------------------------------------------------------------------------------
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import io
 import statistics
 from collections import defaultdict
-from typing import Sequence, TextIO
+from collections.abc import Sequence
+from typing import TextIO
 from urllib.parse import quote
 
 from .. import semconv
@@ -22,13 +23,13 @@ from .breakdown import Breakdown, bandwidth_warnings, by_trace
 from .capacity import summarize_group
 from .escape import html_text as _e
 from .first_request import lines as first_request_lines
-from .lazy import lines as lazy_lines
 from .grouped_findings import group as group_findings, ranged, several_startups
-from .render import dominant_line, grouped_saving_text, saving_text
-from .render_explain import render_explain_html
-from .render_downloads import render_downloads_html
-from .render_interrupted import render_killed_text, render_stalls_text
+from .lazy import lines as lazy_lines
 from .own_cost import shown as shown_own_cost
+from .render import dominant_line, grouped_saving_text, saving_text
+from .render_downloads import render_downloads_html
+from .render_explain import render_explain_html
+from .render_interrupted import render_killed_text, render_stalls_text
 from .render_svg import svg_waterfall
 from .report import Report
 from .units import format_bytes, format_rate, format_seconds

@@ -8,14 +8,14 @@ from typing import Any, TextIO
 
 from .. import semconv
 from .breakdown import Breakdown
-from .findings import Finding
-from .interrupted import interruption_document
-from .report import Report
-from .first_request import document as first_request_document
-from .lazy import lazy_files
 from .downloads import downloads, to_dict as downloads_to_dict
-from .render_explain import explain_document
+from .findings import Finding
+from .first_request import document as first_request_document
+from .interrupted import interruption_document
+from .lazy import lazy_files
 from .own_cost import own_cost_document
+from .render_explain import explain_document
+from .report import Report
 from .units import json_seconds as _s
 
 SCHEMA = "otel-coldstart.analysis/1"
@@ -118,7 +118,7 @@ def finding_to_dict(f: Finding) -> dict:
 
 def analysis_document(report: Report) -> dict:
     floor = report.floor
-    doc = {
+    doc: dict[str, Any] = {
         "schema": SCHEMA,
         "sources": list(report.sources),
         "skipped": list(report.skipped),

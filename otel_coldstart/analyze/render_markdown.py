@@ -7,19 +7,19 @@ from typing import TextIO
 
 from .. import semconv
 from .breakdown import Breakdown, bandwidth_warnings, by_trace
+from .downloads import shard_notes
 from .escape import markdown_code, markdown_fence, markdown_text as _cell  # everything here may come from a trace
-from .report import Report
 from .first_request import lines as first_request_lines
+from .grouped_findings import group as group_findings, several_startups
 from .lazy import lines as lazy_lines
+from .own_cost import shown as shown_own_cost
+from .render import dominant_line, grouped_saving_text, saving_text
+from .render_downloads import render_downloads_markdown
 from .render_explain import render_explain_markdown
 from .render_interrupted import render_killed_text, render_stalls_text, state_text
-from .own_cost import shown as shown_own_cost
+from .report import Report
 from .shard_rows import shard_rows
-from .render import dominant_line, grouped_saving_text, saving_text
-from .grouped_findings import group as group_findings, several_startups
 from .units import format_bytes, format_rate, format_seconds
-from .render_downloads import render_downloads_markdown
-from .downloads import shard_notes
 
 
 def render_markdown(report: Report, out: TextIO) -> None:

@@ -10,14 +10,15 @@ Everything that comes from the trace is escaped.
 
 from __future__ import annotations
 
-from typing import TextIO
 import html
+from typing import TextIO
 
 from .. import semconv
 from .breakdown import Breakdown
 from .report import Report
 from .units import format_seconds
 from .waterfall import FOREIGN, STATE_COLOURS, nice_step, phase_colour, rows, tick_label
+
 
 def escape(text: str) -> str:
     # html.escape, not xml.sax.saxutils: that module imports urllib.request, http.client and

@@ -5,7 +5,8 @@ one self-contained HTML page. Each is a renderer ``render(report, out)`` over a
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Sequence, TextIO
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, TextIO
 
 from .escape import html_text, markdown_text, terminal_text
 from .report import WhatIfReport

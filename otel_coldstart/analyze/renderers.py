@@ -5,8 +5,7 @@ same formats, the CLI's ``--format`` choices; a new format is one function per c
 from __future__ import annotations
 
 from .render import render_text
-from .render_capacity import (render_capacity_html, render_capacity_json, render_capacity_markdown,
-                              render_capacity_text)
+from .render_capacity import render_capacity_html, render_capacity_json, render_capacity_markdown, render_capacity_text
 from .render_compare import render_compare_html, render_compare_json, render_compare_markdown, render_compare_text
 from .render_html import render_html
 from .render_json import render_json

@@ -8,7 +8,7 @@ one report in one format and computes nothing::
     render(report, out: TextIO) -> None
 
 to a file object, so that a report of 300,000 shards streams instead of being built as one
-string (``render_to_string`` gives the string when wanted). Every format of every command is
+string. Every format of every command is
 in the one table of ``analyze/renderers.py`` (``RENDERERS[command][format]``); the renderers
 themselves are ``analyze/render*.py``. ``capacity --prometheus`` (histograms, not start-ups)
 writes its own text and JSON in ``cli/_prometheus.py``.
@@ -16,22 +16,16 @@ writes its own text and JSON in ``cli/_prometheus.py``.
 
 from __future__ import annotations
 
-import io
 from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence, TextIO
+from typing import Any, TextIO
 
 from .breakdown import Breakdown
 from .end_reasons import end_word
 from .storage_floor import StorageFloor
 
 Renderer = Callable[[Any, TextIO], None]
-
-
-def render_to_string(renderer: Renderer, report: Any) -> str:
-    out = io.StringIO()
-    renderer(report, out)
-    return out.getvalue()
 
 
 @dataclass(frozen=True)
@@ -55,7 +49,7 @@ class Report:
     link: Callable[[str], str] | None = None  # trace id -> URL of the trace, when one is known
 
     @classmethod
-    def of(cls, startups: Sequence[Breakdown], floor: StorageFloor | None = None, **fields: Any) -> "Report":
+    def of(cls, startups: Sequence[Breakdown], floor: StorageFloor | None = None, **fields: Any) -> Report:
         """The report of ``startups`` with their findings (the printed summary's, a test's)."""
         from .findings import find
 

@@ -22,8 +22,8 @@ records.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
-from typing import Iterable
 
 from .. import semconv
 from .model import Span

@@ -9,8 +9,8 @@ their bytes, summed time, the range of their times and their cache states. The J
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from .units import format_bytes, format_seconds
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections import Counter
+from collections.abc import Sequence
 from itertools import repeat
-from typing import Sequence
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -24,7 +24,9 @@ def is_floor_document(doc: Any) -> bool:
 
 def _rate(doc: dict, state: str) -> float | None:
     entry = doc.get(state)
-    value = entry.get("bytes_per_s") if isinstance(entry, dict) else None
+    if not isinstance(entry, dict):
+        return None
+    value = entry.get("bytes_per_s")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
         return None
     if state == "cold" and entry.get("evicted") is False:

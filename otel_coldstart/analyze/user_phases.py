@@ -20,7 +20,7 @@ span that fits none of these is counted as ours, as before: when in doubt, nothi
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable
+from collections.abc import Iterable
 
 from .. import semconv
 from .model import Span
@@ -38,6 +38,8 @@ def _is_users(span: Span, root_starts) -> bool:
     phase = span.phase
     if phase == semconv.UNATTRIBUTED:
         return True
+    if phase is None:  # (suspects are phased spans)
+        return False
     if span.name != semconv.phase_span_name(phase) or semconv.THREAD_NAME not in span.attributes:
         return False
     if any(key.startswith(_OURS) and key not in _PHASE_KEYS for key in span.attributes):
@@ -68,6 +70,6 @@ def keep_user_phases_apart(spans: Iterable[Span]) -> list[Span]:
             if renamed is None:
                 renamed = list(spans)
             attributes = dict(span.attributes)
-            attributes[semconv.PHASE] = span.phase + USER_SUFFIX
+            attributes[semconv.PHASE] = f"{span.phase}{USER_SUFFIX}"
             renamed[index] = dataclasses.replace(span, attributes=attributes)
     return spans if renamed is None else renamed

@@ -13,7 +13,7 @@ import errno
 import io
 import os
 import sys
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from .errors import EXIT_OUTPUT_FAILED, CliError
 

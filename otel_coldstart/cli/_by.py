@@ -3,7 +3,7 @@ root-span attribute (repeatable), refused in one line when no start-up has it.""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..analyze.breakdown import Breakdown
 from ..analyze.capacity import known_keys

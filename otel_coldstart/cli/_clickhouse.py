@@ -15,13 +15,13 @@ import datetime
 import functools
 import re
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
+from .. import semconv
 from ..analyze.assemble import analyse_trace
 from ..analyze.from_rows import startup_from_row, status_of
 from ..analyze.model import Span, SpanEvent
 from ..analyze.units import parse_duration_ns
-from .. import semconv
 from ._inputs import Inputs, check_number
 from .errors import EXIT_INPUT_TOO_LARGE, EXIT_SOURCE_UNAVAILABLE, EXIT_USAGE, CliError
 

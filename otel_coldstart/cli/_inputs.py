@@ -14,22 +14,40 @@ import os
 import stat
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator, TextIO
+from typing import TextIO
 
+from .. import semconv
 from ..analyze import assemble
 from ..analyze.assemble import Assembler, TraceResult, analyse_trace
 from ..analyze.breakdown import Breakdown, breakdowns
 from ..analyze.integrity import Notes
-from ..analyze.readers import (DEFAULT_MAX_BYTES, BatchReader, FileFacts, Part, TraceReadError, read_documents,
-                               reread, split_lines_file)
+from ..analyze.readers import (
+    DEFAULT_MAX_BYTES,
+    BatchReader,
+    FileFacts,
+    Part,
+    TraceReadError,
+    read_documents,
+    reread,
+    split_lines_file,
+)
 from ..analyze.storage_floor import StorageFloor, combine
-from .. import semconv
 from ..sources import DEFAULT_LIMIT, DEFAULT_TIMEOUT_S
 from ._run_notes import explain_no_startup, untraced_warnings
-from .errors import (EXIT_INPUT_TOO_LARGE, EXIT_INPUT_UNREADABLE, EXIT_NO_STARTUP, EXIT_NOT_A_TRACE,
-                     EXIT_OUTPUT_FAILED, EXIT_PARTIAL_INPUT, EXIT_SOURCE_UNAVAILABLE, EXIT_USAGE, EXIT_WOULD_OVERWRITE,
-                     CliError)
+from .errors import (
+    EXIT_INPUT_TOO_LARGE,
+    EXIT_INPUT_UNREADABLE,
+    EXIT_NO_STARTUP,
+    EXIT_NOT_A_TRACE,
+    EXIT_OUTPUT_FAILED,
+    EXIT_PARTIAL_INPUT,
+    EXIT_SOURCE_UNAVAILABLE,
+    EXIT_USAGE,
+    EXIT_WOULD_OVERWRITE,
+    CliError,
+)
 
 _EXIT_FOR_KIND = {"unreadable": EXIT_INPUT_UNREADABLE, "too_large": EXIT_INPUT_TOO_LARGE,
                   "invalid": EXIT_NOT_A_TRACE}
@@ -254,7 +272,7 @@ def load_sides(sides: list[list[str]], args: argparse.Namespace, *, keep_going: 
     check_number(args.max_input_mb, "--max-input-mb", MAX_INPUT_MB_LIMIT)
     max_bytes = int(args.max_input_mb * 2**20)
     trace_id = getattr(args, "trace_id", None)
-    plans = []  # per side: its shares, the first one read in this process
+    plans: list[list[list[tuple[int, Part | None]]]] = []  # per side: its shares, the first one read in this process
     progress = []  # per side: read all in this process (--jobs 1, or a small input), with progress shown
     for paths in sides:
         sizes = [_size(p) for p in paths] if slim else []  # looked up once: 10,000 files are 10,000 stats

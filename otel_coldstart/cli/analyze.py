@@ -9,17 +9,41 @@ import sys
 from collections import Counter
 
 from .._regular_files import open_regular
-from ..analyze.budgets import check_budgets, parse_budget_file, parse_budget_specs, unknown_budget_keys, valid_budget_keys
+from ..analyze.budgets import (
+    check_budgets,
+    parse_budget_file,
+    parse_budget_specs,
+    unknown_budget_keys,
+    valid_budget_keys,
+)
 from ..analyze.end_reasons import end_word
 from ..analyze.findings import find
 from ..analyze.render_html import trace_link
 from ..analyze.render_svg import render_svg
 from ..analyze.renderers import FORMATS
 from ..analyze.report import Budget, Report
-from ._inputs import (add_file_arguments, add_live_arguments, check_live_arguments, expand_paths, load_files,
-                      load_live, load_reference, output, require_startups, write_report)
-from .errors import (EXIT_BUDGET_EXCEEDED, EXIT_INPUT_UNREADABLE, EXIT_NOT_READY, EXIT_OUTPUT_FAILED,
-                     EXIT_STARTUP_KILLED, EXIT_USAGE, EXIT_WOULD_OVERWRITE, CliError)
+from ._inputs import (
+    add_file_arguments,
+    add_live_arguments,
+    check_live_arguments,
+    expand_paths,
+    load_files,
+    load_live,
+    load_reference,
+    output,
+    require_startups,
+    write_report,
+)
+from .errors import (
+    EXIT_BUDGET_EXCEEDED,
+    EXIT_INPUT_UNREADABLE,
+    EXIT_NOT_READY,
+    EXIT_OUTPUT_FAILED,
+    EXIT_STARTUP_KILLED,
+    EXIT_USAGE,
+    EXIT_WOULD_OVERWRITE,
+    CliError,
+)
 
 MAX_BUDGET_FILE_BYTES = 1 << 20
 

@@ -15,10 +15,17 @@ from ..analyze.programs import mixed_programs
 from ..analyze.renderers import FORMATS
 from ..analyze.report import CapacityReport
 from ..analyze.units import parse_duration_ns
-from ._inputs import (add_file_arguments, add_jobs_argument, check_number, expand_paths, load_files,
-                      require_startups, write_report)
 from ._by import check_by
 from ._clickhouse import add_clickhouse_arguments, files_or_clickhouse, load_clickhouse
+from ._inputs import (
+    add_file_arguments,
+    add_jobs_argument,
+    check_number,
+    expand_paths,
+    load_files,
+    require_startups,
+    write_report,
+)
 from ._prometheus import add_prometheus_arguments, run_prometheus
 from .errors import EXIT_NO_STARTUP, EXIT_USAGE, CliError
 

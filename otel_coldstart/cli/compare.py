@@ -13,10 +13,17 @@ from ..analyze.compare import compare
 from ..analyze.programs import mixed_programs, split_by
 from ..analyze.renderers import FORMATS
 from ..analyze.report import ByReport, CompareReport, Side, split_unready
-from ._inputs import (Inputs, add_file_arguments, add_jobs_argument, expand_paths, load_sides, require_startups,
-                      write_report)
 from ._by import check_by
 from ._clickhouse import add_clickhouse_arguments, files_or_clickhouse, load_clickhouse
+from ._inputs import (
+    Inputs,
+    add_file_arguments,
+    add_jobs_argument,
+    expand_paths,
+    load_sides,
+    require_startups,
+    write_report,
+)
 from .errors import EXIT_NO_STARTUP, CliError
 
 

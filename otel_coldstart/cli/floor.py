@@ -10,7 +10,6 @@ import sys
 from .. import floor
 from .errors import EXIT_INPUT_UNREADABLE, EXIT_USAGE, EXIT_WOULD_OVERWRITE, CliError
 
-
 MAX_BLOCK_SIZE = 1 << 30  # one read(2) buffer is allocated at this size
 
 

@@ -19,7 +19,6 @@ import sys
 from . import _run_notes
 from .errors import EXIT_USAGE, CliError
 
-
 # Like a shell: the command could not be found, or could not be executed.
 EXIT_COMMAND_NOT_FOUND = 127
 EXIT_COMMAND_NOT_EXECUTABLE = 126
@@ -80,7 +79,7 @@ def _with_report_dir(env: dict[str, str], report_dir: str) -> dict[str, str]:
     return env
 
 
-def _say_what_was_not_traced(command: list[str], notes: "_run_notes.RunNotes") -> None:
+def _say_what_was_not_traced(command: list[str], notes: _run_notes.RunNotes) -> None:
     problem = notes.problem(command)
     if problem:
         print(f"otel-coldstart run: WARNING: {problem}", file=sys.stderr)

@@ -11,11 +11,10 @@ from ..analyze.renderers import FORMATS
 from ..analyze.report import ByReport, WhatIfReport
 from ..analyze.storage_floor import combine
 from ..analyze.whatif import ALL, LEVERS, Options, project
-from ._inputs import add_file_arguments, expand_paths, load_files, load_reference, require_startups, write_report
 from ._by import check_by
 from ._clickhouse import add_clickhouse_arguments, files_or_clickhouse, load_clickhouse
-from .errors import EXIT_USAGE, EXIT_NO_STARTUP, CliError
-
+from ._inputs import add_file_arguments, expand_paths, load_files, load_reference, require_startups, write_report
+from .errors import EXIT_NO_STARTUP, EXIT_USAGE, CliError
 
 MAX_KEEP_SIZES = 4096
 

@@ -37,7 +37,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import namedtuple
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .. import semconv
 from ..recorder import ASYNC_WORK

@@ -12,7 +12,6 @@ import time
 from .. import semconv
 from .._errors import internal_errors, report_internal_error
 
-
 # A followed file's read running on this thread (fsspec.py): a request the library makes
 # inside it carries that file's bytes, so it is neither a second download (HfFileSystemFile
 # opens the file again to stream it whole) nor a metadata request (huggingface_hub.py).

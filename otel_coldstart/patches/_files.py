@@ -17,8 +17,8 @@ from typing import Any
 from .. import own_cost, probes, semconv
 from .._errors import internal_errors, report_internal_error
 from .._regular_files import open_regular, regular_file_stat
-from . import _storage
 from ..verdicts import cache_state_from_reads, cache_state_from_residency, combine_cache_states
+from . import _storage
 from ._tensor_bytes import tensor_nbytes
 
 _SHARD_NAME = re.compile(r"(\d+)-of-(\d+)")
@@ -279,7 +279,7 @@ def in_file_read() -> bool:
     return _local.depth > 0
 
 
-def charge_own_cost(session, began_ns: int, host_ns: int = 0, read: "FileRead | None" = None) -> None:
+def charge_own_cost(session, began_ns: int, host_ns: int = 0, read: FileRead | None = None) -> None:
     """A file hook's own cost (own_cost.py): ``perf_counter_ns()`` from ``began_ns`` to now,
     less ``host_ns``, the host's call inside it. Charged where it lands: ``deserialize`` (the
     file's span), except what ending ``read``'s span did after its end time (between spans)."""

@@ -72,7 +72,7 @@ def _compiling_here() -> bool:
     functional tensors and are not. A thread is compiling when it holds a dynamo compile or
     tracing context (thread-local in torch._guards) or a torch dispatch mode (make_fx,
     export's tracing)."""
-    if _compile_context is None:
+    if _compile_context is None or _tracing_context is None:  # (set together)
         return True
     try:
         import torch
@@ -101,7 +101,7 @@ def recording_state(session) -> ThreadState | None:
     return state
 
 
-def recording_session() -> "_session.StartupSession | None":
+def recording_session() -> _session.StartupSession | None:
     """The session to report a per-call event to, or None when this call must pass through."""
     session = _session.ACTIVE
     return session if recording_state(session) is not None else None

@@ -35,7 +35,7 @@ import mmap
 import os
 import stat
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from .. import probes, semconv
 from .._errors import internal_errors
@@ -291,14 +291,14 @@ def finish_with_figure(session, stored: StoredFile | None, thread_read_bytes: in
     def figure_now(after, at_span_end=None) -> tuple[dict, list]:
         figure, evidence, reason = storage_figure(stored, after, thread_read_bytes, counters_see_every_read)
         attrs = figure_attributes(figure, evidence, reason, after)
-        if figure is not None and at_span_end is not None and after is not None:
+        if stored is not None and figure is not None and at_span_end is not None and after is not None:
             attrs[semconv.CACHE_STORAGE_READ_AFTER_SPAN_BYTES] = read_after_span(stored, at_span_end, after)
         return attrs, evidence
 
-    before = stored.before if stored is not None and stored.fs_trusted else None
-    if before is None:
+    if stored is None or not stored.fs_trusted or stored.before is None:
         end_span(*figure_now(_residency_now(stored)))
         return
+    before = stored.before
     if before.ratio >= _SETTLE_AT_ONCE_FROM:
         end_span(*figure_now(before))  # (almost) every page was in before the first read: final
         return

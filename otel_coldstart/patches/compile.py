@@ -57,8 +57,7 @@ import sys
 import threading
 import time
 
-from .. import semconv, verdicts
-from .. import session as _session
+from .. import semconv, session as _session, verdicts
 from .._errors import internal_errors
 from . import pinning
 from ._wrapping import ColdstartWrapper, PatchSet, installed_version

@@ -38,10 +38,9 @@ import contextlib
 import sys
 import threading
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
-from .. import semconv
-from .. import session as _session
+from .. import semconv, session as _session
 from .._errors import internal_errors
 from . import _guard
 from ._wrapping import PatchSet, installed_version
@@ -70,7 +69,7 @@ class _OpenGraphCaptures:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.by_graph: dict[int, "_Capture"] = {}  # id(graph object) -> the capture running on it
+        self.by_graph: dict[int, _Capture] = {}  # id(graph object) -> the capture running on it
 
 
 def _open_graph_captures(session) -> _OpenGraphCaptures:
@@ -210,7 +209,7 @@ def _close_capture(capture: _Capture, error: BaseException | None) -> None:
     if not _forget_capture(capture):
         return
     session = capture.session
-    if session is not _session.ACTIVE:
+    if session is not _session.ACTIVE or session is None:
         return  # uninstrumented (or re-instrumented) since it began
     attrs: dict = {semconv.GRAPH_API: capture.api}
     if capture.batch_size is not None:

@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import sys
 
-from .. import semconv
-from .. import session as _session
+from .. import semconv, session as _session
 from .._errors import internal_errors, report_internal_error
 from ._downloads import InFlight, enter_followed_read, inside_followed_read, leave_followed_read, open_download
 from ._wrapping import PatchSet, installed_version

@@ -41,8 +41,7 @@ import sys
 import threading
 import time
 
-from .. import semconv
-from .. import session as _session
+from .. import semconv, session as _session
 from .._errors import internal_errors, report_internal_error
 from ._downloads import inside_followed_read
 from ._wrapping import PatchSet, installed_version

@@ -56,10 +56,10 @@ import sys
 import threading
 import time
 from array import array
+from types import FrameType
 from typing import Any
 
-from .. import own_cost, semconv
-from .. import session as _session
+from .. import own_cost, semconv, session as _session
 from .._errors import report_internal_error
 
 TARGETS = ("_frozen_importlib",)
@@ -103,7 +103,7 @@ def source_to_code(self, *args, **kwargs):
 _COMPILE_WRAPPER_FILENAME = "<frozen importlib._bootstrap_external>"
 
 _installed = None  # (bootstrap module, original function, our wrapper, its live flag) while patched
-_installed_compile = None  # (SourceLoader class, original source_to_code, our wrapper, its live flag)
+_installed_compile: tuple[Any, Any, Any, list] | None = None  # (SourceLoader class, original source_to_code, our wrapper, its live flag)
 _min_ns = int(DEFAULT_MIN_MS * 1e6)
 _local = threading.local()  # .stack: imports in progress on this thread; .busy: our own bookkeeping
 OWN_THREAD_PREFIX = "otel-coldstart-"  # every thread the plugin starts is named so
@@ -150,7 +150,7 @@ def _patch_compile() -> None:
     global _installed_compile
     loader = getattr(sys.modules.get("_frozen_importlib_external"), "SourceLoader", None)
     original = loader.__dict__.get("source_to_code") if loader is not None else None
-    if not callable(original) or getattr(original, "__coldstart_imports__", False):
+    if loader is None or not callable(original) or getattr(original, "__coldstart_imports__", False):
         return
     live = [True]
     wrapper = _make_wrapper(_COMPILE_WRAPPER_SOURCE, _COMPILE_WRAPPER_FILENAME, "source_to_code", original, live,
@@ -361,7 +361,7 @@ def _importer() -> str | None:
     import system (our wrapper, importlib's frozen modules, ``importlib.import_module``). Once
     per top-level import only: a few frame reads and one string, which the collector does not
     track."""
-    frame = sys._getframe(2)  # above _enter and the wrapper
+    frame: FrameType | None = sys._getframe(2)  # above _enter and the wrapper
     while frame is not None:
         filename = frame.f_code.co_filename
         if not (filename.startswith("<frozen importlib") or filename.endswith(_IMPORTLIB_INIT)):
@@ -401,6 +401,8 @@ def _leave(token, failed: bool) -> None:
                 stack.top.module_ns.append(own)
             return
         stack.top = None
+        if top is None:  # (never: depth 0 is entered with its _Import)
+            return
         top.module_names.append(name)
         top.module_ns.append(own)
         cpu_ns = time.thread_time_ns() - top.cpu_ns
@@ -597,13 +599,14 @@ def _compiled(start: int) -> None:
         report_internal_error("import compile")
 
 
-try:
-    import resource as _resource
-except ImportError:  # not on every platform
-    _resource = None
 # ru_inblock is the task I/O accounting's read_bytes in 512-byte blocks on Linux only (other
 # systems count operations); RUSAGE_SELF sums it over the process's threads, live and ended.
-_READ_BLOCKS = _resource is not None and sys.platform.startswith("linux")
+try:
+    import resource as _resource
+
+    _READ_BLOCKS = sys.platform.startswith("linux")
+except ImportError:  # not on every platform
+    _READ_BLOCKS = False
 _BLOCK = 512
 
 

@@ -30,8 +30,7 @@ from __future__ import annotations
 
 import time
 
-from .. import semconv
-from .. import session as _session
+from .. import semconv, session as _session
 from .._errors import internal_errors, report_internal_error
 from . import _guard
 from ._tensor_bytes import tensor_nbytes

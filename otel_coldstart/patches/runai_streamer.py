@@ -49,8 +49,7 @@ import sys
 import time
 import weakref
 
-from .. import probes, semconv
-from .. import session as _session
+from .. import probes, semconv, session as _session
 from .._errors import internal_errors
 from ._downloads import InFlight, open_download
 from ._files import FileRead
@@ -92,7 +91,7 @@ class _Stream:
         self.container = container  # coldstart.runai_streamer.stream
         self.reads = reads  # file index -> FileRead (local files only), until it ends
         self.downloads: dict[int, InFlight] = downloads  # file index -> object-store file, until it ends
-        self.names: dict[str, int] | None = None  # tensor name -> file index (the streamer's metadata)
+        self.names: dict[str | None, int] | None = None  # tensor name -> file index (the streamer's metadata)
         self.remaining: dict[int, int] = {}  # file index -> tensors still to come
         self.bytes: dict[int, int] = {}
         self.read_before = read_before
@@ -101,7 +100,7 @@ class _Stream:
         self.ambient_index: int | None = None
 
 
-def _streams(session) -> "weakref.WeakKeyDictionary":
+def _streams(session) -> weakref.WeakKeyDictionary:
     return session.state(_STATE, weakref.WeakKeyDictionary)
 
 
@@ -200,14 +199,16 @@ def _arrived(stream: _Stream, instance, item) -> None:
                 stream.downloads[index].expected = _tensor_bytes(tensors)
     name, tensor = item
     index = stream.names.get(name)
-    found = stream.downloads.get(index) if index is not None else None
+    if index is None:
+        return
+    found = stream.downloads.get(index)
     if found is not None:
         found.add(tensor.numel() * tensor.element_size())
         stream.remaining[index] = stream.remaining.get(index, 1) - 1
         if stream.remaining[index] <= 0:  # its last tensor is here: the transfer is done
             stream.downloads.pop(index).close()
         return
-    read = stream.reads.get(index) if index is not None else None
+    read = stream.reads.get(index)
     if read is None:
         return
     stream.bytes[index] = stream.bytes.get(index, 0) + tensor.numel() * tensor.element_size()
@@ -234,7 +235,8 @@ def _handled(stream: _Stream) -> None:
     """The caller asks for the next tensor: a file whose last tensor it has handled ends."""
     index = stream.ambient_index
     if index is not None and index in stream.reads and stream.remaining.get(index, 1) <= 0:
-        stream.ambient.open = False
+        if stream.ambient is not None:  # (set with ambient_index)
+            stream.ambient.open = False
         stream.ambient = stream.ambient_index = None
         _end_file(stream, index, None)
 

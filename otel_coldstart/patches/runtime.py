@@ -43,8 +43,7 @@ import os
 import threading
 import time
 
-from .. import semconv
-from .. import session as _session
+from .. import semconv, session as _session
 from .._errors import internal_errors, report_internal_error
 from ._wrapping import LoadedOnFirstUse, PatchSet, installed_version
 

@@ -23,9 +23,9 @@ is recorded, marked ``coldstart.after_ready``).
 from __future__ import annotations
 
 import sys
+from types import FrameType
 
-from .. import semconv
-from .. import session as _session
+from .. import semconv, session as _session
 from .._errors import report_internal_error
 from ._downloads import InFlight, open_download
 from ._wrapping import PatchSet, installed_version
@@ -171,7 +171,7 @@ def _api_call(wrapped, instance, args, kwargs):
 
 def _from_s3transfer() -> bool:
     """Whether this GetObject is one of s3transfer's ranged parts (a transfer of ours already)."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     for _ in range(4):
         if frame is None:
             return False

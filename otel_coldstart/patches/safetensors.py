@@ -24,12 +24,16 @@ import sys
 import threading
 import time
 
-from .. import probes, semconv
-from .. import session as _session
+from .. import probes, semconv, session as _session
 from .._errors import internal_errors, report_internal_error
 from .._regular_files import open_regular
-from ._files import FileRead, charge_own_cost, in_file_read, traced_read
-from ._files import _local as _file_reads  # .depth: in_file_read() without a call, per tensor
+from ._files import (
+    FileRead,
+    _local as _file_reads,  # .depth: in_file_read() without a call, per tensor
+    charge_own_cost,
+    in_file_read,
+    traced_read,
+)
 from ._storage import observe_file
 from ._wrapping import ColdstartWrapper, PatchSet, installed_version
 
@@ -50,8 +54,8 @@ class _OpenHandles:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.handles: dict[int, "_Handle"] = {}  # id(safe_open object) -> its read, while open
-        self.slices: dict[int, "_Handle"] = {}  # id(slice object) -> the handle it came from
+        self.handles: dict[int, _Handle] = {}  # id(safe_open object) -> its read, while open
+        self.slices: dict[int, _Handle] = {}  # id(slice object) -> the handle it came from
 
 
 def _open_handles(session) -> _OpenHandles:
@@ -248,7 +252,7 @@ def _exit(wrapped, instance, args, kwargs):
     return result
 
 
-def _close_exited(state: "_OpenHandles", handle: "_Handle | None", error: BaseException | None) -> None:
+def _close_exited(state: _OpenHandles, handle: _Handle | None, error: BaseException | None) -> None:
     if handle is None:
         return
     with internal_errors("safe_open.__exit__"):
@@ -406,7 +410,7 @@ def _slice_getitem(wrapped, instance, args, kwargs):
     return result
 
 
-def _created_and_unused(handle: "_Handle | None") -> bool:
+def _created_and_unused(handle: _Handle | None) -> bool:
     return handle is not None and handle.seen_open and not handle.in_with and handle.read is None
 
 
@@ -468,11 +472,12 @@ def _restore_safe_open_names() -> None:
     if not _name_wrapper:
         return
     wrapper = _name_wrapper.pop()
+    handle_type = wrapper.__wrapped__
     for module in list(sys.modules.values()):
         namespace = getattr(module, "__dict__", None)
         if isinstance(namespace, dict) and namespace.get("safe_open") is wrapper:
             try:
-                setattr(module, "safe_open", wrapper.__wrapped__)
+                setattr(module, "safe_open", handle_type)
             except (AttributeError, TypeError):
                 pass
 

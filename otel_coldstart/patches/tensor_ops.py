@@ -34,10 +34,9 @@ expects storage reads (recorder.py). Calls that may reach a device take the full
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
-from .. import probes, semconv
-from .. import session as _session
+from .. import probes, semconv, session as _session
 from .._errors import report_internal_error
 from ..recorder import thread_state
 from . import _guard
@@ -218,7 +217,7 @@ def _host_call(state, session, wrapped, instance, args, kwargs, where: str, copy
             nbytes = source.nbytes
         else:
             nbytes = tensor_nbytes(source)
-        if io_after is None:
+        if io_before is None or io_after is None:  # (sampled together)
             recorder.count(state, phase, detail, detail_attrs, nbytes, start, end)
         else:
             recorder.count(state, phase, detail, detail_attrs, nbytes, start, end,

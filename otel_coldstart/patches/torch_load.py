@@ -12,8 +12,7 @@ import os
 import threading
 import time
 
-from .. import semconv
-from .. import session as _session
+from .. import semconv, session as _session
 from ._files import FileRead, traced_read
 from ._wrapping import PatchSet, installed_version
 

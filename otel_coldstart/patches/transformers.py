@@ -42,8 +42,7 @@ import sys
 import threading
 from typing import Literal
 
-from .. import semconv
-from .. import session as _session
+from .. import semconv, session as _session
 from .._errors import internal_errors, report_internal_error
 from ._wrapping import PatchSet, installed_version
 

@@ -23,7 +23,7 @@ import ssl
 import threading
 import time
 import urllib.parse
-from typing import Mapping
+from collections.abc import Mapping
 
 MAX_REDIRECTS = 5
 _REDIRECTS = (301, 302, 303, 307, 308)

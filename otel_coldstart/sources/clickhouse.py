@@ -23,8 +23,8 @@ import re
 import sys
 import time
 import urllib.parse
+from collections.abc import Iterable, Iterator
 from decimal import Decimal
-from typing import Iterable, Iterator
 
 from . import bounded_http
 from .bounded_http import ByteBudget, FetchError, origin
@@ -198,6 +198,7 @@ class HttpConnection(Connection):
         token = f"{self.user}:{os.environ.get(PASSWORD_ENV, '')}"
         self._auth = "Basic " + base64.b64encode(token.encode()).decode()
         self._parts = parts
+        self._hostname = parts.hostname  # checked above: never empty
 
     def _url(self, params: dict) -> str:
         query = {"database": self.database}
@@ -224,7 +225,7 @@ class HttpConnection(Connection):
 
     def _post(self, query: str, body: bytes, timeout: float) -> None:
         cls = http.client.HTTPSConnection if self._parts.scheme == "https" else http.client.HTTPConnection
-        conn = cls(self._parts.hostname, self._parts.port, timeout=timeout)
+        conn = cls(self._hostname, self._parts.port, timeout=timeout)
         try:
             conn.request("POST", self._url({}) + "&" + urllib.parse.urlencode({"query": query}), body,
                          {"Authorization": self._auth, "User-Agent": "otel-coldstart"})

@@ -21,6 +21,7 @@ from typing import Any
 from ..semconv import SPAN_ROOT
 from . import DEFAULT_LIMIT, DEFAULT_TIMEOUT_S, bounded_http
 from .bounded_http import ByteBudget, FetchError, origin
+
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024  # in all, for one command (--max-input-mb)
 
 

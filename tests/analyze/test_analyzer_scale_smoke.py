@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+
 import pytest
 
 pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`

@@ -6,11 +6,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from analyze_records import MS, T0, child, data_file, only, root
 from otel_coldstart.analyze.breakdown import breakdowns, by_trace
 from otel_coldstart.analyze.model import Span
 from otel_coldstart.analyze.readers import read_trace, read_trace_file
-import pytest
 
 US = 1000
 

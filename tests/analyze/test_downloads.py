@@ -9,8 +9,7 @@ import json
 
 from analyze_records import MS, child, only, root, shard
 from otel_coldstart import semconv
-from otel_coldstart.analyze.downloads import downloads, lines
-from otel_coldstart.analyze.downloads import shard_notes, to_dict
+from otel_coldstart.analyze.downloads import downloads, lines, shard_notes, to_dict
 from otel_coldstart.analyze.findings import download_in_startup, find, hub_metadata_cached, serial_download
 from otel_coldstart.analyze.render import render_startup_text
 from otel_coldstart.analyze.whatif import project

@@ -15,9 +15,9 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
+from _examples import examples
 from analyze_records import data_file
 from otel_coldstart import semconv
 from otel_coldstart.analyze.model import Attributes, Span
@@ -103,7 +103,7 @@ def _agrees_or_declines(doc) -> None:
         assert fast == _outcome(_general, line)
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(600), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(document)
 def test_fast_path_agrees_or_declines(doc):
     _agrees_or_declines(doc)
@@ -147,7 +147,7 @@ clean_document = st.fixed_dictionaries({"resourceSpans": st.lists(st.fixed_dicti
 }), min_size=1, max_size=2)})
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(600), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(clean_document)
 def test_lines_both_paths_take_give_the_same_records_and_derived_fields(doc):
     _agrees_or_declines(doc)
@@ -179,7 +179,7 @@ def test_int_attributes_past_int64_are_absent_in_json_lines_too(tmp_path, capsys
     assert "Traceback" not in err and json.loads(out)["startups"]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(st.sampled_from([semconv.PHASE, semconv.THREAD_ID, semconv.AGGREGATE, semconv.BUSY_S, "a"]),
                        st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**63 - 1), st.floats(),
                                  st.floats(0, 2000), st.integers(0, 2000), st.text(max_size=3), st.just(())),

@@ -6,9 +6,18 @@ from __future__ import annotations
 from analyze_records import MS, aggregate, child, only, root, shard
 from otel_coldstart import semconv
 from otel_coldstart.analyze.breakdown import breakdowns
-from otel_coldstart.analyze.findings import (cold_cache, dominant_phase, find, graph_captures,
-                                             hidden_mmap_reads, pageable_h2d, pickle_checkpoints,
-                                             runtime_init, straggler_rank, unattributed)
+from otel_coldstart.analyze.findings import (
+    cold_cache,
+    dominant_phase,
+    find,
+    graph_captures,
+    hidden_mmap_reads,
+    pageable_h2d,
+    pickle_checkpoints,
+    runtime_init,
+    straggler_rank,
+    unattributed,
+)
 
 MiB = 1 << 20
 

@@ -120,8 +120,8 @@ def test_capacity_and_whatif_to_the_first_token():
 
 
 def test_capacity_to_the_first_token_in_every_format():
-    from otel_coldstart.analyze.report import CapacityReport
     from otel_coldstart.analyze.renderers import RENDERERS
+    from otel_coldstart.analyze.report import CapacityReport
 
     startups = [only(complete_killed(served(trace=f"{i:032x}"))) for i in range(1, 3)]
     startups.append(only(complete_killed(served()[:2])))  # no first request

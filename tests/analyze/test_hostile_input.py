@@ -6,8 +6,8 @@ real command in a fresh process."""
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 import threading

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import pytest
 
+from analyze_records import MS, aggregate, child, only, root
 from otel_coldstart import semconv
 from otel_coldstart.analyze import waterfall
 from otel_coldstart.analyze.findings import dominant_phase, find, imports_from_source, imports_from_storage
 from otel_coldstart.analyze.render_explain import explain_document
 from otel_coldstart.analyze.storage_floor import StorageFloor
 from otel_coldstart.analyze.whatif import project
-
-from analyze_records import MS, aggregate, child, only, root
 
 
 def _import(parent, module: str, start_ms: float, end_ms: float, *, compiled: int = 0, compile_ms: float = 0.0,

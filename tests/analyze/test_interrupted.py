@@ -9,13 +9,13 @@ import sys
 import threading
 import time
 
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
+from _examples import examples
 from otel_coldstart import semconv
 from otel_coldstart.analyze.breakdown import breakdowns
-from otel_coldstart.analyze.interrupted import complete_killed, killed, parse_stacks, stalls
 from otel_coldstart.analyze.integrity import repair
+from otel_coldstart.analyze.interrupted import complete_killed, killed, parse_stacks, stalls
 from otel_coldstart.analyze.model import Span, SpanEvent
 from otel_coldstart.analyze.render import render_startup_text
 from otel_coldstart.analyze.render_markdown import render_markdown
@@ -147,7 +147,7 @@ hostile_text = st.one_of(st.text(max_size=30), st.just("{}"), st.just("[]"), st.
                                                inner, max_size=7), max_leaves=30)))
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(root=hostile_text, opened=hostile_text, phase=st.none() | st.text(max_size=5) | st.integers(),
        end=st.integers(min_value=0, max_value=2**63), parent=st.none() | st.just(ROOT) | st.text(max_size=16))
 def test_hostile_progress_records_never_raise_and_never_make_time_run_backwards(root, opened, phase, end, parent):
@@ -220,7 +220,7 @@ otlp_event = st.fixed_dictionaries({
                                  st.text(max_size=30) | st.floats() | st.integers(), max_size=1)}), max_size=3)})
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(events=st.lists(otlp_event, max_size=5) | st.integers() | st.text(max_size=5))
 # Found on 3.13 by this test: an idle time whose nanoseconds overflow a float crashed the text report.
 @example(events=[{"name": semconv.EVENT_STALL, "timeUnixNano": "1711138247024460625",

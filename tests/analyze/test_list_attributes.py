@@ -20,9 +20,9 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
+from _examples import examples
 from analyze_records import aggregate, data_file, otlp_attr, root, shard
 from otel_coldstart import semconv
 from otel_coldstart.analyze.list_values import list_from_text
@@ -193,7 +193,7 @@ def _list_attribute(draw):
     return key, otlp
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_list_attribute())
 def test_the_collectors_text_of_a_list_reads_back_as_otlp_gives_it(attribute):
     key, otlp = attribute
@@ -211,7 +211,7 @@ def test_the_collectors_text_of_a_list_reads_back_as_otlp_gives_it(attribute):
     assert span.attributes[key] == expected
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(key=st.one_of(st.sampled_from(["http.route", "coldstart.file.path", "coldstart.phase", "error.type",
                                       "coldstart.import.module", "user.tags"]), st.text(max_size=20)),
        text=st.one_of(st.text(max_size=40), st.lists(st.text(max_size=5)).map(json.dumps)))
@@ -223,7 +223,7 @@ def test_a_string_of_any_other_attribute_is_never_changed(key, text):
     assert span.attributes["user.tags"] == text or not text.startswith("[")  # numbers and booleans get their type
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(key=st.sampled_from(sorted(semconv.LIST_ATTRIBUTES)),
        text=st.one_of(st.text(max_size=40), st.sampled_from(['[1,"a"]', "[true]", "[null]", "[[1]]", "[1e400]",
                                                              "[NaN]", "[Infinity]", '{"a":1}', "[", "[]", " [1] ",

@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from browser import dump_dom, screenshot, with_clip_check
 from analyze_records import otlp_attr
+from browser import dump_dom, screenshot, with_clip_check
 from otel_coldstart.analyze.labels import distinct_labels, shorten
 from otel_coldstart.cli import main
 

@@ -18,11 +18,10 @@ import threading
 
 import pytest
 
+from analyze_records import data_file
 from otel_coldstart.analyze import readers
 from otel_coldstart.analyze.readers import read_trace
 from otel_coldstart.cli import main
-
-from analyze_records import data_file
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STARTUPS = ("demo-warm.otlp.jsonl", "demo-cold-first-shard.otlp.jsonl", "demo-two-ranks.otlp.jsonl")

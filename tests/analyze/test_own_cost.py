@@ -173,10 +173,9 @@ def test_a_trace_without_own_cost_says_none_and_keeps_the_set_up():
     import span's own share; a hostile value counts as nothing, and the text says nothing."""
     import io
 
+    from analyze_records import child, only, root, shard
     from otel_coldstart.analyze.own_cost import own_cost_document
     from otel_coldstart.analyze.render import render_startup_text
-
-    from analyze_records import child, only, root, shard
 
     top = root(1000)
     spans = [top, child(top, "coldstart.import", semconv.PHASE_IMPORT, 0, 400, **{semconv.IMPORT_OWN_S: 0.05}),

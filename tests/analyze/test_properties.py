@@ -9,16 +9,16 @@ import json
 import os
 import tempfile
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
+from _examples import examples
 from otel_coldstart.analyze.breakdown import breakdowns
 from otel_coldstart.analyze.findings import find
 from otel_coldstart.analyze.readers import TraceReadError, read_trace
 from otel_coldstart.cli import main
 
 DOCUMENTED_EXIT_CODES = {0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 json_scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
 json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=4)
@@ -184,7 +184,7 @@ def _reject_constant(name):
     raise AssertionError(f"{name} in the JSON output")
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(hostile_text, hostile_text, st.sampled_from(["jaeger", "otlp"]))
 def test_hostile_names_in_every_renderer_and_compare(phase, name, source):
     """Names from the trace, in both readers, through analyze (text, Markdown) and compare."""
@@ -227,7 +227,7 @@ def _as_jaeger(doc):
                       "processes": {"p1": {"serviceName": "s", "tags": []}}}]}
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(option=st.sampled_from(["--max-input-mb", "--timeout", "--limit"]),
        value=st.one_of(st.sampled_from(["nan", "inf", "-inf", "1e308", "0", "-1", "1e-320", "99999999999999999999"]),
                        st.floats().map(repr), st.text(max_size=6)))

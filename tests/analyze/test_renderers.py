@@ -6,22 +6,28 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import io
 import json
 
 import pytest
 
 from analyze_records import data_file
+from otel_coldstart.analyze.breakdown import breakdowns
 from otel_coldstart.analyze.capacity import capacity_summary
 from otel_coldstart.analyze.compare import compare
 from otel_coldstart.analyze.readers import read_trace
-from otel_coldstart.analyze.breakdown import breakdowns
 from otel_coldstart.analyze.renderers import FORMATS, RENDERERS
-from otel_coldstart.analyze.report import (CapacityReport, CompareReport, Report, Side, WhatIfReport,
-                                           render_to_string)
+from otel_coldstart.analyze.report import CapacityReport, CompareReport, Report, Side, WhatIfReport
 from otel_coldstart.analyze.whatif import project
 from otel_coldstart.cli import build_parser, main
 
 COLD, WARM = data_file("demo-cold-first-shard.otlp.jsonl"), data_file("demo-warm.otlp.jsonl")
+
+
+def render_to_string(renderer, report) -> str:
+    out = io.StringIO()
+    renderer(report, out)
+    return out.getvalue()
 
 
 def _startups():

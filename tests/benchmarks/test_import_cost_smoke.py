@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+
 import pytest
 
 pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`

@@ -26,9 +26,8 @@ import safetensors.torch  # noqa: E402,F401
 import torch  # noqa: E402
 import transformers  # noqa: E402
 import transformers.core_model_loading  # noqa: E402,F401
-from safetensors import safe_open  # noqa: E402,F401
-
 import transformers.models.bert.modeling_bert  # noqa: E402,F401  (what the cases load, imported once)
+from safetensors import safe_open  # noqa: E402,F401
 
 import otel_coldstart  # noqa: E402,F401  (imported, not instrumented: each child instruments)
 

@@ -7,10 +7,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from otel_coldstart import probes
 from otel_coldstart.analyze.breakdown import breakdowns
 from otel_coldstart.analyze.readers import read_trace_file
-import pytest
 
 pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 import pytest
 
 import otel_coldstart
-from otel_coldstart import _errors, first_token
-from otel_coldstart import session as _session
+from otel_coldstart import _errors, first_token, session as _session
 
 
 def _broken(*args, **kwargs):

@@ -415,8 +415,9 @@ def test_a_typod_option_raises_even_when_already_instrumented(traced):
 
 
 def test_the_instrumentor_accepts_opentelemetry_instruments_own_option():
-    from otel_coldstart import ColdstartInstrumentor
     from opentelemetry.sdk.trace import TracerProvider
+
+    from otel_coldstart import ColdstartInstrumentor
 
     otel_coldstart.uninstrument()
     instrumentor = ColdstartInstrumentor()

@@ -11,7 +11,6 @@ import pytest
 import torch
 import wrapt
 from opentelemetry import trace
-
 from safetensors import safe_open
 from safetensors.torch import load_file
 

@@ -77,6 +77,7 @@ def test_a_syntax_error_reads_as_without_the_compile_hook(traced, modules_dir):
 
 def test_the_compile_hook_is_removed_at_ready(traced):
     import _frozen_importlib_external as external
+
     import otel_coldstart
 
     assert getattr(external.SourceLoader.source_to_code, "__coldstart_imports__", False)

@@ -17,8 +17,8 @@ import sys
 import time
 
 import pytest
-from _otlp_collector import TraceCollector
 
+from _otlp_collector import TraceCollector
 from otel_coldstart import semconv
 
 pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`

@@ -12,8 +12,8 @@ import sys
 import textwrap
 
 import pytest
-from _otlp_collector import TraceCollector
 
+from _otlp_collector import TraceCollector
 from otel_coldstart import _otel_env, export
 
 APP = textwrap.dedent("""

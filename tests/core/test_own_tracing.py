@@ -4,6 +4,7 @@ SDK itself: the same operations on an SDK tracer and on ours must export the sam
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -13,18 +14,21 @@ import time
 import types
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from opentelemetry import context as otel_context
-from opentelemetry import trace
+from hypothesis import HealthCheck, given, settings, strategies as st
+from opentelemetry import context as otel_context, trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags, TraceState
 
+from _examples import examples
 from otel_coldstart import export, own_tracing
-from otel_coldstart.otlp_json import spans_to_otlp_json
+from otel_coldstart.otlp_json import spans_to_otlp_json_line
+
+
+def _otlp_document(spans) -> dict:
+    return json.loads(spans_to_otlp_json_line(spans))
 
 # The own provider mirrors the SDK from own_tracing.OWN_PROVIDER_MIN_SDK on; with an older SDK
 # (CI's oldest-supported run) the SDK's own provider is used and there is nothing to compare.
@@ -52,14 +56,14 @@ class Pair:
 
     def documents(self) -> tuple[dict, dict]:
         self.own_provider.force_flush()
-        return (_without_ids(spans_to_otlp_json(self.sdk_exporter.get_finished_spans())),
-                _without_ids(spans_to_otlp_json(self.ours_exported)))
+        return (_without_ids(_otlp_document(self.sdk_exporter.get_finished_spans())),
+                _without_ids(_otlp_document(self.ours_exported)))
 
     def handed_to_sdk_exporters(self) -> dict:
         """Our spans as SdkExporters hands them to an SDK exporter (OTLP, console)."""
         self.own_provider.force_flush()
         converter = own_tracing.SdkExporters([], lambda name, exc: None)
-        return _without_ids(spans_to_otlp_json([converter.readable(span) for span in self.ours_exported]))
+        return _without_ids(_otlp_document([converter.readable(span) for span in self.ours_exported]))
 
 
 class Collecting:
@@ -168,7 +172,7 @@ def _link_context(valid: bool) -> SpanContext:
     return SpanContext(0xABC, 0xDEF, is_remote=True) if valid else SpanContext(0, 0, is_remote=False)
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(start_attributes=_attributes, ops=_ops, after_end=_ops, child_ops=_ops, kind=st.sampled_from(list(trace.SpanKind)),
        start_links=_start_links)
 def test_the_same_operations_export_the_same_span(start_attributes, ops, after_end, child_ops, kind, start_links):
@@ -488,8 +492,8 @@ def test_a_flush_asked_in_a_forked_child_is_done_by_the_childs_own_worker(tmp_pa
 def test_spans_handed_to_sdk_exporters_read_as_the_sdks_own():
     """OTLP and console exporters get SDK ReadableSpans: the protobuf encoding of ours equals
     the SDK's, ids aside."""
-    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
     from google.protobuf.json_format import MessageToDict
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
     pair = Pair()
     handed = []
@@ -560,7 +564,7 @@ def test_default_resource_without_the_sdk_equals_resource_create(monkeypatch, en
     assert ours.schema_url == theirs.schema_url
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.text(alphabet=st.sampled_from("ab=,% 2F.\u00e9"), max_size=30))
 def test_resource_attributes_variable_is_parsed_as_the_sdk_parses_it(value):
     saved = os.environ.get("OTEL_RESOURCE_ATTRIBUTES")

@@ -20,7 +20,6 @@ import threading
 import pytest
 
 from otel_coldstart import _bounded, own_tracing
-
 from test_own_tracing import Collecting
 
 # --- the exit starts no thread -------------------------------------------------------------------

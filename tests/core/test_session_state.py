@@ -11,8 +11,7 @@ from opentelemetry import trace
 from safetensors import safe_open
 
 import otel_coldstart
-from otel_coldstart import semconv
-from otel_coldstart import session as _session
+from otel_coldstart import semconv, session as _session
 from otel_coldstart.patches import cuda_graphs
 
 

@@ -8,8 +8,7 @@ import os
 import pytest
 
 import otel_coldstart
-from otel_coldstart import semconv
-from otel_coldstart import session as _session
+from otel_coldstart import semconv, session as _session
 from otel_coldstart.controller import CONTROLLER
 from otel_coldstart.plan import plan
 from otel_coldstart.startup import Startup

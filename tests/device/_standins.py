@@ -58,7 +58,7 @@ def make_event_class(line: Timeline, host_waits: bool = False):
                 raise HostWaited("a host wait was added")
             line.host_ns = max(line.host_ns, self.done_at_ns)
 
-        def elapsed_time(self, end: "StandInEvent") -> float:
+        def elapsed_time(self, end: StandInEvent) -> float:
             if not (self.query() and end.query()):
                 raise RuntimeError("elapsed_time on an event that has not completed")
             return (end.done_at_ns - self.done_at_ns) / MS

@@ -6,19 +6,17 @@ fails the test."""
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
 import pytest
 import torch
 
-from otel_coldstart import semconv
-from otel_coldstart import session as _session
+from _standins import MS, Described, Timeline, TimelineStream, make_event_class, open_gate
+from otel_coldstart import semconv, session as _session
 from otel_coldstart.patches import _device_windows, _guard, tensor_ops
 from otel_coldstart.recorder import Aggregate
-
-from _standins import MS, Described, Timeline, TimelineStream, make_event_class, open_gate
-
 
 # --- the pure scheduler --------------------------------------------------------------------------
 
@@ -401,6 +399,10 @@ def test_event_calls_and_capture_begin_never_overlap_across_threads():
             state["capturing"] = False
 
     threads = [threading.Thread(target=copier) for _ in range(3)]
+    # Switch threads every 0.1 ms, not every 5: more interleavings, and the capture loop gets the
+    # GIL back from three spinning copiers at once (26 s on a busy 2-core machine at 5 ms).
+    switch_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-4)
     for thread in threads:
         thread.start()
     try:
@@ -414,6 +416,7 @@ def test_event_calls_and_capture_begin_never_overlap_across_threads():
         stop.set()
         for thread in threads:
             thread.join()
+        sys.setswitchinterval(switch_interval)
     assert state["violations"] == 0
     assert state["event_calls"] > 0 and state["refused"] > 0  # both sides really ran
 

@@ -7,10 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from _standins import Described
 from otel_coldstart.patches import _cuda_copy, tensor_ops
 from otel_coldstart.patches._cuda_copy import CONVERTED_ON_DEVICE, CONVERTED_ON_HOST, D2H, H2D
-
-from _standins import Described
 
 N = 1000
 F32, BF16 = 4, 2

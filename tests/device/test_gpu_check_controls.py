@@ -19,12 +19,9 @@ import pytest
 import torch
 
 import otel_coldstart
-from otel_coldstart import semconv
-from otel_coldstart import session as _session
+from _standins import MS, Described, DescribedStorage, Timeline, TimelineStream, make_event_class, stand_in_cuda_runtime
+from otel_coldstart import semconv, session as _session
 from otel_coldstart.patches import _device_windows, tensor_ops
-
-from _standins import (MS, Described, DescribedStorage, Timeline, TimelineStream, make_event_class,
-                       stand_in_cuda_runtime)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

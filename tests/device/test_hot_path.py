@@ -23,8 +23,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 import otel_coldstart
-from otel_coldstart import probes, semconv
-from otel_coldstart import session as _session
+from otel_coldstart import probes, semconv, session as _session
 
 F16, BF16 = torch.float16, torch.bfloat16
 

@@ -9,10 +9,9 @@ import pytest
 import torch
 
 import otel_coldstart
+from _standins import Described
 from otel_coldstart import semconv
 from otel_coldstart.patches import tensor_ops
-
-from _standins import Described
 
 
 class _Recorder:

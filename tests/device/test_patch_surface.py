@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from otel_coldstart import patches
-from otel_coldstart.patches import compile as compile_patch
-from otel_coldstart.patches import cuda_graphs, pinning, runtime, tensor_ops
+from otel_coldstart.patches import compile as compile_patch, cuda_graphs, pinning, runtime, tensor_ops
 from otel_coldstart.patches._wrapping import ColdstartWrapper
 
 DEVICE_MODULES = (tensor_ops, pinning, cuda_graphs, runtime, compile_patch)
@@ -34,8 +33,9 @@ def _wrapped_attributes():
 
 
 def test_patching_twice_is_one_layer_and_unpatch_restores_everything():
-    import otel_coldstart
     import torch._dynamo  # noqa: F401  (so the compile patch has something to register with)
+
+    import otel_coldstart
 
     otel_coldstart.uninstrument()
     before = {(owner, name): vars(owner).get(name) for owner, name in

@@ -9,8 +9,7 @@ import pytest
 import torch
 
 import otel_coldstart
-from otel_coldstart import semconv
-from otel_coldstart import session as _session
+from otel_coldstart import semconv, session as _session
 from otel_coldstart.patches import runtime, tensor_ops
 from otel_coldstart.patches._wrapping import ColdstartWrapper
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import importlib
 import sys
-import time
 import textwrap
 import threading
+import time
 import warnings
 
 import pytest
@@ -85,9 +85,9 @@ def test_a_slow_import_says_which_code_made_it_through_a_statement_or_import_mod
     modules("slowlib.__init__", "X = 1\n")
     modules("slowlib.late", "import time\ntime.sleep(0.03)\n")
     modules("slowlib.caller", "def use():\n    import slowlib.late\n    return slowlib.late\n")
-    import slowlib.caller
     import slow_direct  # noqa: F401
     statement_line = sys._getframe().f_lineno - 1
+    import slowlib.caller
     importlib.import_module("slow_dynamic")
     dynamic_line = sys._getframe().f_lineno - 1
     slowlib.caller.use()

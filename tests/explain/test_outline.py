@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+
 import vllm_trace
 from analyze_records import child, only, root
 from otel_coldstart.analyze.breakdown import breakdowns
@@ -17,7 +18,6 @@ from otel_coldstart.analyze.findings import dominant_phase
 from otel_coldstart.analyze.readers import read_trace_file
 from otel_coldstart.analyze.render_html import render_html
 from otel_coldstart.analyze.report import Report
-
 
 
 def _analyze(path: str, fmt: str = "json") -> str:

@@ -15,7 +15,6 @@ pytest.importorskip("chdb")
 from otel_coldstart.cli import main  # noqa: E402
 from otel_coldstart.cli._clickhouse import load_clickhouse  # noqa: E402
 from otel_coldstart.cli._inputs import load_files  # noqa: E402
-
 from startups_otlp import T0, write  # noqa: E402
 from test_clickhouse import _args, _record  # noqa: E402
 

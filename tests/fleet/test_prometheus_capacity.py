@@ -130,8 +130,9 @@ def test_histogram_figures_agree_with_the_files_within_their_buckets(fleet_of_fi
                          capsys)
     files = sorted(os.path.join(traces, name) for name in os.listdir(traces))
     from_files = _report(["capacity", *files, "--format", "json", "--ramp", "6"], capsys)
-    from otel_coldstart.cli._inputs import load_files
     import argparse
+
+    from otel_coldstart.cli._inputs import load_files
 
     startups = load_files(files, argparse.Namespace(max_input_mb=512, trace_id=None, jobs=1), slim=True).startups
     assert len(startups) == STARTUPS

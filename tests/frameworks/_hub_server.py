@@ -67,7 +67,7 @@ class HubServer:
         host, port = self._httpd.server_address[:2]
         return f"http://{host}:{port}"
 
-    def __enter__(self) -> "HubServer":
+    def __enter__(self) -> HubServer:
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
         return self

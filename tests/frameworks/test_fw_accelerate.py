@@ -18,12 +18,21 @@ from accelerate.utils import set_module_tensor_to_device  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 
 import otel_coldstart  # noqa: E402
+from framework_checks import (  # noqa: E402
+    EXAMPLES,
+    assert_hot_path_restored,
+    assert_no_orphans,
+    assert_same_weights,
+    attrs,
+    by_phase,
+    hot_path_originals,
+    parent_id,
+    safetensors_header,
+    span_id,
+    tensor_bytes,
+)
 from otel_coldstart import semconv  # noqa: E402
 from otel_coldstart.demo import LlamaShape, generate_checkpoint  # noqa: E402
-
-from framework_checks import (EXAMPLES, assert_hot_path_restored, assert_no_orphans,  # noqa: E402
-                              assert_same_weights, attrs, by_phase, hot_path_originals, parent_id,
-                              safetensors_header, span_id, tensor_bytes)
 
 sys.path.insert(0, EXAMPLES)
 from tiny_llama import build_model  # noqa: E402

@@ -7,9 +7,8 @@ import os
 
 import pytest
 
-from otel_coldstart import semconv
-
 from framework_checks import EXAMPLES, clean_env, read_trace_dir, run_python
+from otel_coldstart import semconv
 
 # example -> (packages it needs, start-ups it writes)
 EXAMPLE_NEEDS = {

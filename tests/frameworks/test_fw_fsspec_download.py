@@ -17,12 +17,11 @@ pytest.importorskip("fsspec")
 pytest.importorskip("huggingface_hub")
 torch = pytest.importorskip("torch")
 
+from _hub_server import HubServer, Repo  # noqa: E402
+from framework_checks import clean_env, read_trace_dir  # noqa: E402
 from otel_coldstart import semconv  # noqa: E402
 from otel_coldstart.analyze.breakdown import breakdowns  # noqa: E402
 from otel_coldstart.analyze.downloads import downloads  # noqa: E402
-
-from _hub_server import HubServer, Repo  # noqa: E402
-from framework_checks import clean_env, read_trace_dir  # noqa: E402
 
 pytestmark = pytest.mark.process
 

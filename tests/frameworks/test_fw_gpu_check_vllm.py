@@ -12,9 +12,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 import otel_coldstart
-from otel_coldstart import semconv
-
 from framework_checks import REPO, clean_env, run_python
+from otel_coldstart import semconv
 
 pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
 
@@ -84,8 +83,7 @@ def test_first_request_check_on_a_real_first_request(gpu_check, tmp_path):
     end has them once the plugin marks it), and that it fails where it must."""
     from dataclasses import replace
 
-    from otel_coldstart import first_token
-    from otel_coldstart import session as _session
+    from otel_coldstart import first_token, session as _session
 
     otel_coldstart.uninstrument()
     with gpu_check.SpanReceiver() as receiver:

@@ -17,15 +17,14 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("huggingface_hub")
 
+from _hub_models import bert_repo_files  # noqa: E402
+from _hub_server import HubServer, Repo  # noqa: E402
+from framework_checks import assert_no_orphans, clean_env  # noqa: E402
 from otel_coldstart import semconv  # noqa: E402
 from otel_coldstart.analyze.breakdown import breakdowns  # noqa: E402
 from otel_coldstart.analyze.downloads import downloads  # noqa: E402
 from otel_coldstart.analyze.readers import read_trace_file  # noqa: E402
 from otel_coldstart.cli import main as cli_main  # noqa: E402
-
-from _hub_models import bert_repo_files  # noqa: E402
-from _hub_server import HubServer, Repo  # noqa: E402
-from framework_checks import assert_no_orphans, clean_env  # noqa: E402
 
 pytestmark = pytest.mark.process
 

@@ -8,11 +8,10 @@ import pytest
 
 hub_client = pytest.importorskip("huggingface_hub")
 
+from _hub_server import HubServer, Repo  # noqa: E402
 from otel_coldstart import semconv  # noqa: E402
 from otel_coldstart.patches import huggingface_hub as hub_patch  # noqa: E402
 from otel_coldstart.patches._wrapping import ColdstartWrapper  # noqa: E402
-
-from _hub_server import HubServer, Repo  # noqa: E402
 
 REPO_ID = "org/small"
 FILES = {"config.json": b'{"a": 1}', "weights.bin": bytes(range(256)) * 4096}
@@ -76,8 +75,9 @@ def test_endpoint_host_keeps_nothing_but_the_host():
 
 
 def test_without_a_start_up_nothing_is_recorded(tmp_path):
-    import otel_coldstart
     from huggingface_hub import hf_hub_download
+
+    import otel_coldstart
 
     otel_coldstart.uninstrument()
     with HubServer({REPO_ID: Repo(FILES)}) as hub:

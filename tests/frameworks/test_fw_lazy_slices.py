@@ -14,9 +14,8 @@ from safetensors import safe_open  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 
 import otel_coldstart  # noqa: E402
-from otel_coldstart import semconv  # noqa: E402
-
 from framework_checks import assert_no_orphans, attrs, by_phase  # noqa: E402
+from otel_coldstart import semconv  # noqa: E402
 
 
 @pytest.fixture

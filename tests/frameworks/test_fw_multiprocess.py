@@ -13,13 +13,11 @@ import pytest
 pytest.importorskip("torch")
 import torch.distributed  # noqa: E402
 
+from framework_checks import EXAMPLES, assert_no_orphans, attrs, by_phase, clean_env, free_port, read_trace_dir  # noqa: E402
 from otel_coldstart import semconv  # noqa: E402
-from otel_coldstart.startup import rank_attributes  # noqa: E402
 from otel_coldstart.demo import LlamaShape, generate_checkpoint  # noqa: E402
 from otel_coldstart.launch import Launch, child_env  # noqa: E402
-
-from framework_checks import (EXAMPLES, assert_no_orphans, attrs, by_phase, clean_env, free_port,  # noqa: E402
-                              read_trace_dir)
+from otel_coldstart.startup import rank_attributes  # noqa: E402
 
 pytestmark = [pytest.mark.process, pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
                                 reason="this torch build has no gloo backend")]

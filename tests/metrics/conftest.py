@@ -20,8 +20,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from metrics_testlib import (HERE, IDENTITY, PROMETHEUS_JOB, SCRAPE_TIMEOUT_S, STARTUP_TIMEOUT_S, free_port,
-                             http_get)
+from metrics_testlib import HERE, IDENTITY, PROMETHEUS_JOB, SCRAPE_TIMEOUT_S, STARTUP_TIMEOUT_S, free_port, http_get
 
 # --- the start-up ------------------------------------------------------------------------
 

@@ -16,8 +16,7 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from otel_coldstart import metrics as coldstart_metrics
-from otel_coldstart import semconv
+from otel_coldstart import metrics as coldstart_metrics, semconv
 from otel_coldstart.analyze.breakdown import bandwidth_sample, compute_breakdown
 from otel_coldstart.analyze.model import Span
 

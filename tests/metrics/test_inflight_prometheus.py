@@ -21,9 +21,20 @@ import urllib.parse
 
 import pytest
 
-from metrics_testlib import (ALL_VARIABLES, CONCRETE_VARIABLES, HERE, IDENTITY, SCRAPE_TIMEOUT_S, STARTUP_TIMEOUT_S,
-                             committed_dashboards, free_port, http_get, is_inflight, panel_expressions, substitute)
-
+from metrics_testlib import (
+    ALL_VARIABLES,
+    CONCRETE_VARIABLES,
+    HERE,
+    IDENTITY,
+    SCRAPE_TIMEOUT_S,
+    STARTUP_TIMEOUT_S,
+    committed_dashboards,
+    free_port,
+    http_get,
+    is_inflight,
+    panel_expressions,
+    substitute,
+)
 from otel_coldstart.inflight import index_expected_bytes
 
 pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`

@@ -11,14 +11,22 @@ import json
 import os
 import re
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from otel_coldstart import metrics as coldstart_metrics
-from otel_coldstart import semconv
-
-from metrics_testlib import (DASHBOARDS, IDENTITY, INFLIGHT_PREFIX, REPO, committed_dashboards, load_generator,
-                             needs_grafana_sdk, panel_expressions, promql_names, variable_queries)
-import pytest
+from metrics_testlib import (
+    DASHBOARDS,
+    IDENTITY,
+    INFLIGHT_PREFIX,
+    REPO,
+    committed_dashboards,
+    load_generator,
+    needs_grafana_sdk,
+    panel_expressions,
+    promql_names,
+    variable_queries,
+)
+from otel_coldstart import metrics as coldstart_metrics, semconv
 
 DOC = os.path.join(REPO, "docs", "metrics.md")
 SCRAPE_LABELS = {"job", "instance"}  # added by the Prometheus scrape (or the Collector's exporter)

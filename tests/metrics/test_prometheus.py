@@ -11,8 +11,16 @@ import math
 
 import pytest
 
-from metrics_testlib import (ALL_VARIABLES, CONCRETE_VARIABLES, PROMETHEUS_JOB, committed_dashboards, is_inflight,
-                      panel_expressions, substitute, variable_queries)
+from metrics_testlib import (
+    ALL_VARIABLES,
+    CONCRETE_VARIABLES,
+    PROMETHEUS_JOB,
+    committed_dashboards,
+    is_inflight,
+    panel_expressions,
+    substitute,
+    variable_queries,
+)
 
 pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
 

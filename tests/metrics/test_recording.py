@@ -19,13 +19,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from safetensors.torch import load_file, save_file
 
 import otel_coldstart
-from otel_coldstart import metrics as coldstart_metrics
-from otel_coldstart import semconv
-from otel_coldstart.analyze.breakdown import compute_breakdown
-from otel_coldstart.analyze.model import Span
-
 from _otlp_collector import TraceCollector
 from metrics_testlib import HERE, STARTUP_TIMEOUT_S
+from otel_coldstart import metrics as coldstart_metrics, semconv
+from otel_coldstart.analyze.breakdown import compute_breakdown
+from otel_coldstart.analyze.model import Span
 
 SHARDS = 3
 TENSORS_PER_SHARD = 4

@@ -13,7 +13,6 @@ import types
 import pytest
 
 from otel_coldstart import first_use, inflight, semconv
-
 from storage_cases import read_whole, set_state
 
 MiB = 1 << 20

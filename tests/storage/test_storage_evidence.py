@@ -20,7 +20,6 @@ import otel_coldstart
 from otel_coldstart import probes, semconv
 from otel_coldstart.analyze.units import format_bytes
 from otel_coldstart.patches import _storage
-
 from storage_cases import evict_range, read_whole, set_state, wait_for_the_cache_to_settle
 
 

@@ -18,7 +18,6 @@ import pytest
 
 from otel_coldstart import semconv
 from otel_coldstart.analyze.units import format_bytes
-
 from storage_cases import file_span, run_child, set_state
 
 pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`

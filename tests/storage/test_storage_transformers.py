@@ -14,7 +14,6 @@ import pytest
 
 from otel_coldstart import semconv
 from otel_coldstart.analyze.readers import read_trace_file
-
 from storage_cases import HERE, file_span, set_state
 
 pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`

@@ -7,12 +7,10 @@ import json
 
 import pytest
 
-from analyze_records import root
+from analyze_records import root, write_otlp
 from otel_coldstart.analyze.breakdown import breakdowns
 from otel_coldstart.analyze.capacity import WarmPool, capacity_summary
 from otel_coldstart.cli import main
-
-from analyze_records import write_otlp
 
 S = 1_000_000_000
 

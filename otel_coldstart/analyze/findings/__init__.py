@@ -20,17 +20,31 @@ learn from every start-up given and the ``reference`` ones, as ``whatif`` does.
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 from ... import semconv
 from ..breakdown import Breakdown, by_trace
 from ..storage_floor import StorageFloor
+from . import (
+    cold_cache,
+    compile_cache,
+    dominant_phase,
+    download_in_startup,
+    graph_captures,
+    hidden_mmap_reads,
+    hub_metadata_cached,
+    imports_from_source,
+    imports_from_storage,
+    lazy_weights,
+    pageable_h2d,
+    pickle_checkpoints,
+    runtime_init,
+    serial_download,
+    straggler_rank,
+    unattributed,
+)
 from ._finding import Finding
 from ._levers import gathered
-from . import (cold_cache, compile_cache, dominant_phase, graph_captures, hidden_mmap_reads, lazy_weights,
-               pageable_h2d, pickle_checkpoints, runtime_init, straggler_rank, unattributed)
-from . import imports_from_source, imports_from_storage
-from . import download_in_startup, hub_metadata_cached, serial_download
 
 __all__ = ["Finding", "find", "PER_STARTUP_RULES", "PER_TRACE_RULES", "ACROSS_STARTUPS_RULES"]
 

@@ -31,7 +31,7 @@ class Finding:
     claims: tuple[Claim, ...] = field(default=(), compare=False, repr=False)
 
     @classmethod
-    def about(cls, breakdown: Breakdown, **fields) -> "Finding":
+    def about(cls, breakdown: Breakdown, **fields) -> Finding:
         fields.setdefault("rank", breakdown.rank)
         fields["saving_ns"] = max(0, int(fields["saving_ns"]))
         fields["evidence"] = tuple(fields["evidence"])

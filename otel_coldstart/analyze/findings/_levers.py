@@ -6,7 +6,7 @@ start-up, learned from the same evidence (the storage floor, every start-up give
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..breakdown import Breakdown, same_thread
 from ..storage_floor import StorageFloor

@@ -7,7 +7,7 @@ the call (its arguments, the checkpoint, where the process starts from).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ... import semconv
 from ..model import Span

@@ -25,7 +25,7 @@ from ..breakdown import Breakdown, ShardRead
 from ..storage_floor import StorageFloor
 from ..units import format_bytes, format_rate, format_seconds, per_second
 from ..whatif import PREWARM
-from ._finding import Finding, claim, share_text, shard_resource, split, weight
+from ._finding import Finding, claim, shard_resource, share_text, split, weight
 from ._levers import cold_file_spans, lever_saving
 
 NEEDS_A_FLOOR = ("saving needs a floor: `otel-coldstart floor FILES` (the checkpoint's files; its --json output "

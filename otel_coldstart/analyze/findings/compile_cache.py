@@ -14,7 +14,7 @@ A rule over all the start-ups given, not one: the reference may be another start
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ... import semconv
 from ..breakdown import Breakdown

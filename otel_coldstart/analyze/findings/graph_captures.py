@@ -11,11 +11,10 @@ the sizes beyond one per power of two up to the largest; not estimated without s
 
 from __future__ import annotations
 
-from ... import semconv
+from ... import semconv, verdicts
 from ..breakdown import Breakdown
-from ..units import format_seconds
-from ... import verdicts
 from ..explain import capture_summary
+from ..units import format_seconds
 from ..whatif import FEWER_CAPTURES
 from ._finding import Finding, claim, share_text
 from ._levers import lever_saving
@@ -45,8 +44,8 @@ def check(breakdown: Breakdown, floor=None, given=None) -> list[Finding]:
     sizes = _sizes(spans)
     evidence = [f"{count} graph captures in {format_seconds(busy)} ({format_seconds(busy // count)} each on average), "
                 f"{share_text(busy, total)}"]
-    longest = max((s.attributes.get(semconv.GRAPH_MAX_CAPTURE_S) for s in spans
-                   if isinstance(s.attributes.get(semconv.GRAPH_MAX_CAPTURE_S), (int, float))), default=None)
+    capture_s = [verdicts.number_value(s.attributes, semconv.GRAPH_MAX_CAPTURE_S) for s in spans]
+    longest = max((seconds for seconds in capture_s if seconds is not None), default=None)
     if longest is not None:
         evidence.append(f"longest capture {format_seconds(int(longest * 1e9))}")
     summary = capture_summary(breakdown)

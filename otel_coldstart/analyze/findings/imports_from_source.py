@@ -31,16 +31,16 @@ LEVER = ("cache the bytecode in the image: `python -m compileall -q -j0 <site-pa
 def check(breakdown: Breakdown, floor: StorageFloor | None = None, given=None) -> list[Finding]:
     summary = import_summary(breakdown)
     why = summary.why if summary is not None else None
-    if why is None or why.compiled_modules < MIN_COMPILED or why.compile_ns < MIN_COMPILE_NS:
+    if summary is None or why is None or why.compiled_modules < MIN_COMPILED or why.compile_ns < MIN_COMPILE_NS:
         return []
     total = breakdown.duration_ns
     evidence = [f"{why.compiled_modules} modules compiled from source in {format_seconds(why.compile_ns)} "
                 f"({share_text(why.compile_ns, total)}), of {format_seconds(why.ns)} importing"]
-    compiled = [r for r in summary.imports if r.why is not None and r.why.compiled_modules]
+    compiled = [(r.module, r.why) for r in summary.imports if r.why is not None and r.why.compiled_modules]
     if compiled:
         evidence.append("compiled by: " + "; ".join(
-            f"import {r.module}: {r.why.compiled_modules} modules, {format_seconds(r.why.compile_ns)}"
-            for r in compiled[:3]))
+            f"import {module}: {causes.compiled_modules} modules, {format_seconds(causes.compile_ns)}"
+            for module, causes in compiled[:3]))
     share = why.compile_ns / total if total else 0.0
     what = f"{why.compiled_modules} modules compiled from source (no cached bytecode): {format_seconds(why.compile_ns)}"
     title = f"{what}; the image ships no usable bytecode" if weight(share) != "minor" else what

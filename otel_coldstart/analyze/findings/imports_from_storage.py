@@ -37,7 +37,7 @@ def check(breakdown: Breakdown, floor: StorageFloor | None = None, given=None) -
     for span, causes in import_spans(breakdown):
         if not reads_storage(causes):
             continue
-        read += causes.storage_read_bytes
+        read += causes.storage_read_bytes or 0  # not None: reads_storage
         off_cpu += causes.off_cpu_ns
         queued += causes.queued_ns or 0
         wait = storage_wait_ns(causes, share_off, warm_rate)

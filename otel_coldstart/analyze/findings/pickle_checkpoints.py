@@ -16,7 +16,7 @@ from ..breakdown import Breakdown
 from ..storage_floor import StorageFloor
 from ..units import format_bytes, format_rate, format_seconds
 from ..whatif import TO_SAFETENSORS
-from ._finding import Finding, claim, share_text, shard_resource, split
+from ._finding import Finding, claim, shard_resource, share_text, split
 from ._levers import lever_saving
 
 PICKLE_FORMATS = (semconv.FORMAT_TORCH_ZIP, semconv.FORMAT_TORCH_LEGACY)
@@ -49,7 +49,7 @@ def check(breakdown: Breakdown, floor: StorageFloor | None = None, given=None) -
                                   f"{format_rate(rate)}")
     return [Finding.about(
         breakdown, rule="pickle_checkpoints", phase=semconv.PHASE_DESERIALIZE,
-        title=f"{len(pickles)} checkpoint file(s) are pickles ({', '.join(sorted({s.format for s in pickles}))})",
+        title=f"{len(pickles)} checkpoint file(s) are pickles ({', '.join(sorted({s.format for s in pickles if s.format}))})",
         evidence=evidence_lines,
         lever="convert the checkpoint to safetensors (zero-copy mmap, no unpickling, no code execution)",
         saving_ns=saving, share=spent / total if total else 0.0, claims=claims if saving else [],

@@ -57,17 +57,17 @@ def check(breakdown: Breakdown, floor=None) -> list[Finding]:
             saving_ns=saving, estimate="the fetch time beyond the longest file (all overlapped)", share=share,
             claims=[claim(breakdown, saving, ("phase", semconv.PHASE_DOWNLOAD))],
         ))
-    rated = [i for i in fetched if i.throughput and i.bytes >= MIN_SLOW_BYTES]
-    for item in rated if len(rated) >= 3 else ():
-        others = statistics.median(i.throughput for i in rated if i is not item)
-        if item.throughput >= SLOW_RATIO * others:
+    rated = [(i, rate) for i in fetched if (rate := i.throughput) and i.bytes >= MIN_SLOW_BYTES]
+    for item, rate in rated if len(rated) >= 3 else ():
+        others = statistics.median(r for i, r in rated if i is not item)
+        if rate >= SLOW_RATIO * others:
             continue
         saving = max(0, item.duration_ns - int(item.bytes / others * 1e9))
         share = item.duration_ns / total
         out.append(Finding.about(
             breakdown, rule="slow_download", phase=semconv.PHASE_DOWNLOAD,
-            title=f"{item.name} downloaded at {format_rate(item.throughput).strip()}, "
-                  f"{others / item.throughput:.1f}x slower than the other files ({share_text(item.duration_ns, total)})",
+            title=f"{item.name} downloaded at {format_rate(rate).strip()}, "
+                  f"{others / rate:.1f}x slower than the other files ({share_text(item.duration_ns, total)})",
             evidence=[f"{item.name}: {format_bytes(item.bytes)} in {format_seconds(item.duration_ns)}"
                       + (", resumed" if item.resumed else "")
                       + (f", {item.retries} retries ({', '.join(item.retry_reasons)})" if item.retries else ""),

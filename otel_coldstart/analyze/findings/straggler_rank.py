@@ -6,7 +6,7 @@ Estimate: the straggler's time beyond the median of the other ranks.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..breakdown import Breakdown
 from ..units import format_seconds
@@ -29,9 +29,9 @@ def check(group: Sequence[Breakdown]) -> list[Finding]:
         return []
     deltas = {}
     for item in slowest.phases:
-        peer = statistics.median((b.phase(item.phase).busy_ns if b.phase(item.phase) else 0) for b in others)
+        peer = statistics.median(phase.busy_ns if (phase := b.phase(item.phase)) else 0 for b in others)
         deltas[item.phase] = item.busy_ns - peer
-    worst = max(deltas, key=deltas.get) if deltas else None
+    worst = max(deltas, key=deltas.__getitem__) if deltas else None
     evidence = [f"rank {slowest.rank}: {format_seconds(slowest.duration_ns)}; "
                 f"median of the other {len(others)} rank(s): {format_seconds(int(median))}"]
     if worst is not None and deltas[worst] > 0:

@@ -25,15 +25,25 @@ start-ups without a first token are left out with why.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from ..breakdown import Breakdown
 from ..capacity import FIRST_TOKEN, MIN_FOR_P95, READY, no_first_token_reason
 from ..stats import percentile
 from ..units import format_seconds
-from . import bytecode, compile_cache, fewer_captures, offline, pinned, predownload, prewarm, prewarm_imports
-from . import serving_dtype, to_safetensors
+from . import (
+    bytecode,
+    compile_cache,
+    fewer_captures,
+    offline,
+    pinned,
+    predownload,
+    prewarm,
+    prewarm_imports,
+    serving_dtype,
+    to_safetensors,
+)
 from ._evidence import Assumptions, Concurrency, Cut, Evidence, LeverOutcome, Options, gather
 from .fewer_captures import default_keep
 
@@ -149,7 +159,9 @@ def _to_first_token(b: Breakdown, projected: tuple[int, dict[str, int]]) -> tupl
     """A projected (total, phases) carried on to the first token: its first request added as
     measured (the wait for it after ready() left out)."""
     total, phases = projected
-    duration = b.first_request.duration_ns
+    duration = b.first_request.duration_ns if b.first_request is not None else None
+    if duration is None:  # project() keeps only start-ups with a first token
+        raise ValueError("a start-up without a first token has no time to first token to project")
     return total + duration, {**phases, FIRST_REQUEST_ROW: duration}
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 from ... import semconv, verdicts
 from ..breakdown import Breakdown, ShardRead, bandwidth_sample

@@ -9,7 +9,7 @@ without sizes: not estimated.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from ... import semconv
 from ..breakdown import Breakdown

@@ -9,7 +9,7 @@ pre-staged only for the requests (combine it with ``predownload``, or use ``all`
 
 from __future__ import annotations
 
-from ... import semconv
+from ... import semconv, verdicts
 from ..breakdown import Breakdown
 from ._evidence import Assumptions, Concurrency, Cut, Evidence, LeverOutcome
 
@@ -27,8 +27,7 @@ def cut(b: Breakdown, ctx: Concurrency, ev: Evidence, said: Assumptions) -> Leve
         out.cuts.append(Cut(span.span_id, span.phase or semconv.PHASE_DOWNLOAD, cap, cap, ctx.of(span)))
     said.add("offline", "with HF_HUB_OFFLINE=1 the hub is never asked: every metadata request takes no time")
     fetched = [s for s in b.spans if s.name == semconv.SPAN_DOWNLOAD_FILE
-               and isinstance(s.attributes.get(semconv.DOWNLOAD_BYTES), int)
-               and s.attributes[semconv.DOWNLOAD_BYTES] > 0]
+               and verdicts.positive_int(s.attributes, semconv.DOWNLOAD_BYTES) > 0]
     if fetched:
         said.add("offline-needs-files", "{n} start-up(s) fetched files: offline mode needs them on the node "
                                         "first (with predownload); alone it would fail there")

@@ -15,8 +15,19 @@ from __future__ import annotations
 from ... import semconv, verdicts
 from ..breakdown import Breakdown, same_thread
 from ..model import Span
-from ._evidence import (Assumptions, Concurrency, Cut, Evidence, LeverOutcome, children_by_parent, file_reads,
-                        hidden_read_rate, hidden_reads, in_span_storage_bytes, warm_rates_by_format)
+from ._evidence import (
+    Assumptions,
+    Concurrency,
+    Cut,
+    Evidence,
+    LeverOutcome,
+    children_by_parent,
+    file_reads,
+    hidden_read_rate,
+    hidden_reads,
+    in_span_storage_bytes,
+    warm_rates_by_format,
+)
 
 NOTHING = "every checkpoint file was already resident and no copy read from storage: nothing to pre-warm"
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from ... import semconv
 from ..breakdown import Breakdown
-from ..import_causes import (beyond_resident_ns, import_spans, reads_storage, resident_off_cpu_share,
-                             storage_wait_ns)
+from ..import_causes import beyond_resident_ns, import_spans, reads_storage, resident_off_cpu_share, storage_wait_ns
 from ._evidence import Assumptions, Concurrency, Cut, Evidence, LeverOutcome
 
 NOTHING = "no import read from storage (the environment was resident), or the trace does not say"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ... import semconv, verdicts
 from ..breakdown import Breakdown
-from ._evidence import Assumptions, COPY_PHASES, Concurrency, Cut, Evidence, LeverOutcome, storage_read_rate
+from ._evidence import COPY_PHASES, Assumptions, Concurrency, Cut, Evidence, LeverOutcome, storage_read_rate
 
 NOTHING = "no cast in these start-ups: the checkpoint is already in the serving dtype"
 

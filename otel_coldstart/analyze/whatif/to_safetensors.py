@@ -74,7 +74,7 @@ def _as_safetensors_ns(shard, own_rates: dict, ev: Evidence, said: Assumptions) 
         return 0
     floor = ev.floor
     rate = floor.cold_bytes_per_s if floor else None
-    if rate:
+    if floor is not None and rate:
         said.add("st-floor-cold", f"pickle files read from storage at the storage floor's cold read(2) rate "
                                   f"({{rates}}, {floor.source}): their bytes still come from storage, on first touch "
                                   "(no start-up given read safetensors files from storage)", rate)

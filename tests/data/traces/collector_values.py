@@ -15,8 +15,8 @@ Deliberately independent of otel_coldstart's readers.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from decimal import Decimal
-from typing import Iterator
 
 
 def _shortest_fixed(number: float) -> str:
