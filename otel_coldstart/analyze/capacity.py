@@ -124,10 +124,20 @@ def _quantiles(values: Sequence[int]) -> Quantiles:
 
 
 def _phase_quantiles(counted: Sequence[Breakdown]) -> dict[str, Quantiles]:
-    """Each phase's busy time over the start-ups (0 in one without it), and the unattributed time."""
-    busy = [{p.phase: p.busy_ns for p in b.phases} for b in counted]
-    phases = {name: _quantiles([times.get(name, 0) for times in busy])
-              for name in sorted({name for times in busy for name in times})}
+    """Each phase's busy time over the start-ups (0 in one without it), and the unattributed time.
+
+    One column of busy times a phase, filled in one pass over the start-ups (a phase named
+    twice in one start-up: the later figure, as a dict of it would keep): a fleet's 100,000
+    start-ups made a dict each, per group, before (0.8 s of a 2 s summary)."""
+    columns: dict[str, list[int]] = {}
+    size = len(counted)
+    for index, b in enumerate(counted):
+        for p in b.phases:
+            column = columns.get(p.phase)
+            if column is None:
+                column = columns[p.phase] = [0] * size
+            column[index] = p.busy_ns
+    phases = {name: _quantiles(columns[name]) for name in sorted(columns)}
     phases[semconv.UNATTRIBUTED] = _quantiles([b.unattributed_ns for b in counted])
     return phases
 

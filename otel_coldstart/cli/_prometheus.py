@@ -25,6 +25,8 @@ from .errors import EXIT_NO_STARTUP, EXIT_SOURCE_UNAVAILABLE, EXIT_USAGE, CliErr
 
 STARTUP = "model_startup_duration_seconds_bucket"
 PHASE = "model_startup_phase_duration_seconds_bucket"
+# A native (exponential) histogram is one series under the bare name, its buckets inside each sample.
+NATIVE_STARTUP = "model_startup_duration_seconds"
 LABEL_ALIASES = {"instance_type": "host_type", "host.type": "host_type"}
 
 
@@ -74,6 +76,16 @@ def _vector(base: str, expr: str, timeout: float) -> list[dict]:
     if not isinstance(result, list):
         raise CliError("the Prometheus answer has no result vector", EXIT_SOURCE_UNAVAILABLE)
     return result
+
+
+def _native_series(base: str, selected: str, timeout: float) -> float:
+    """How many series of the range hold the start-up histogram as a native histogram (the
+    bare name, no ``_bucket``): asked only when no classic bucket was found, to say why."""
+    rows = _vector(base, f"count(count_over_time({selected}))", timeout)
+    try:
+        return float(rows[0]["value"][1]) if rows else 0.0
+    except (KeyError, ValueError, TypeError, IndexError):
+        return 0.0
 
 
 def _buckets(rows: list[dict], keys: tuple[str, ...]) -> dict[tuple, list[tuple[float, float]]]:
@@ -126,6 +138,14 @@ def run_prometheus(args: argparse.Namespace, provisioning_ns: int) -> int:
             report.append(_group(label, value, counted, total, per_phase, provisioning_ns, args.ramp))
     if not report:
         which = " with coldstart_ready=true" if ready else ""
+        native = _native_series(args.prometheus, select(NATIVE_STARTUP, ready), args.timeout)
+        if native:
+            raise CliError(f"{args.prometheus}: the start-ups of the last {window} are native histograms ({native:g} "
+                           f"{NATIVE_STARTUP} series{which}, no {STARTUP} series): read only as classic "
+                           "(le) buckets, because Prometheus 2.42's max_over_time/last_over_time return 0 for a "
+                           "native histogram, so a range's start-ups cannot be summed from them (docs/decisions.md, "
+                           "native histograms); export explicit-bucket histograms, the plugin's default",
+                           EXIT_NO_STARTUP)
         raise CliError(f"{args.prometheus}: no start-up in the last {window} (no {STARTUP} series{which})",
                        EXIT_NO_STARTUP)
     with output(args.output) as out:

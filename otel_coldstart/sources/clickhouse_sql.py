@@ -122,14 +122,24 @@ class Selection:
             parts.append(f"{column} {'!=' if cond.negate else '='} {{{value}:String}}")
         return " AND ".join(parts)
 
-    def span_filter(self, params: dict, prefix: str = "") -> str:
-        """The spans of the selected start-ups: their traces, within a day of the range."""
+    def span_filter(self, params: dict, prefix: str = "", joined: bool = False) -> str:
+        """The spans of the selected start-ups: their traces, within a day of the range.
+
+        ``joined``: the query joins these spans to the selected roots itself (the reduction's
+        passes), so the trace filter only narrows what the join would drop. Without a
+        --service or --where nearly every trace in the time range is selected, and probing
+        each pass's 5M trace ids against the set of 100,000 cost 1-2 s of the reduction's
+        10-14 s of CPU (benchmarks/RESULTS.md, issue 40 third round) for nothing: left out
+        there. With conditions it stays, as the trace-id bloom-filter index can skip granules
+        of a narrow selection."""
         params[f"{prefix}s_from"] = str(max(0, self.from_ns - SPAN_SLACK_NS))
         params[f"{prefix}s_to"] = str(self.to_ns + SPAN_SLACK_NS)
         table = check_table(self.table)
-        return (f"TraceId IN (SELECT TraceId FROM {table} WHERE {self.root_filter(params, prefix, True)}) "
-                f"AND Timestamp >= fromUnixTimestamp64Nano({{{prefix}s_from:Int64}}) "
-                f"AND Timestamp < fromUnixTimestamp64Nano({{{prefix}s_to:Int64}})")
+        times = (f"Timestamp >= fromUnixTimestamp64Nano({{{prefix}s_from:Int64}}) "
+                 f"AND Timestamp < fromUnixTimestamp64Nano({{{prefix}s_to:Int64}})")
+        if joined and self.service is None and not self.conditions:
+            return times
+        return f"TraceId IN (SELECT TraceId FROM {table} WHERE {self.root_filter(params, prefix, True)}) AND {times}"
 
 
 def _q(text: str) -> str:
@@ -208,25 +218,25 @@ def reduce_sql(selection: Selection) -> tuple[str, dict]:
     win = "phase != '' AND NOT is_root AND t0 >= w.r0 AND t0 + dur <= w.r1"
     on_root_thread = "if(win AND (w.rthread IS NULL OR thread IS NULL OR w.rthread = thread), busy, 0)"
     # A window span under a span other than the root (and not its own parent) may be a window
-    # node's own time. The plugin writes most spans right under the root, so such parents
-    # are few: a light pass over the ids alone finds them (each trace's parents but its
-    # root), the spans under them are summed per parent and thread, and the main pass meets
-    # those sums in a small join instead of grouping every span by its id.
-    parents = (f"SELECT p.th, p.ph FROM (SELECT DISTINCT cityHash64(TraceId) AS th, cityHash64(ParentSpanId) AS ph "
-               f"FROM {table} WHERE {selection.span_filter(params, 'p_')} AND ParentSpanId != '') AS p "
-               f"LEFT ANTI JOIN ({windows}) AS w ON p.th = w.th AND p.ph = w.rsh")
+    # node's own time. The plugin writes most spans right under the root, so such spans are
+    # few: the kids pass keeps the spans whose parent is not their trace's root (a filter on
+    # the two id columns against the roots' pairs, before any attribute is read), sums them
+    # per parent and thread, and the main pass meets those sums in a small join instead of
+    # grouping every span by its id. (A first pass collecting the distinct non-root parents
+    # cost a scan and a 5M-row DISTINCT more, for the same spans.)
+    root_pairs = f"SELECT th, rsh FROM ({windows})"
     kids = (f"SELECT s.th AS th, ph, groupArray(ifNull(thread, -1)) AS k_threads, groupArray(busy) AS k_busy, "
             f"sum({on_root_thread.replace('win AND ', '')}) AS k_ua, count() AS k_count "
             f"FROM (SELECT {ids}, SpanName = '{semconv.SPAN_ROOT}' AS is_root, {busy_s}, "
             f"toInt64(ifNull({busy}, dur)) AS busy, {thread} AS thread "
-            f"FROM {table} WHERE {selection.span_filter(params, 'k_')} "
-            f"AND (cityHash64(TraceId), cityHash64(ParentSpanId)) IN ({parents})) AS s "
+            f"FROM {table} WHERE {selection.span_filter(params, 'k_', joined=True)} AND ParentSpanId != '' "
+            f"AND (cityHash64(TraceId), cityHash64(ParentSpanId)) NOT IN ({root_pairs})) AS s "
             f"INNER JOIN ({windows}) AS w ON s.th = w.th WHERE ph != sh AND {win} GROUP BY th, ph")
     spans = (f"SELECT {ids}, SpanName = '{semconv.SPAN_ROOT}' AS is_root, {busy_s}, "
              f"toInt64(ifNull({busy}, dur)) AS busy, {thread} AS thread, "
              f"if(phase = {_q(semconv.PHASE_DESERIALIZE)} AND StatusCode NOT IN ('Error', 'STATUS_CODE_ERROR'), "
              f"{state}, 0) AS cstate, ({suspect}) AS suspect "
-             f"FROM {table} WHERE {selection.span_filter(params)}")
+             f"FROM {table} WHERE {selection.span_filter(params, joined=True)}")
     # Each span with its window and its window children's busy time (per thread) if it has
     # any: its own time is its busy time less its children's on its thread, never below 0;
     # a window span's children are not top level, so their time on the root's thread is
