@@ -203,7 +203,8 @@ def test_cold_small_files_are_said_cold_with_their_bytes_from_storage(tmp_path):
     done = subprocess.run([sys.executable, "-c", script, str(listing)], env=_env(tmp_path / "traces"),
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    (startup,) = json.loads(_analyze(tmp_path / "traces", "--format", "json").stdout)["startups"]
+    document = json.loads(_analyze(tmp_path / "traces", "--format", "json").stdout)
+    (startup,) = document["startups"]
     (folded,) = [s for s in startup["shards"] if s["folded"]]
     sizes = sum(os.path.getsize(p) for p in paths[SPANS_FOR_FIRST_SMALL:])
     assert folded["files"] == count - SPANS_FOR_FIRST_SMALL
@@ -211,6 +212,10 @@ def test_cold_small_files_are_said_cold_with_their_bytes_from_storage(tmp_path):
     assert folded["cache_state"] in ("cold", "partial"), folded
     assert 0.9 * sizes <= folded["read_bytes"] <= sizes, (folded, sizes)  # never above the files' size
     assert startup["cold_shards"], startup["cold_shards"]
+    # The storage finding counts files, a folded row as the files it holds.
+    (finding,) = [f for f in document["findings"] if f["rule"] == "cold_cache"]
+    cold_files = sum(s["files"] for s in startup["shards"] if s["cache_state"] in ("cold", "partial"))
+    assert cold_files >= count - 4 and f"{cold_files:,} " in finding["title"], (finding, cold_files)
 
 
 @contextlib.contextmanager
