@@ -378,9 +378,10 @@ class ProgressBoard:
             return
         snap = self.snapshot(now_ns)
         now = snap.now_ns
-        # A download's bytes are progress too: a long transfer is no stall.
+        # A download's bytes are progress too: a long transfer is no stall. So are calls summed into
+        # aggregates (small checkpoint files folded into one, patches/_folded_files.py: no span each).
         fingerprint = (snap.opened, snap.done, snap.bytes_loaded, process_read_bytes(),
-                       self.download_totals(snap.open)[0])
+                       self.download_totals(snap.open)[0], self._aggregate_calls())
         if fingerprint != self._fingerprint:
             self._fingerprint = fingerprint
             self._last_progress_ns = now

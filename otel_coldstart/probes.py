@@ -156,6 +156,13 @@ def filesystem_type(path: str) -> str | None:
     return fs_type
 
 
+def filesystem_type_on(device: int, path: str) -> str | None:
+    """:func:`filesystem_type` for a path whose ``st_dev`` the caller has (no second stat)."""
+    if device in _fs_type_by_device:
+        return _fs_type_by_device[device]
+    return filesystem_type(path)
+
+
 def filesystem_trusted(fs_type: str | None) -> bool:
     """Whether reads of this filesystem go through the block layer or live in memory."""
     return fs_type in _TRUSTED_FS

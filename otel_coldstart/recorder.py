@@ -335,12 +335,13 @@ class Recorder:
     def add(self, phase: str, detail: Hashable, detail_attributes: dict | None, nbytes: int,
             start_ns: int, end_ns: int, read_bytes: int, major_faults: int,
             pinned: bool | None = None, non_blocking: bool = False,
-            on_add: Callable[[Aggregate], None] | None = None) -> None:
+            on_add: Callable[[Aggregate], None] | None = None, charge_own_cost: bool = True) -> None:
         """Count one call. ``detail`` splits aggregates within a phase (a cast's dtype pair).
 
         ``on_add`` runs with the aggregate the call joined, under the lock that excludes its
         closing, to keep per-kind state in ``extras`` or register an end hook (it must be
-        quick)."""
+        quick). ``charge_own_cost``: False where the caller's hook times itself, this included
+        (a folded file's read ended in a safe_open hook, patches/_folded_files.py)."""
         state = thread_state()
         acc = state.acc
         if acc is None or acc.recorder is not self:
@@ -362,7 +363,8 @@ class Recorder:
             if on_add is not None:
                 with internal_errors("aggregate on_add"):
                     on_add(aggregate)
-        self.own_cost.add_since(phase, end_ns)
+        if charge_own_cost:
+            self.own_cost.add_since(phase, end_ns)
 
     def child_phase_bytes(self, parent: PendingParent) -> dict[str, int]:
         """Bytes per phase recorded so far under a pending parent (its phase is only known

@@ -94,6 +94,17 @@ FILE_FORMAT = "coldstart.file.format"  # safetensors | torch_zip | torch_legacy
 FILE_API = "coldstart.file.api"  # the call that read it, e.g. safetensors.safe_open
 SHARD_INDEX = "coldstart.shard.index"
 SHARD_COUNT = "coldstart.shard.count"
+# Small checkpoint files folded into one aggregate per (parent, api) instead of a span each
+# (patches/_folded_files.py): the aggregate's coldstart.calls is its files, coldstart.bytes
+# their tensors' bytes, coldstart.file.size their sizes summed, coldstart.cache.storage_read_bytes
+# the bytes storage delivered to them; the files' cache verdicts counted by state.
+FILES_FOLDED = "coldstart.files.folded"  # true on such an aggregate
+FILES_COLD = "coldstart.files.cold"
+FILES_PARTIAL = "coldstart.files.partial"
+FILES_WARM = "coldstart.files.warm"
+FILES_CACHE_UNKNOWN = "coldstart.files.cache_unknown"  # no honest verdict (an untrusted filesystem)
+FILES_FAILED = "coldstart.files.failed"  # reads that raised (the host got the error)
+FILES_FOLD_BELOW = "coldstart.files.fold_below_bytes"  # the size under which a file may fold
 
 CACHE_RESIDENT_RATIO = "coldstart.cache.resident_ratio"
 CACHE_STATE = "coldstart.cache.state"  # cold | warm | partial

@@ -153,13 +153,25 @@ class ShardRead:
     span_id: str | None = None  # the file span's id: which span of the start-up this read is
     failed: bool = False  # the read raised (its span's status is error): no cache or speed evidence
     error_type: str | None = None  # what it raised (error.type, the exception event, the status)
+    # Small files folded into one record (patches/_folded_files.py): how many files it is (its
+    # size, time and storage bytes are theirs summed; duration_ns their summed read time) and
+    # their cache verdicts counted, (state, files) each; a file's own span is 1 and ().
+    files: int = 1
+    file_states: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def folded(self) -> bool:
+        return self.files != 1 or bool(self.file_states)
 
     @property
     def state(self) -> str | None:
         """cold | partial | warm | None: the one verdict (verdicts.shard_cache_state); None
-        for a read that failed: it says nothing about the page cache."""
+        for a read that failed: it says nothing about the page cache. Folded files: cold when
+        every one was, partial when some were cold or partial, warm when every one was warm."""
         if self.failed:
             return None
+        if self.file_states:
+            return _folded_state(dict(self.file_states), self.files)
         return verdicts.shard_cache_state(self.cache_state, self.read_bytes, self.size)
 
     @property
@@ -168,7 +180,25 @@ class ShardRead:
 
     @property
     def name(self) -> str:
+        if self.folded:
+            return f"<{self.files:,} small files, folded>"
         return os.path.basename(self.path) if self.path else "<bytes>"
+
+
+def _folded_state(counts: dict[str, int], files: int) -> str | None:
+    cold = counts.get(semconv.CACHE_COLD, 0)
+    if files and cold == files:
+        return semconv.CACHE_COLD
+    if cold or counts.get(semconv.CACHE_PARTIAL, 0):
+        return semconv.CACHE_PARTIAL
+    if files and counts.get(semconv.CACHE_WARM, 0) == files:
+        return semconv.CACHE_WARM
+    return semconv.CACHE_WARM if counts.get(semconv.CACHE_WARM, 0) else None
+
+
+_FOLDED_STATES = ((semconv.CACHE_COLD, semconv.FILES_COLD), (semconv.CACHE_PARTIAL, semconv.FILES_PARTIAL),
+                  (semconv.CACHE_WARM, semconv.FILES_WARM), ("unknown", semconv.FILES_CACHE_UNKNOWN),
+                  ("failed", semconv.FILES_FAILED))
 
 
 def cache_verdict(states: Iterable[str | None]) -> str | None:
@@ -759,6 +789,9 @@ def _read_state(attrs: Mapping[str, Any]) -> str | None:
     """The cache verdict of a file read that did not fail, straight from its span's
     attributes: ShardRead.state without building the ShardRead (compare and capacity keep
     only the start-up's verdict, :func:`cache_verdict`)."""
+    if attrs.get(semconv.FILES_FOLDED) is True:
+        counts, files = _folded_counts(attrs)
+        return _folded_state(dict(counts), files)
     state = attrs.get(semconv.CACHE_STATE)
     return verdicts.shard_cache_state(state if isinstance(state, str) else None, _storage_read_bytes(attrs),
                                       verdicts.int_value(attrs, semconv.FILE_SIZE))
@@ -773,6 +806,8 @@ def _shard_read(span: Span) -> ShardRead:
     state = attrs.get(semconv.CACHE_STATE)
     ratio = attrs.get(semconv.CACHE_RESIDENT_RATIO)
     int_value = verdicts.int_value
+    if attrs.get(semconv.FILES_FOLDED) is True:
+        return _folded_read(span, attrs)
     return ShardRead(
         path=path if isinstance(path, str) else None,
         index=int_value(attrs, semconv.SHARD_INDEX),
@@ -789,4 +824,33 @@ def _shard_read(span: Span) -> ShardRead:
         span_id=span.span_id,
         failed=span.status == "error",
         error_type=kind if isinstance(kind := attrs.get(semconv.ERROR_TYPE), str) else None,
+    )
+
+
+def _folded_counts(attrs: Mapping[str, Any]) -> tuple[tuple[tuple[str, int], ...], int]:
+    """((state, files), ...) of a folded record, and its files (coldstart.calls)."""
+    counts = []
+    for state, key in _FOLDED_STATES:
+        value = verdicts.int_value(attrs, key)
+        if value:
+            counts.append((state, value))
+    return tuple(counts), verdicts.int_value(attrs, semconv.CALLS) or 0
+
+
+def _folded_read(span: Span, attrs: Mapping[str, Any]) -> ShardRead:
+    """Small files folded into one aggregate: one row for all of them, their figures summed."""
+    fmt = attrs.get(semconv.FILE_FORMAT)
+    counts, files = _folded_counts(attrs)
+    failed = dict(counts).get("failed", 0)
+    return ShardRead(
+        path=None, index=None, count=None,
+        size=verdicts.int_value(attrs, semconv.FILE_SIZE),
+        format=fmt if isinstance(fmt, str) else None,
+        duration_ns=span.busy_ns,  # the files' read time summed, not the record's extent
+        read_bytes=_storage_read_bytes(attrs),
+        read_unknown=unknown if isinstance(unknown := attrs.get(semconv.CACHE_STORAGE_READ_UNKNOWN), str) else None,
+        cache_state=None, resident_ratio=None, thread_id=span.thread_id, start_ns=span.start_ns,
+        span_id=span.span_id, failed=bool(files) and failed == files,
+        files=files,
+        file_states=counts or (("unknown", files),),
     )

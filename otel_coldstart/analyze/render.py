@@ -157,6 +157,9 @@ def shard_state_text(shard) -> str:
         evidence = f", {format_bytes(shard.read_bytes)} read from storage"
     elif shard.read_unknown:
         evidence = f", storage reads unknown ({shard.read_unknown})"
+    if shard.folded:  # one row for many small files: their verdicts counted
+        counted = ", ".join(f"{n:,} {state}" for state, n in shard.file_states)
+        return f"{shard.state or 'cache ?'} ({counted}){evidence}"
     return (shard.state or "cache ?") + evidence
 
 

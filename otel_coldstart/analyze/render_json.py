@@ -48,7 +48,9 @@ def _shard(r, origin: int) -> dict:
             "duration_s": _s(r.duration_ns), "read_bytes": r.read_bytes, "read_unknown": r.read_unknown,
             "cache_state": r.state, "failed": r.failed, "error_type": r.error_type,
             "recorded_cache_state": r.cache_state, "resident_ratio": r.resident_ratio,
-            "thread_id": r.thread_id, "offset_s": _s(r.start_ns - origin)}
+            "thread_id": r.thread_id, "offset_s": _s(r.start_ns - origin),
+            # Small files folded into this one row (patches/_folded_files.py): how many, and their verdicts.
+            "files": r.files, "folded": r.folded, "file_states": dict(r.file_states) if r.folded else None}
 
 
 def startup_to_dict(b: Breakdown) -> dict:
@@ -71,7 +73,7 @@ def startup_to_dict(b: Breakdown) -> dict:
         "dominant_phase": b.dominant.phase if b.dominant else None,  # None: no phase dominates
         "largest_phase": b.largest.phase if b.largest else None,
         "graph_captures": b.graph_captures,
-        "cold_shards": [r.path for r in b.cold_shards],
+        "cold_shards": [r.name if r.folded else r.path for r in b.cold_shards],
         "after_ready_spans": b.after_ready,
         "resource": {k: _plain(v) for k, v in sorted(b.root.resource.items())},
         "phases": [

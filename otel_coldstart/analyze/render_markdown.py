@@ -107,8 +107,10 @@ def _startup(b: Breakdown, out: TextIO) -> None:
         listed, rest = shard_rows(b.shards)  # 2,000 files: the cold and slowest, then one line
         notes = shard_notes(b)  # shards whose file this start-up's download wrote
         for r in listed:
-            name = (r.path or "<bytes>").rsplit("/", 1)[-1]
+            name = r.name if r.folded else (r.path or "<bytes>").rsplit("/", 1)[-1]
             state = f"**failed** ({_cell(r.error_type or 'error')})" if r.failed else (r.state or "?")
+            if r.folded and not r.failed:  # one row for many small files: their verdicts counted
+                state += " (" + ", ".join(f"{n:,} {s}" for s, n in r.file_states) + ")"
             state += _cell(notes.get((r.path, r.start_ns), ""))
             read = "-" if r.failed else format_bytes(r.read_bytes)
             out.write(f"| {_cell(name)} | {format_bytes(r.size)} | {format_seconds(r.duration_ns)} | "

@@ -39,7 +39,8 @@ class Rest:
 
 
 def _noteworthy(shard) -> bool:
-    return shard.failed or shard.state in ("cold", "partial")
+    # A folded row is many small files' figures (patches/_folded_files.py): always listed.
+    return shard.failed or shard.state in ("cold", "partial") or shard.folded
 
 
 def shard_rows(shards: Sequence, limit: int = SHOWN) -> tuple[list, Rest | None]:
@@ -58,7 +59,12 @@ def shard_rows(shards: Sequence, limit: int = SHOWN) -> tuple[list, Rest | None]
     shown = [shards[i] for i in sorted(chosen)]
     rest = [shards[i] for i in range(len(shards)) if i not in chosen]
     sizes = [s.size for s in rest if s.size is not None]
-    states = Counter("failed" if s.failed else (s.state or "cache ?") for s in rest)
-    return shown, Rest(len(rest), sum(sizes) if sizes else None, sum(s.duration_ns for s in rest),
+    states: Counter = Counter()
+    for s in rest:  # by file: a folded row counts each of its files under its own verdict
+        if s.folded:
+            states.update({state if state not in ("unknown",) else "cache ?": n for state, n in s.file_states})
+        else:
+            states["failed" if s.failed else (s.state or "cache ?")] += 1
+    return shown, Rest(sum(s.files for s in rest), sum(sizes) if sizes else None, sum(s.duration_ns for s in rest),
                        min(s.duration_ns for s in rest), max(s.duration_ns for s in rest),
                        tuple(sorted(states.items(), key=lambda kv: (-kv[1], kv[0]))))

@@ -27,6 +27,7 @@ import time
 from .. import probes, semconv, session as _session
 from .._errors import internal_errors, report_internal_error
 from .._regular_files import open_regular
+from . import _folded_files
 from ._files import (
     FileRead,
     _local as _file_reads,  # .depth: in_file_read() without a call, per tensor
@@ -118,12 +119,21 @@ def _load_file(wrapped, instance, args, kwargs):
     session = _session.ACTIVE
     if session is None or in_file_read():
         return wrapped(*args, **kwargs)
+    began = time.perf_counter_ns()
     filename = args[0] if args else kwargs.get("filename")
+    folded = None
+    with internal_errors("folded file"):
+        path = os.fspath(filename)
+        facts = _folded_files.folds(session, path)
+        if facts is not None:  # a small file past the first few: one aggregate for all of them
+            folded = _folded_files.FoldedRead(session, path, facts, "safetensors.torch.load_file")
+    if folded is not None:
+        return _folded_files.traced_fold(folded, wrapped, args, kwargs, began)
 
     def open_read():
-        path = os.fspath(filename)
-        return FileRead(session, path, semconv.FORMAT_SAFETENSORS, "safetensors.torch.load_file")
+        return FileRead(session, os.fspath(filename), semconv.FORMAT_SAFETENSORS, "safetensors.torch.load_file")
 
+    charge_own_cost(session, began)  # the size asked above
     return traced_read(open_read, wrapped, args, kwargs)
 
 
@@ -153,9 +163,10 @@ class _Handle:
     """
 
     __slots__ = ("opened_ns", "thread", "in_with", "encloses", "parent", "read", "ambient", "path", "path_known",
-                 "lock", "seen_open", "ended")
+                 "lock", "seen_open", "ended", "folded")
 
-    def __init__(self, opened_ns: int, in_with: bool, parent=None, path: str | None = None) -> None:
+    def __init__(self, opened_ns: int, in_with: bool, parent=None, path: str | None = None,
+                 folded: _folded_files.FoldedRead | None = None) -> None:
         self.opened_ns = opened_ns
         self.thread = threading.get_ident()
         self.in_with = in_with
@@ -163,7 +174,7 @@ class _Handle:
         # with-block and outside any span the host opened there.
         self.encloses = _session.current_span_id() if in_with else 0
         self.parent = parent  # where the with-block was entered; else where the first read is
-        self.read: FileRead | None = None
+        self.read: FileRead | _folded_files.FoldedRead | None = None
         self.ambient: _session.AmbientParent | None = None
         self.path: str | None = path
         # Created through our safe_open name wrapper: path from its argument, residency
@@ -172,15 +183,20 @@ class _Handle:
         self.path_known = path is not None
         self.lock = threading.Lock()
         self.ended = False  # its span was ended by the end of the start-up (kept open while serving)
+        # A small file past the first few (_folded_files): no span, its read joins the aggregate.
+        self.folded = folded
 
     def know_path(self, handle_object) -> None:
         if not self.path_known:
             self.path = _resolve_path(handle_object)
             self.path_known = True
 
-    def ensure_read(self, session, handle_object=None) -> FileRead:
+    def ensure_read(self, session, handle_object=None) -> FileRead | _folded_files.FoldedRead:
         with self.lock:
-            if self.read is None:
+            if self.read is None and self.folded is not None:
+                # No span, so nothing to nest the with-block's work under: it stays where it is.
+                self.read = self.folded
+            elif self.read is None:
                 if handle_object is not None:
                     self.know_path(handle_object)
                 self.read = FileRead(session, self.path, semconv.FORMAT_SAFETENSORS, "safetensors.safe_open",
@@ -214,9 +230,14 @@ def _enter(wrapped, instance, args, kwargs):
         state = _open_handles(session)
         with state.lock:
             stale = state.handles.pop(id(instance), None)
-            if _created_and_unused(stale):  # made by our safe_open wrapper just before: keep what it saw
+            if stale is not None and stale.folded is not None and _created_and_unused(stale):
+                # A folded small file: no span, so no parent or enclosing span to learn.
+                stale.in_with = True
+                state.handles[id(instance)] = stale
+                stale = None
+            elif _created_and_unused(stale):  # made by our safe_open wrapper just before: keep what it saw
                 entered = _Handle(stale.opened_ns, in_with=True, parent=session.parent_span_context(),
-                                  path=stale.path)
+                                  path=stale.path, folded=stale.folded)
                 state.handles[id(instance)] = entered
                 stale = None
             else:
@@ -275,6 +296,10 @@ def _get_tensor(wrapped, instance, args, kwargs):
         read = handle.read if handle is not None else None
         if handle is not None and handle.ended:  # a handle kept open after ready(): serving
             read = None
+        elif read is None and handle is not None and handle.folded is not None:
+            read = handle.ensure_read(session)  # its header read was counted at its creation
+            if session.recorder.sample_io:
+                io_before = probes.thread_io()
         elif read is None:
             # Once per handle, before _read_for: finding the file reads its header, and those
             # reads are this file's reads too.
@@ -356,7 +381,7 @@ def _handle_for(session, instance) -> _Handle:
     return handle
 
 
-def _read_for(session, instance) -> FileRead:
+def _read_for(session, instance) -> FileRead | _folded_files.FoldedRead:
     return _handle_for(session, instance).ensure_read(session, instance)
 
 
@@ -371,6 +396,8 @@ def _track_slice(session, slice_object, handle_object) -> None:
 
 
 def _forget_slices(state: _OpenHandles, handle: _Handle) -> None:
+    if not state.slices:  # most handles take no slice (a read-only look: no lock per exit)
+        return
     with state.lock:
         for key in [k for k, v in state.slices.items() if v is handle]:
             del state.slices[key]
@@ -488,12 +515,17 @@ def _open_handle(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
     began = time.perf_counter_ns()
     opened = time.time_ns()  # the handle's span starts here: the residency measured below lands in it
-    path = None
+    path = folded = None
     with internal_errors("safe_open"):
         filename = args[0] if args else kwargs.get("filename")
         path = os.fspath(filename) if isinstance(filename, (str, os.PathLike)) else None
         if isinstance(path, str):
-            observe_file(session, path)  # before the header read
+            facts = _folded_files.folds(session, path)
+            if facts is not None:  # a small file past the first few: its read joins the aggregate
+                folded = _folded_files.FoldedRead(session, path, facts, "safetensors.safe_open")
+                folded.io_before()  # the header read (a small file's whole read, with readahead)
+            else:
+                observe_file(session, path)  # before the header read
         else:
             path = None
     host_began = time.perf_counter_ns()
@@ -501,9 +533,11 @@ def _open_handle(wrapped, instance, args, kwargs):
     host_ns = time.perf_counter_ns() - host_began
     if path is not None:
         with internal_errors("safe_open"):
+            if folded is not None:
+                folded.io_after()
             state = _open_handles(session)
             with state.lock:
-                state.handles[id(handle_object)] = _Handle(opened, in_with=False, path=path)
+                state.handles[id(handle_object)] = _Handle(opened, in_with=False, path=path, folded=folded)
     charge_own_cost(session, began, host_ns)
     return handle_object
 

@@ -97,13 +97,14 @@ def check(breakdown: Breakdown, floor: StorageFloor | None = None, given=None) -
         estimate = NEEDS_A_FLOOR
         evidence.append(NEEDS_A_FLOOR)
     level = weight(share)
+    files = sum(s.files for s in cold)  # a folded row is many small files (patches/_folded_files.py)
     if level == "major":
-        title = (f"cold page cache: {len(cold)} shard(s) read from storage take {share_text(spent, total)}; "
+        title = (f"cold page cache: {files:,} shard(s) read from storage take {share_text(spent, total)}; "
                  "storage is the bottleneck")
     elif level == "notable":
-        title = f"cold page cache: {len(cold)} shard(s) read from storage cost {share_text(spent, total)}"
+        title = f"cold page cache: {files:,} shard(s) read from storage cost {share_text(spent, total)}"
     else:
-        title = f"{len(cold)} cold shard(s) read from storage: {format_seconds(spent)}, {share_text(spent, total)}"
+        title = f"{files:,} cold shard(s) read from storage: {format_seconds(spent)}, {share_text(spent, total)}"
     return [Finding.about(
         breakdown, rule="cold_cache", phase=semconv.PHASE_DESERIALIZE, title=title, evidence=evidence,
         lever="pre-warm the page cache before start (vmtouch / cat to /dev/null in an init container), "
