@@ -74,9 +74,10 @@ def test_bytecode_projection_of_torch_compiled_from_source_matches_torch_with_it
     _validate("bytecode")  # issue 38
 
 
-# prewarm-imports (issue 38) is not validated yet: +26.9% and +15.3% against the measured p50 on a
-# loaded 2-core machine (benchmarks/RESULTS.md, "Issue 38"); its case runs in
-# benchmarks/whatif_validation.py --case prewarm-imports, and joins these tests once within 15%.
+def test_prewarm_imports_projection_of_evicted_site_packages_matches_resident_ones():
+    # issue 38: torch and a transformers model imported with their packages evicted; the twin
+    # (the same imports resident) learnt from unmeasured start-ups (--reference)
+    _validate("prewarm-imports")
 
 
 def test_the_benchmark_script_runs_end_to_end_in_smoke_mode(tmp_path):
