@@ -28,7 +28,7 @@ demo: install
 
 # Every test but the `timing` ones, which are `make validate` (CI runs both: .ci/run).
 test: install
-	$(BIN)/python -m pytest -q -n $(XDIST) --dist loadfile -m "not timing"
+	$(BIN)/python -m pytest -q -n $(XDIST) --dist loadgroup --no-loadscope-reorder -m "not timing"
 
 # The projection validations (`timing`: a projection or estimate checked against the start-up
 # it predicts, measured in fresh processes): one worker, alone, since with other tests'

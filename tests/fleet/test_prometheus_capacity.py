@@ -23,7 +23,7 @@ from otel_coldstart import demo
 from otel_coldstart.cli import main
 from otel_coldstart.metrics import DURATION_BUCKETS_S
 
-pytestmark = pytest.mark.process
+pytestmark = [pytest.mark.process, pytest.mark.slow]
 
 METRICS_TESTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "metrics")
 STARTUPS = 5  # p50 is the 3rd start-up exactly; p95 ranks the 5th

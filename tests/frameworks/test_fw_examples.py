@@ -11,6 +11,8 @@ from otel_coldstart import semconv
 
 from framework_checks import EXAMPLES, clean_env, read_trace_dir, run_python
 
+SPREAD_OVER_WORKERS = True  # one example a test, nothing shared: `make test` spreads them over the workers
+
 # example -> (packages it needs, start-ups it writes)
 EXAMPLE_NEEDS = {
     "torch_load.py": ((), 1),
@@ -27,6 +29,7 @@ def test_every_example_is_covered():
 
 
 @pytest.mark.process
+@pytest.mark.slow
 @pytest.mark.parametrize("example", sorted(EXAMPLE_NEEDS))
 def test_example_runs_and_prints_its_breakdown(example, tmp_path):
     packages, startups = EXAMPLE_NEEDS[example]
