@@ -27,8 +27,11 @@ demo: install
 	$(BIN)/otel-coldstart demo
 
 # Every test but the `timing` ones, which are `make validate` (CI runs both: .ci/run).
+# loadgroup: a file's tests stay on one worker (its module fixtures set up once) unless the file
+# spreads them (SPREAD_OVER_WORKERS) or names groups; --no-loadscope-reorder keeps the order
+# tests/conftest.py gives, the longest groups first (pytest_collection_modifyitems says why).
 test: install
-	$(BIN)/python -m pytest -q -n $(XDIST) --dist loadfile -m "not timing"
+	$(BIN)/python -m pytest -q -n $(XDIST) --dist loadgroup --no-loadscope-reorder -m "not timing"
 
 # The projection validations (`timing`: a projection or estimate checked against the start-up
 # it predicts, measured in fresh processes): one worker, alone, since with other tests'

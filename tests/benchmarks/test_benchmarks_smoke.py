@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
+pytestmark = [pytest.mark.process, pytest.mark.slow]  # fresh Python processes: not in `make test-fast`
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BENCHMARKS = os.path.join(REPO, "benchmarks")

@@ -18,6 +18,7 @@ from otel_coldstart import semconv
 from otel_coldstart.analyze.readers import read_trace_file
 
 pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
+SPREAD_OVER_WORKERS = True  # no shared fixture: `make test` spreads its tests over the workers
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -356,6 +357,7 @@ def test_keyboard_interrupt_still_kills_by_sigint_while_the_monitor_imports(tmp_
         assert root.attributes.get(semconv.END_EXCEPTION_TYPE) == "KeyboardInterrupt"
 
 
+@pytest.mark.slow
 def test_sigterm_soak_short(tmp_path):
     """benchmarks/sigterm_soak.py, 10 SIGTERMs at random moments (the 200-run figures are in
     benchmarks/RESULTS.md): no hang, every exit within export_timeout_s + 1 s with -15, every

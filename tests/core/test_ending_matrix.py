@@ -32,7 +32,7 @@ from otel_coldstart import semconv
 from otel_coldstart.analyze.breakdown import breakdowns
 from otel_coldstart.analyze.readers import read_trace
 
-pytestmark = pytest.mark.process
+pytestmark = [pytest.mark.process, pytest.mark.slow]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ZYGOTE = os.path.join(HERE, "ending_zygote.py")
@@ -212,7 +212,10 @@ def _run_case(zygote, checkpoints, tmp_path, ending, loader, cache, when):
 @pytest.mark.parametrize("when", WHENS)
 @pytest.mark.parametrize("cache", CACHES)
 @pytest.mark.parametrize("loader", LOADERS)
-@pytest.mark.parametrize("ending", ENDINGS)
+# `make test` runs the matrix as two groups, on both workers (a fork server each): the endings
+# the child reaches itself and the signals sent from here.
+@pytest.mark.parametrize("ending", [pytest.param(ending, marks=pytest.mark.xdist_group(
+    f"ending-matrix-{'signals' if ending in SIGNALS else 'own'}")) for ending in ENDINGS])
 def test_every_ending_leaves_a_true_report(zygote, checkpoints, tmp_path, ending, loader, cache, when):
     if sys.version_info < (3, 11) and loader in ("torch_load", "torch_load_mmap") and when == "during":
         # The harness stops the host inside torch's C read by its profile hook's c_call for

@@ -15,6 +15,8 @@ import sys
 
 import pytest
 
+SPREAD_OVER_WORKERS = True  # no shared fixture: `make test` spreads its tests over the workers
+
 CHILD = r"""
 import json, os, sys, warnings
 mode, op, how = sys.argv[1], sys.argv[2], sys.argv[3]

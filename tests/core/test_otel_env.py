@@ -16,6 +16,8 @@ import pytest
 from _otlp_collector import TraceCollector
 from otel_coldstart import _otel_env, export
 
+SPREAD_OVER_WORKERS = True  # no shared fixture: `make test` spreads its tests over the workers
+
 APP = textwrap.dedent("""
     import json, sys
     import otel_coldstart

@@ -21,7 +21,9 @@ import pytest
 
 from otel_coldstart import semconv
 
-pytestmark = pytest.mark.process
+pytestmark = [pytest.mark.process, pytest.mark.slow]
+# Two independent start-up pairs with real Inductor (a C++ compile each): one per worker.
+SPREAD_OVER_WORKERS = True
 
 SCRIPT = textwrap.dedent("""
     import sys

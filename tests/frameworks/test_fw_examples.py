@@ -10,6 +10,8 @@ import pytest
 from framework_checks import EXAMPLES, clean_env, read_trace_dir, run_python
 from otel_coldstart import semconv
 
+SPREAD_OVER_WORKERS = True  # one example a test, nothing shared: `make test` spreads them over the workers
+
 # example -> (packages it needs, start-ups it writes)
 EXAMPLE_NEEDS = {
     "torch_load.py": ((), 1),
@@ -26,6 +28,7 @@ def test_every_example_is_covered():
 
 
 @pytest.mark.process
+@pytest.mark.slow
 @pytest.mark.parametrize("example", sorted(EXAMPLE_NEEDS))
 def test_example_runs_and_prints_its_breakdown(example, tmp_path):
     packages, startups = EXAMPLE_NEEDS[example]

@@ -20,7 +20,7 @@ from otel_coldstart import semconv
 from otel_coldstart.analyze.units import format_bytes
 from storage_cases import file_span, run_child, set_state
 
-pytestmark = pytest.mark.process  # starts fresh Python processes: not in `make test-fast`
+pytestmark = [pytest.mark.process, pytest.mark.slow]  # fresh Python processes: not in `make test-fast`
 
 torch = pytest.importorskip("torch")
 
