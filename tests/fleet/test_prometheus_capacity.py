@@ -22,6 +22,7 @@ import pytest
 from otel_coldstart import demo
 from otel_coldstart.cli import main
 from otel_coldstart.metrics import DURATION_BUCKETS_S
+from prometheus_api import free_port, query
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
@@ -29,19 +30,6 @@ METRICS_TESTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__f
 STARTUPS = 5  # p50 is the 3rd start-up exactly; p95 ranks the 5th
 HOSTS = ("cpu-small", "cpu-large")
 
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _query(base: str, expr: str) -> list:
-    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-    with urllib.request.urlopen(url, timeout=10) as answer:
-        return json.loads(answer.read())["data"]["result"]
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +68,7 @@ def fleet_of_five(tmp_path_factory):
         (work / "prometheus.yml").write_text(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: fleet\n"
             f"    static_configs:\n      - targets: {json.dumps(targets)}\n")
-        port = _free_port()
+        port = free_port()
         server = subprocess.Popen([binary, f"--config.file={work / 'prometheus.yml'}",
                                    f"--storage.tsdb.path={work / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=str(work))
@@ -89,7 +77,7 @@ def fleet_of_five(tmp_path_factory):
             deadline = time.monotonic() + 90
             while time.monotonic() < deadline:
                 try:
-                    found = _query(base, "count(count_over_time(model_startup_duration_seconds_count[1m]) >= 2)")
+                    found = query(base, "count(count_over_time(model_startup_duration_seconds_count[1m]) >= 2)")
                     if found and float(found[0]["value"][1]) == STARTUPS:
                         break
                 except OSError:

@@ -14,20 +14,18 @@ schema, spans and deltas). What it pins down (docs/decisions.md, "native histogr
 from __future__ import annotations
 
 import http.server
-import json
 import math
 import shutil
 import struct
 import subprocess
 import threading
 import time
-import urllib.parse
-import urllib.request
 
 import pytest
 
 from otel_coldstart.cli import main
 from otel_coldstart.cli.errors import EXIT_NO_STARTUP
+from prometheus_api import free_port, query
 
 pytestmark = pytest.mark.process
 
@@ -110,19 +108,6 @@ def _exponential_points():
     return metric.data.data_points
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _query(base: str, expr: str) -> list:
-    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-    with urllib.request.urlopen(url, timeout=10) as answer:
-        return json.loads(answer.read())["data"]["result"]
-
 
 @pytest.fixture(scope="module")
 def native_prometheus(tmp_path_factory):
@@ -148,7 +133,7 @@ def native_prometheus(tmp_path_factory):
     (work / "prometheus.yml").write_text(
         "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: native\n"
         f"    static_configs:\n      - targets: [\"127.0.0.1:{target.server_address[1]}\"]\n")
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen([binary, f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={work / 'data'}",
                                f"--web.listen-address=127.0.0.1:{port}", "--enable-feature=native-histograms"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=str(work))
@@ -157,7 +142,7 @@ def native_prometheus(tmp_path_factory):
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             try:
-                if _query(base, "count_over_time(model_startup_duration_seconds[1m]) >= 2"):
+                if query(base, "count_over_time(model_startup_duration_seconds[1m]) >= 2"):
                     break
             except OSError:
                 pass
@@ -177,13 +162,13 @@ def test_native_buckets_arrive_and_histogram_quantile_reads_them_without_le(nati
     # plugin's spread of sub-second to an hour (12 octaves and more) would be scale 3, 8 an octave.
     assert point.scale == 4
     ratio = 2 ** (2.0 ** -point.scale)  # 1.044: each bucket 4.4% wide
-    (series,) = _query(base, "model_startup_duration_seconds")
+    (series,) = query(base, "model_startup_duration_seconds")
     histogram = series["histogram"][1]
     assert int(histogram["count"]) == len(STARTUPS_S)
     for value in STARTUPS_S:  # each start-up in a bucket (lower, upper] of that width
         (bucket,) = [b for b in histogram["buckets"] if float(b[1]) < value <= float(b[2])]
         assert math.isclose(float(bucket[2]) / float(bucket[1]), ratio)
-    (median,) = _query(base, "histogram_quantile(0.5, sum(model_startup_duration_seconds))")
+    (median,) = query(base, "histogram_quantile(0.5, sum(model_startup_duration_seconds))")
     p50 = float(median["value"][1])
     assert 31.0 / ratio < p50 <= 31.0 * ratio  # the 3rd of 5, within its bucket
 
@@ -193,7 +178,7 @@ def test_canary_range_functions_do_not_read_native_histograms_here(native_promet
     A Prometheus that answers the count (5) can have the range's start-ups read natively."""
     base, _ = native_prometheus
     for function in ("max_over_time", "last_over_time"):
-        (row,) = _query(base, f"{function}(model_startup_duration_seconds[1h])")
+        (row,) = query(base, f"{function}(model_startup_duration_seconds[1h])")
         assert float(row["value"][1]) == 0, (function, row)
 
 
