@@ -108,6 +108,7 @@ _min_ns = int(DEFAULT_MIN_MS * 1e6)
 _local = threading.local()  # .stack: imports in progress on this thread; .busy: our own bookkeeping
 OWN_THREAD_PREFIX = "otel-coldstart-"  # every thread the plugin starts is named so
 _OWN_PACKAGE = __name__.split(".")[0] + "."  # "otel_coldstart.": the plugin's own modules
+_OWN_MODULE = __name__.split(".")[0] + ":"  # its __init__, as _importer() names an importer
 
 
 def get_version() -> str | None:
@@ -332,10 +333,18 @@ def _enter(name):
     depth = len(names)
     token = depth
     if not depth:  # a top-level import: it may become a span
+        try:
+            importer = _importer()
+        except Exception:  # a frame we cannot read: the import is recorded without its importer
+            importer = None
+        if importer is not None and (importer.startswith(_OWN_PACKAGE) or importer.startswith(_OWN_MODULE)):
+            # The plugin importing a library lazily on the host's thread (ctypes at the first
+            # residency probe or the SIGTERM watcher): its own work, never the host's import.
+            return _begin_plugin_work(local)
         frame = _Import(name)
         local.busy = True
         try:
-            frame.importer = _importer()
+            frame.importer = importer
             frame.session = session
             frame.wall_start = time.time_ns()
             frame.module_names = []
