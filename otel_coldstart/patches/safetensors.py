@@ -119,12 +119,14 @@ def _load_file(wrapped, instance, args, kwargs):
     session = _session.ACTIVE
     if session is None or in_file_read():
         return wrapped(*args, **kwargs)
-    began = time.perf_counter_ns()
     filename = args[0] if args else kwargs.get("filename")
+    if not isinstance(filename, (str, bytes, os.PathLike)):
+        return wrapped(*args, **kwargs)  # not a path: the host's call says so, nothing to trace
+    began = time.perf_counter_ns()
     folded = None
     with internal_errors("folded file"):
-        path = os.fspath(filename)
-        facts = _folded_files.folds(session, path)
+        path = _path_of(filename)
+        facts = _folded_files.folds(session, path) if path is not None else None
         if facts is not None:  # a small file past the first few: one aggregate for all of them
             folded = _folded_files.FoldedRead(session, path, facts, "safetensors.torch.load_file")
     if folded is not None:
@@ -437,6 +439,13 @@ def _slice_getitem(wrapped, instance, args, kwargs):
     return result
 
 
+def _path_of(filename) -> str | None:
+    """The path a host passed as a str or path-like object; None for anything else (bytes, a
+    wrong type: the host's own call reports that, not our hook)."""
+    path = os.fspath(filename) if isinstance(filename, (str, os.PathLike)) else None
+    return path if isinstance(path, str) else None
+
+
 def _created_and_unused(handle: _Handle | None) -> bool:
     return handle is not None and handle.seen_open and not handle.in_with and handle.read is None
 
@@ -517,17 +526,14 @@ def _open_handle(wrapped, instance, args, kwargs):
     opened = time.time_ns()  # the handle's span starts here: the residency measured below lands in it
     path = folded = None
     with internal_errors("safe_open"):
-        filename = args[0] if args else kwargs.get("filename")
-        path = os.fspath(filename) if isinstance(filename, (str, os.PathLike)) else None
-        if isinstance(path, str):
+        path = _path_of(args[0] if args else kwargs.get("filename"))
+        if path is not None:
             facts = _folded_files.folds(session, path)
             if facts is not None:  # a small file past the first few: its read joins the aggregate
                 folded = _folded_files.FoldedRead(session, path, facts, "safetensors.safe_open")
                 folded.io_before()  # the header read (a small file's whole read, with readahead)
             else:
                 observe_file(session, path)  # before the header read
-        else:
-            path = None
     host_began = time.perf_counter_ns()
     handle_object = wrapped(*args, **kwargs)
     host_ns = time.perf_counter_ns() - host_began
