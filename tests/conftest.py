@@ -118,6 +118,11 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "timing: compares measured times; run alone by `make validate`")
     # Scheduling only: `make test` starts these first (see pytest_collection_modifyitems below).
     config.addinivalue_line("markers", "slow: takes tens of seconds of CPU (started first by `make test`)")
+    if config.getvalue("dist") == "loadgroup" and not _xdist_names_groups():
+        raise pytest.UsageError(
+            f"pytest {pytest.__version__} keeps a test's id where pytest-xdist's loadgroup does not write "
+            "its group: every test would be scheduled alone, each file's fixtures set up on both workers "
+            "(requirements-dev.txt pins pytest below 9.2 until xdist follows)")
     os.environ.setdefault("OTEL_COLDSTART_SUMMARY", "0")
     if not hasattr(config, "workerinput"):  # once, in the controller, before xdist starts its workers
         _compile_bytecode()
@@ -175,3 +180,18 @@ def pytest_collection_modifyitems(config, items):
                 -sum(1 for item in group if item.get_closest_marker("process")))
 
     items[:] = [item for group in sorted(groups.values(), key=longest_first) for item in group]
+
+
+
+def _xdist_names_groups() -> bool:
+    """Whether ``--dist loadgroup`` can group: xdist's worker names each test's group by writing
+    ``item._nodeid`` (a ``@group`` suffix the scheduler splits on), and pytest 9.2 reads a test's
+    id from a structured ``Node.id`` instead, so the suffix was lost and every test scheduled
+    alone (the benchmarks' 33 s smoke fixture ran on both workers)."""
+    import inspect
+
+    from _pytest import nodes
+    from xdist import remote
+
+    writes_old_id = "item._nodeid = " in inspect.getsource(remote.WorkerInteractor.pytest_collection_modifyitems)
+    return not (writes_old_id and isinstance(getattr(nodes.Node, "id", None), property))

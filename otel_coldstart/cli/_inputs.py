@@ -457,10 +457,13 @@ def _trace_filter(trace_id: str | None):
     return lambda found: found.lstrip("0").startswith(wanted)
 
 
+PROGRESS_AFTER_S = 1.0  # a file read faster than this shows no progress
+
+
 @contextlib.contextmanager
 def progress_reporter(path: str) -> Iterator:
-    """Progress on stderr for a file that takes more than a second, only on a terminal
-    (a pipe or a CI log gets no carriage-return noise)."""
+    """Progress on stderr for a file that takes more than ``PROGRESS_AFTER_S``, only on a
+    terminal (a pipe or a CI log gets no carriage-return noise)."""
     if not _stderr_is_terminal():
         yield None
         return
@@ -469,7 +472,7 @@ def progress_reporter(path: str) -> Iterator:
 
     def report(done: int, size: int) -> None:
         nonlocal shown
-        if time.monotonic() - started < 1.0:
+        if time.monotonic() - started < PROGRESS_AFTER_S:
             return
         percent = f"{done / size * 100:3.0f}% " if size else ""
         sys.stderr.write(f"\rotel-coldstart: reading {os.path.basename(path)}: {percent}"
