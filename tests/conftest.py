@@ -149,6 +149,17 @@ SMALL_SHAPE_KWARGS = dict(vocab=512, hidden=64, intermediate=128, layers=2, shar
 
 
 @pytest.fixture(scope="session")
+def fork_server(tmp_path_factory):
+    """Children forked from a server that imported torch and safetensors once (tests/_forkserver.py):
+    for process tests that need a host process, not a fresh interpreter. One per xdist worker."""
+    from _forkserver import ForkServer
+
+    server = ForkServer(str(tmp_path_factory.mktemp("fork-server")))
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
 def small_checkpoint(tmp_path_factory):
     """A real 4-shard bf16 safetensors checkpoint with an HF index (about 300 KiB)."""
     from otel_coldstart.demo import LlamaShape, generate_checkpoint

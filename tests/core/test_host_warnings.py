@@ -1,6 +1,11 @@
-"""The host's warnings keep the host's line (issue 22.4), in fresh processes: the same
+"""The host's warnings keep the host's line (issue 22.4), in host processes: the same
 operations run plain and instrumented must produce the same warnings at the same places,
 and the host's own filters must act on them as they would without us.
+
+The host processes are forked from a server that imported torch and safetensors once
+(the ``fork_server`` fixture, tests/_forkserver.py): each child script imports torch before
+it instruments, so a torch imported before the fork is the same host; the script still runs
+as ``python [-W ...] -c`` would run it (``__main__``, ``<string>``, its lines, its filters).
 
 On main before this change the wrappers' lines took the warnings: ``torch.load`` of a
 TorchScript archive no longer raised under ``filterwarnings("error", module="__main__")``,
@@ -10,8 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -80,21 +83,20 @@ print(json.dumps({"seen": [s for s in seen if s[1] == "<string>"], "raised": rai
 OPS = ["torch_load", "load_file", "to", "pin_memory"]
 
 
-def _run(tmp_path, mode, op, how):
+def _run(fork_server, tmp_path, mode, op, how):
     env = dict(os.environ, OTEL_COLDSTART_OUTPUT_DIR=str(tmp_path / "traces"), PYTHONWARNINGS="")
     for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
         env.pop(name, None)
-    done = subprocess.run([sys.executable, "-c", CHILD, mode, op, how, str(tmp_path)], env=env, capture_output=True,
-                          text=True, timeout=300)
+    done = fork_server.run(["-c", CHILD, mode, op, how, str(tmp_path)], env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.process
 @pytest.mark.parametrize("op", OPS)
-def test_a_module_scoped_error_filter_still_raises_from_inside_a_wrapped_call(tmp_path, op):
-    plain = _run(tmp_path, "plain", op, "error")
-    traced = _run(tmp_path, "traced", op, "error")
+def test_a_module_scoped_error_filter_still_raises_from_inside_a_wrapped_call(fork_server, tmp_path, op):
+    plain = _run(fork_server, tmp_path, "plain", op, "error")
+    traced = _run(fork_server, tmp_path, "traced", op, "error")
     if op != "pin_memory":  # torch turns pin_memory's warning-as-error into its own RuntimeError
         assert plain["raised"] and plain["raised"][0].endswith("Warning"), plain  # the host's filter at work
     assert traced == plain
@@ -102,9 +104,9 @@ def test_a_module_scoped_error_filter_still_raises_from_inside_a_wrapped_call(tm
 
 @pytest.mark.process
 @pytest.mark.parametrize("op", OPS)
-def test_under_the_default_filter_each_call_site_gets_its_own_warning(tmp_path, op):
-    plain = _run(tmp_path, "plain", op, "default")
-    traced = _run(tmp_path, "traced", op, "default")
+def test_under_the_default_filter_each_call_site_gets_its_own_warning(fork_server, tmp_path, op):
+    plain = _run(fork_server, tmp_path, "plain", op, "default")
+    traced = _run(fork_server, tmp_path, "traced", op, "default")
     if op in ("torch_load", "load_file"):  # torch's C++ cast warning is its own once per process
         assert len({tuple(s) for s in plain["seen"]}) == 2, plain
     assert traced == plain
@@ -182,14 +184,13 @@ print(json.dumps(out))
 """
 
 
-def _warnings_seen(tmp_path, mode, when, how):
+def _warnings_seen(fork_server, tmp_path, mode, when, how):
     (tmp_path / "hostmod.py").write_text(HOST_MODULE)
     env = dict(os.environ, OTEL_COLDSTART_OUTPUT_DIR=str(tmp_path / "traces"), PYTHONWARNINGS="")
     for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
         env.pop(name, None)
     flags = ["-W", "error::UserWarning:hostmod"] if how == "error" else []
-    done = subprocess.run([sys.executable, *flags, "-c", WARNING_CASES, mode, when, how, str(tmp_path)], env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = fork_server.run([*flags, "-c", WARNING_CASES, mode, when, how, str(tmp_path)], env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     printed = [line for line in done.stderr.splitlines() if "Warning: " in line and not line.startswith(" ")]
     return json.loads(done.stdout.strip().splitlines()[-1]), printed
@@ -198,9 +199,9 @@ def _warnings_seen(tmp_path, mode, when, how):
 @pytest.mark.process
 @pytest.mark.parametrize("when", ["before", "after"])
 @pytest.mark.parametrize("how", ["record", "printed", "error"])
-def test_warnings_inside_wrapped_calls_keep_the_callers_file_and_line(tmp_path, how, when):
-    plain, plain_printed = _warnings_seen(tmp_path, "plain", when, how)
-    traced, traced_printed = _warnings_seen(tmp_path, "traced", when, how)
+def test_warnings_inside_wrapped_calls_keep_the_callers_file_and_line(fork_server, tmp_path, how, when):
+    plain, plain_printed = _warnings_seen(fork_server, tmp_path, "plain", when, how)
+    traced, traced_printed = _warnings_seen(fork_server, tmp_path, "traced", when, how)
     if how == "record":
         # Each case warns in the host module, at its line (filename, lineno, category, message).
         assert {w[0] for w in plain if w[2] == "hostmod.py"} == {"complex_half", "complex_to_real",

@@ -72,17 +72,23 @@ def wait_for_the_cache_to_settle(path: str) -> None:
         last = now
 
 
-def run_child(tmp_path, api: str, threads: int, path: str, *, summary: bool = True, timeout: int = 180):
+def run_child(tmp_path, api: str, threads: int, path: str, *, summary: bool = True, timeout: int = 180,
+              server=None):
     """A fresh instrumented process that loads ``path`` with ``api``, casts to fp16 on
-    ``threads`` intra-op threads and calls ready(). Returns (its trace's spans, stderr, stdout)."""
+    ``threads`` intra-op threads and calls ready(). Returns (its trace's spans, stderr, stdout).
+    With ``server`` (the ``fork_server`` fixture) the process is forked from one that imported
+    torch already: the child still instruments first, but torch is in memory before instrument()."""
     out = tmp_path / f"traces-{api}-{threads}-{time.monotonic_ns()}"
     env = dict(os.environ)
     for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "TRACEPARENT"):
         env.pop(name, None)
     env["OTEL_COLDSTART_OUTPUT_DIR"] = str(out)
     env["OTEL_COLDSTART_SUMMARY"] = "1" if summary else "0"
-    completed = subprocess.run([sys.executable, CHILD, api, str(threads), path], env=env, capture_output=True,
-                               text=True, timeout=timeout)
+    if server is None:
+        completed = subprocess.run([sys.executable, CHILD, api, str(threads), path], env=env, capture_output=True,
+                                   text=True, timeout=timeout)
+    else:
+        completed = server.run([CHILD, api, str(threads), path], env=env, timeout=timeout)
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert "Traceback" not in completed.stderr, completed.stderr[-3000:]
     files = glob.glob(str(out / "startup-*.otlp.jsonl"))

@@ -1,12 +1,20 @@
 """Bytes read from storage per checkpoint file, whichever thread read them and whenever.
 
-The matrix of the issue, each case a fresh process: {safe_open, load_file, torch.load,
+The matrix of the issue, each case its own process: {safe_open, load_file, torch.load,
 torch.load(mmap=True)} x {1, 2 intra-op threads} x {evicted, resident, last 40% evicted},
 one ~26 MiB file of a generated bf16 checkpoint, loaded, then cast to fp16 outside the
 loader's call (so a mapped file's pages are faulted by the cast, on torch's intra-op
 threads when there are two). The file's span must give the right verdict and the share of
 the file storage delivered; the printed summary must say the same; the weights must be
 bit-identical to an uninstrumented load.
+
+Two paths into the same child script (storage_case_child.py, which instruments before it
+imports torch): one case per API (together: both thread counts, every cache state) is a
+truly fresh process, where instrument() comes first and patches torch when it is imported;
+the other 20 are forked from a server that imported torch and safetensors already (the
+``fork_server`` fixture, tests/_forkserver.py), so there instrument() meets torch in memory:
+the path of a host that imported torch before instrumenting, as legitimate a start-up.
+What is measured, the checkpoint's reads, happens after the fork in both.
 """
 
 from __future__ import annotations
@@ -55,13 +63,19 @@ def checkpoint(tmp_path_factory):
     return {"safetensors": str(shard), "torch": torch_file, "digest": hasher.hexdigest()}
 
 
+# The cases run in a fresh process, one per API; between them both thread counts and every state.
+FRESH = {("safe_open", 1, "evicted"), ("load_file", 2, "resident"), ("torch_load", 1, "tail_evicted"),
+         ("torch_load_mmap", 2, "evicted")}
+
+
 @pytest.mark.parametrize("state", list(EXPECTED))
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("api", APIS)
-def test_bytes_from_storage_per_file(tmp_path, checkpoint, api, threads, state):
+def test_bytes_from_storage_per_file(request, tmp_path, checkpoint, api, threads, state):
     path = checkpoint["torch" if api.startswith("torch_load") else "safetensors"]
+    server = None if (api, threads, state) in FRESH else request.getfixturevalue("fork_server")
     set_state(path, state)
-    spans, stderr, stdout = run_child(tmp_path, api, threads, path)
+    spans, stderr, stdout = run_child(tmp_path, api, threads, path, server=server)
     span = file_span(spans, path)
     attrs = span.attributes
     size = os.path.getsize(path)
