@@ -75,6 +75,12 @@ assert not _EARLY, f"the fork server imported {_EARLY}"
 # read them once; a request that differs in one of them needs a fresh process instead.
 _READ_AT_START = ("PYTHON", "OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "TORCH", "PYTORCH", "CUDA", "LD_",
                   "MALLOC_", "SAFETENSORS")
+# Except those of modules the server has not imported: Inductor and Dynamo read theirs when a
+# child first compiles (and Inductor writes TORCHINDUCTOR_CACHE_DIR into os.environ then, so a
+# test process that compiled in-process passes it on to every later request).
+_READ_LATER = tuple(prefix for prefix, module in (("TORCHINDUCTOR_", "torch._inductor"), ("TORCHDYNAMO_", "torch._dynamo"),
+                                                  ("TORCH_COMPILE", "torch._dynamo"))
+                    if module not in sys.modules)
 _SERVER_ENV = dict(os.environ)
 
 gc.freeze()  # what the imports allocated stays out of the children's collections (no page copies)
@@ -131,7 +137,8 @@ def _become(request: dict):
         os.dup2(target, fd)
         os.close(target)
     env = request["env"]
-    differ = sorted(name for name in set(env) | set(_SERVER_ENV) if name.startswith(_READ_AT_START)
+    differ = sorted(name for name in set(env) | set(_SERVER_ENV)
+                    if name.startswith(_READ_AT_START) and not name.startswith(_READ_LATER)
                     and (env.get(name) or None) != (_SERVER_ENV.get(name) or None))
     if differ:
         os.write(2, f"fork server: {differ} differ from the server's, which read them at its start\n".encode())
