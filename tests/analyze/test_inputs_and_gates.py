@@ -133,9 +133,10 @@ def _run_on_pty(argv, timeout=300):
     master, slave = pty.openpty()
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave, cwd=REPO)
     os.close(slave)
-    chunks, deadline = [], time.monotonic() + timeout
+    chunks, deadline, exited = [], time.monotonic() + timeout, False
     while time.monotonic() < deadline:
-        ready, _, _ = select.select([master], [], [], 0.5)
+        # Once it has exited, what it wrote before is read to the end without waiting.
+        ready, _, _ = select.select([master], [], [], 0 if exited else 0.5)
         if ready:
             try:
                 data = os.read(master, 4096)
@@ -144,16 +145,10 @@ def _run_on_pty(argv, timeout=300):
             if not data:
                 break
             chunks.append(data)
-        elif proc.poll() is not None:
+        elif exited:
             break
-    while select.select([master], [], [], 0)[0]:  # what it wrote between the last select and its exit
-        try:
-            data = os.read(master, 4096)
-        except OSError:
-            break
-        if not data:
-            break
-        chunks.append(data)
+        else:
+            exited = proc.poll() is not None
     proc.wait(timeout=10)
     os.close(master)
     return proc.returncode, b"".join(chunks).decode(errors="replace")
