@@ -118,7 +118,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "timing: compares measured times; run alone by `make validate`")
     # Scheduling only: `make test` starts these first (see pytest_collection_modifyitems below).
     config.addinivalue_line("markers", "slow: takes tens of seconds of CPU (started first by `make test`)")
-    if config.getvalue("dist") == "loadgroup" and not _xdist_names_groups():
+    if config.getoption("dist", default=None) == "loadgroup" and not _xdist_names_groups():  # None: no xdist
         raise pytest.UsageError(
             f"pytest {pytest.__version__} keeps a test's id where pytest-xdist's loadgroup does not write "
             "its group: every test would be scheduled alone, each file's fixtures set up on both workers "
