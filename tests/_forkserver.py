@@ -50,27 +50,30 @@ def _parse(args: list[str]) -> tuple[list[str], str | None, str | None, list[str
     return warnoptions, None, rest[0], rest[1:]
 
 
-class ForkServer:
-    def __init__(self, workdir: str, env: dict | None = None) -> None:
-        self.workdir = workdir
-        self.err = os.path.join(workdir, "server.err")
+class ServerLink:
+    """A fork server process and what it says (tests/_fork_loop.py): ``READY`` once, ``PID <id>
+    <pid>`` per request, ``EXIT <pid> <exit code>`` per child, kept in ``pids`` and ``exits``
+    under ``changed``; ``gone`` once its output ends. Shared by ForkServer and the ending
+    matrix's zygote."""
+
+    def __init__(self, script: str, workdir: str, env: dict, err_name: str) -> None:
+        self.err = os.path.join(workdir, err_name)
         with open(self.err, "wb") as err:
-            self.proc = subprocess.Popen([sys.executable, SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=err, env=server_env() if env is None else env, cwd=workdir)
-        self._ids = itertools.count()
-        self._pids: dict[str, int] = {}
-        self._exits: dict[int, int] = {}
-        self._changed = threading.Condition()
-        self._ready = self._gone = False
+            self.proc = subprocess.Popen([sys.executable, script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=err, env=env, cwd=workdir)
+        self.pids: dict[str, int] = {}
+        self.exits: dict[int, int] = {}
+        self.changed = threading.Condition()
+        self.ready = self.gone = False
         self._lock = threading.Lock()
         threading.Thread(target=self._read, daemon=True).start()
-        with self._changed:
-            self._changed.wait_for(lambda: self._ready or self._gone, timeout=300)
-            if not self._ready:
-                self.close()
-                raise RuntimeError(f"the fork server did not start: {self._server_err()}")
+        with self.changed:
+            self.changed.wait_for(lambda: self.ready or self.gone, timeout=300)
+        if not self.ready:
+            self.close()
+            raise RuntimeError(f"the fork server did not start: {self.server_err()}")
 
-    def _server_err(self) -> str:
+    def server_err(self) -> str:
         with open(self.err, errors="replace") as handle:
             return handle.read()[-3000:]
 
@@ -78,17 +81,39 @@ class ForkServer:
         assert self.proc.stdout is not None
         for raw in self.proc.stdout:
             words = raw.decode().split()
-            with self._changed:
+            with self.changed:
                 if words[0] == "READY":
-                    self._ready = True
+                    self.ready = True
                 elif words[0] == "PID":
-                    self._pids[words[1]] = int(words[2])
+                    self.pids[words[1]] = int(words[2])
                 elif words[0] == "EXIT":
-                    self._exits[int(words[1])] = int(words[2])
-                self._changed.notify_all()
-        with self._changed:
-            self._gone = True
-            self._changed.notify_all()
+                    self.exits[int(words[1])] = int(words[2])
+                self.changed.notify_all()
+        with self.changed:
+            self.gone = True
+            self.changed.notify_all()
+
+    def send(self, request: dict) -> None:
+        assert self.proc.stdin is not None
+        with self._lock:
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            self.proc.stdin.flush()
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class ForkServer(ServerLink):
+    def __init__(self, workdir: str, env: dict | None = None) -> None:
+        self.workdir = workdir
+        super().__init__(SERVER, workdir, server_env() if env is None else env, "server.err")
+        self._ids = itertools.count()
 
     def run(self, args: list[str], *, env: dict | None = None, cwd: str | os.PathLike | None = None,
             timeout: float = 300) -> subprocess.CompletedProcess:
@@ -102,21 +127,18 @@ class ForkServer:
         request = {"id": number, "dir": directory, "code": code, "script": script, "argv": argv,
                    "warnoptions": warnoptions, "env": dict(os.environ if env is None else env),
                    "cwd": os.fspath(cwd) if cwd is not None else os.getcwd()}
-        assert self.proc.stdin is not None
-        with self._lock:
-            self.proc.stdin.write((json.dumps(request) + "\n").encode())
-            self.proc.stdin.flush()
+        self.send(request)
         command = [sys.executable, *args]
-        with self._changed:
-            self._changed.wait_for(lambda: number in self._pids or self._gone, timeout=60)
-            if number not in self._pids:
-                raise RuntimeError(f"the fork server did not fork: {self._server_err()}")
-            pid = self._pids.pop(number)
-            ended = self._changed.wait_for(lambda: pid in self._exits or self._gone, timeout=timeout)
-            returncode = self._exits.pop(pid, None)
+        with self.changed:
+            self.changed.wait_for(lambda: number in self.pids or self.gone, timeout=60)
+            if number not in self.pids:
+                raise RuntimeError(f"the fork server did not fork: {self.server_err()}")
+            pid = self.pids.pop(number)
+            ended = self.changed.wait_for(lambda: pid in self.exits or self.gone, timeout=timeout)
+            returncode = self.exits.pop(pid, None)
         if returncode is None:
             if ended:
-                raise RuntimeError(f"the fork server ended before its child {pid}: {self._server_err()}")
+                raise RuntimeError(f"the fork server ended before its child {pid}: {self.server_err()}")
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -143,12 +165,3 @@ class ForkServer:
             except FileNotFoundError:
                 texts.append("")
         return texts[0], texts[1]
-
-    def close(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()

@@ -10,8 +10,7 @@ by ``module="__main__"``, ``__name__ == "__main__"`` and line numbers behave as 
 
 What the ending matrix's server (tests/core/ending_zygote.py) taught, kept here:
 
-- the server writes with ``os.write`` only: its reaper thread may hold a stream's lock at
-  the moment of a fork, which the child would inherit;
+- the serving loop (tests/_fork_loop.py, the zygote's too) writes with ``os.write`` only;
 - the child starts with Python's own SIGINT handling and SIGINT/SIGTERM unblocked, whatever
   the test runner that started the server had;
 - its stdout and stderr go to files (the client reads them when it has ended), its stdin is
@@ -21,9 +20,9 @@ What the ending matrix's server (tests/core/ending_zygote.py) taught, kept here:
   host's and torch's included, but WITHOUT the interpreter's teardown: decref'ing every object
   of a torch-heavy forked heap copies every page (3 s a child).
 
-Protocol, one line each way: the client writes a request as JSON; the server answers
-``READY`` once, then ``PID <id> <pid>`` per request and ``EXIT <pid> <exit code>`` when that
-child has ended (``os.waitstatus_to_exitcode``: -2 for SIGINT).
+Protocol, one line each way (tests/_fork_loop.py): the client writes a request as JSON; the
+server answers ``READY`` once, then ``PID <id> <pid>`` per request and ``EXIT <pid> <exit
+code>`` when that child has ended (``os.waitstatus_to_exitcode``: -2 for SIGINT).
 
 Differences from a fresh process, which is why tests about a fresh interpreter, import order
 or timing, signals during start-up or process exit must not use this: torch and safetensors
@@ -35,10 +34,10 @@ code); the process's start time is the fork.
 """
 
 import atexit
-import json
 import os
 import sys
-import threading
+
+from _fork_loop import serve  # this file's directory is sys.path[0]
 
 _STATE = {"child": False, "code": 0, "interrupted": False}
 
@@ -84,37 +83,6 @@ _READ_LATER = tuple(prefix for prefix, module in (("TORCHINDUCTOR_", "torch._ind
 _SERVER_ENV = dict(os.environ)
 
 gc.freeze()  # what the imports allocated stays out of the children's collections (no page copies)
-
-
-def _say(line: str) -> None:
-    os.write(1, (line + "\n").encode())
-
-
-def _reap() -> None:
-    while True:
-        try:
-            pid, status = os.waitpid(-1, 0)
-        except ChildProcessError:
-            threading.Event().wait(0.05)
-            continue
-        _say(f"EXIT {pid} {os.waitstatus_to_exitcode(status)}")
-
-
-def _serve() -> dict:
-    """Fork one child per request; return (in the child only) the request it must run."""
-    threading.Thread(target=_reap, daemon=True).start()
-    _say("READY")
-    stdin = sys.stdin.buffer
-    while True:
-        line = stdin.readline()
-        if not line:
-            os._exit(0)
-        request = json.loads(line)
-        pid = os.fork()
-        if pid == 0:
-            _STATE["child"] = True
-            return request
-        _say(f"PID {request['id']} {pid}")
 
 
 def _become(request: dict):
@@ -171,7 +139,9 @@ def _become(request: dict):
 
 
 if __name__ == "__main__":
-    _MAIN, _CODE = _become(_serve())
+    _REQUEST = serve()
+    _STATE["child"] = True
+    _MAIN, _CODE = _become(_REQUEST)
     try:
         exec(_CODE, _MAIN.__dict__)
     except SystemExit as _exit:  # Py_RunMain's own handling follows (a message for a code that is no int)

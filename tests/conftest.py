@@ -193,7 +193,6 @@ def pytest_collection_modifyitems(config, items):
     items[:] = [item for group in sorted(groups.values(), key=longest_first) for item in group]
 
 
-
 def _xdist_names_groups() -> bool:
     """Whether ``--dist loadgroup`` can group: xdist's worker names each test's group by writing
     ``item._nodeid`` (a ``@group`` suffix the scheduler splits on), and pytest 9.2 reads a test's

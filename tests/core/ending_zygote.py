@@ -7,17 +7,22 @@ process start), runs the case, and ends as the case says (ready(), a normal exit
 uncaught exception, or a real signal the test sends from outside). The exit status goes
 back to the test through this server, which reaps its children.
 
-Protocol (one line each way): the test writes a case as JSON on stdin; the server answers
-``PID <case id> <pid>`` and, when the child is gone, ``EXIT <pid> <exit code>``
-(``os.waitstatus_to_exitcode``: -15 for SIGTERM). Everything the child prints goes to files
-in its case directory. The server writes with ``os.write`` only: a thread of it (the reaper)
-may hold a Python-level stream lock at the moment of a fork, which the child would inherit.
+Protocol (one line each way, tests/_fork_loop.py, which both fork servers of the tests share):
+the test writes a case as JSON on stdin; the server answers ``PID <case id> <pid>`` and, when
+the child is gone, ``EXIT <pid> <exit code>`` (``os.waitstatus_to_exitcode``: -15 for
+SIGTERM). Everything the child prints goes to files in its case directory.
 """
 
 import json
 import os
 import sys
 import threading
+
+_TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, _TESTS)
+from _fork_loop import serve  # noqa: E402
+
+sys.path.remove(_TESTS)  # the cases' hosts see the path a script in tests/core would have
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -32,36 +37,6 @@ from safetensors import safe_open  # noqa: E402,F401
 import otel_coldstart  # noqa: E402,F401  (imported, not instrumented: each child instruments)
 
 torch.set_num_threads(1)  # one intra-op thread: the single-threaded breakdown rule applies
-
-
-def _say(line: str) -> None:
-    os.write(1, (line + "\n").encode())
-
-
-def _reap() -> None:
-    while True:
-        try:
-            pid, status = os.waitpid(-1, 0)
-        except ChildProcessError:
-            threading.Event().wait(0.05)
-            continue
-        _say(f"EXIT {pid} {os.waitstatus_to_exitcode(status)}")
-
-
-def serve() -> dict:
-    """Fork one child per case; return (in the child only) the case it must run."""
-    threading.Thread(target=_reap, daemon=True).start()
-    _say("READY")
-    stdin = sys.stdin.buffer
-    while True:
-        line = stdin.readline()
-        if not line:
-            os._exit(0)
-        case = json.loads(line)
-        pid = os.fork()
-        if pid == 0:
-            return case
-        _say(f"PID {case['id']} {pid}")
 
 
 CASE = serve()

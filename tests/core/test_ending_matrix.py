@@ -21,13 +21,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
-import threading
 import time
 
 import pytest
 
+from _forkserver import ServerLink
 from otel_coldstart import semconv
 from otel_coldstart.analyze.breakdown import breakdowns
 from otel_coldstart.analyze.readers import read_trace
@@ -48,37 +47,16 @@ END_REASONS = {"ready": semconv.END_READY, "exit": semconv.END_EXIT, "exception"
                "sigterm": semconv.END_SIGTERM, "sigint": semconv.END_EXCEPTION, "sigkill": semconv.END_KILLED}
 
 
-class Zygote:
+class Zygote(ServerLink):
     def __init__(self, workdir: str) -> None:
         env = dict(os.environ)
         for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "TRACEPARENT",
                      "OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER"):
             env.pop(name, None)
-        self.proc = subprocess.Popen([sys.executable, ZYGOTE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=open(os.path.join(workdir, "zygote.err"), "wb"), env=env, cwd=workdir)
-        self.pids: dict[str, int] = {}
-        self.exits: dict[int, int] = {}
-        self.changed = threading.Condition()
-        self.ready = False
-        threading.Thread(target=self._read, daemon=True).start()
-        with self.changed:
-            assert self.changed.wait_for(lambda: self.ready, timeout=300), "the fork server did not start"
-
-    def _read(self) -> None:
-        for raw in self.proc.stdout:
-            words = raw.decode().split()
-            with self.changed:
-                if words[0] == "READY":
-                    self.ready = True
-                elif words[0] == "PID":
-                    self.pids[words[1]] = int(words[2])
-                elif words[0] == "EXIT":
-                    self.exits[int(words[1])] = int(words[2])
-                self.changed.notify_all()
+        super().__init__(ZYGOTE, workdir, env, "zygote.err")
 
     def start(self, case: dict) -> int:
-        self.proc.stdin.write((json.dumps(case) + "\n").encode())
-        self.proc.stdin.flush()
+        self.send(case)
         with self.changed:
             assert self.changed.wait_for(lambda: case["id"] in self.pids, timeout=60)
             return self.pids[case["id"]]
@@ -97,10 +75,6 @@ class Zygote:
             time.sleep(1.0 if sent == signal.SIGUSR1 else 0)
         stacks = (case_dir / "stderr.txt").read_text()[-6000:]
         raise AssertionError(f"child {pid} did not end within {timeout} s; its threads:\n{stacks}")
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")
