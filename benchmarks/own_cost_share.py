@@ -1,0 +1,146 @@
+"""The plugin's own cost in the warm 650 MB load + cast (issue 39 item 1: ``own_cost_s`` at most
+2% of the start-up), and whether ``own_cost_s`` is what the plugin adds to the process.
+
+    python benchmarks/own_cost_share.py [--pairs 20] [--smoke] [--cache-root DIR] [--json OUT]
+
+Alternated pairs of fresh processes (``_load_child.py``, the order swapped every pair), the
+four shards of the 650 MB checkpoint read whole before each run: ``plain`` (nothing of the
+plugin imported) and ``coldstart`` (``instrument()`` first, the embedded default exporter,
+``ready()`` after the cast). ``PYTHONDONTWRITEBYTECODE`` is removed from the children's
+environment and one warm-up pair runs first, so bytecode is cached as after any ``pip install``.
+
+Per pair: the instrumented start-up's ``own_cost_s``, its parts and its share of the start-up
+(from ``otel-coldstart analyze --format json`` on its trace), and the independent check, the
+process CPU time the instrumented side spent more than the plain one: when ``torch`` has been
+imported (the set-up and the patching inside ``import torch``: everything the plugin does
+before the first load) and when the load + cast is done (the hooks and the plugin's threads
+too). CPU time, because this VM's wall times move by more than the ~30 ms measured; process
+CPU, because only the process total shows a cost moved rather than added (a module the
+plugin imports first is one ``import torch`` no longer imports).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+import common
+
+CHILD = os.path.join(common.BENCH_DIR, "_load_child.py")
+
+
+def run_child(side: str, shards: list[str], work_dir: str) -> dict:
+    """One start-up; for the instrumented side, its report's own cost and duration too."""
+    common.set_cache(shards, "warm")
+    output_dir = tempfile.mkdtemp(prefix=f"{side}-", dir=work_dir)
+    env = dict(os.environ, OTEL_COLDSTART_OUTPUT_DIR=output_dir, OTEL_COLDSTART_SUMMARY="0")
+    for name in ("PYTHONDONTWRITEBYTECODE", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                 "TRACEPARENT"):
+        env.pop(name, None)
+    done = subprocess.run([common.python(), CHILD, side, "safetensors", *shards], env=env, capture_output=True,
+                          text=True, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"{side}: exit {done.returncode}: {done.stderr[-2000:]}")
+    row = json.loads(done.stdout.strip().splitlines()[-1])
+    if side == "coldstart":
+        (trace,) = [os.path.join(output_dir, name) for name in os.listdir(output_dir) if name.endswith(".jsonl")]
+        report = subprocess.run([common.python(), "-c", "import sys; from otel_coldstart.cli import main; sys.exit(main())",
+                                 "analyze", trace, "--format", "json"],
+                                capture_output=True, text=True, timeout=120, env=env)
+        if report.returncode != 0:
+            raise RuntimeError(f"analyze: exit {report.returncode}: {report.stderr[-2000:]}")
+        (startup,) = json.loads(report.stdout)["startups"]
+        row["report"] = {"total_s": startup["duration_s"], "own_cost_s": startup["own_cost_s"],
+                         "own_cost": startup["own_cost"]}
+    shutil.rmtree(output_dir, ignore_errors=True)
+    return row
+
+
+def measure(pairs: int, shards: list[str], work_dir: str, log=sys.stderr) -> dict:
+    run_child("coldstart", shards, work_dir)  # bytecode written, the page cache warm for both sides
+    run_child("plain", shards, work_dir)
+    rows = []
+    for number in range(pairs):
+        sides = {side: run_child(side, shards, work_dir) for side in common.rotated(["plain", "coldstart"], number)}
+        plain, traced = sides["plain"], sides["coldstart"]
+        report = traced["report"]
+        row = {
+            "startup_s": report["total_s"],
+            "own_cost_s": report["own_cost_s"],
+            "own_cost": report["own_cost"],
+            "share": report["own_cost_s"] / report["total_s"],
+            # What the instrumented process spent more, by the time torch was imported, and by
+            # the end of the load + cast: the measured counterpart of own_cost_s.
+            "added_cpu_at_import_s": traced["cpu_after_import_s"] - plain["cpu_after_import_s"],
+            "added_cpu_at_work_end_s": traced["cpu_at_work_end_s"] - plain["cpu_at_work_end_s"],
+            "setup_s": (report["own_cost"] or {}).get("setup_s"),
+        }
+        rows.append(row)
+        if log:
+            print(f"  pair {number + 1}: start-up {row['startup_s']:.3f} s, own_cost {row['own_cost_s'] * 1e3:.1f} ms "
+                  f"({row['share']:.2%}), added CPU at import {row['added_cpu_at_import_s'] * 1e3:.1f} ms, "
+                  f"at work end {row['added_cpu_at_work_end_s'] * 1e3:.1f} ms", file=log, flush=True)
+
+    def median(key: str) -> float:
+        return statistics.median(r[key] for r in rows)
+
+    def mean_and_error(key: str) -> tuple[float, float | None]:
+        """The mean and its standard error: one process's CPU time moves by ~50-80 ms here (torch's
+        import alone), so a ~40 ms difference needs tens of pairs, and says how sure it is."""
+        values = [r[key] for r in rows]
+        error = statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else None
+        return statistics.fmean(values), error
+
+    return {"pairs": rows, "median_share": median("share"), "median_own_cost_s": median("own_cost_s"),
+            "mean_own_cost_s": mean_and_error("own_cost_s"),
+            "median_startup_s": median("startup_s"), "median_added_cpu_at_import_s": median("added_cpu_at_import_s"),
+            "median_added_cpu_at_work_end_s": median("added_cpu_at_work_end_s"),
+            "mean_added_cpu_at_import_s": mean_and_error("added_cpu_at_import_s"),
+            "mean_added_cpu_at_work_end_s": mean_and_error("added_cpu_at_work_end_s")}
+
+
+def render(result: dict, out) -> None:
+    out.write("Warm 650 MB load + cast, alternated fresh-process pairs, .pyc present\n\n")
+    out.write("| pair | start-up | own_cost_s | share | set-up | added process CPU, torch imported | "
+              "added process CPU, load + cast done |\n|---|---|---|---|---|---|---|\n")
+    for number, row in enumerate(result["pairs"], 1):
+        setup = row["setup_s"]
+        out.write(f"| {number} | {row['startup_s']:.3f} s | {row['own_cost_s'] * 1e3:.1f} ms | {row['share']:.2%} | "
+                  f"{'-' if setup is None else f'{setup * 1e3:.1f} ms'} | {row['added_cpu_at_import_s'] * 1e3:.1f} ms | "
+                  f"{row['added_cpu_at_work_end_s'] * 1e3:.1f} ms |\n")
+    out.write(f"| median | {result['median_startup_s']:.3f} s | {result['median_own_cost_s'] * 1e3:.1f} ms | "
+              f"{result['median_share']:.2%} | | {result['median_added_cpu_at_import_s'] * 1e3:.1f} ms | "
+              f"{result['median_added_cpu_at_work_end_s'] * 1e3:.1f} ms |\n")
+
+    def ms(pair) -> str:
+        mean, error = pair
+        return f"{mean * 1e3:.1f} ms" + ("" if error is None else f" ± {error * 1e3:.1f}")
+
+    out.write(f"| mean ± standard error | | {ms(result['mean_own_cost_s'])} | | | "
+              f"{ms(result['mean_added_cpu_at_import_s'])} | {ms(result['mean_added_cpu_at_work_end_s'])} |\n")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pairs", type=int, default=20)
+    common.add_checkpoint_options(parser, "the few-MiB checkpoint, 1 pair: checks it runs, not the share")
+    args = parser.parse_args(argv)
+    _shape, checkpoint = common.checkpoint_for(args)
+    pairs = 1 if args.smoke else args.pairs
+    load_before = common.load_average()
+    with tempfile.TemporaryDirectory(prefix="own-cost-") as work_dir:
+        result = measure(pairs, list(checkpoint.shards), work_dir)
+    result.update({"benchmark": "own_cost_share", "smoke": args.smoke, "when": common.stamp(),
+                   "load_average": {"before": load_before, "after": common.load_average()},
+                   "machine": common.machine()})
+    return common.finish(result, render, args.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
