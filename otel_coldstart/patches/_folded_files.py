@@ -149,11 +149,8 @@ class FoldedRead:
         def count(aggregate) -> None:
             attrs = aggregate.attributes
             attrs[semconv.FILE_SIZE] = attrs.get(semconv.FILE_SIZE, 0) + size
-            if failed:
-                key = semconv.FILES_FAILED
-            else:
-                key = _STATE_COUNT.get(state, semconv.FILES_CACHE_UNKNOWN) if state is not None \
-                    else semconv.FILES_CACHE_UNKNOWN
+            # A file with no state (no honest storage figure) counts as unknown, like a state not listed.
+            key = semconv.FILES_FAILED if failed else _STATE_COUNT.get(state, semconv.FILES_CACHE_UNKNOWN)
             attrs[key] = attrs.get(key, 0) + 1
             if storage is not None:
                 attrs[semconv.CACHE_STORAGE_READ_BYTES] = attrs.get(semconv.CACHE_STORAGE_READ_BYTES, 0) + storage

@@ -9,7 +9,6 @@ killed in its warm-up had no ``cast`` phase at all (its second of casting was
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
@@ -20,6 +19,8 @@ import sys
 import time
 
 import pytest
+
+from _child import python_child
 
 pytestmark = pytest.mark.process  # starts fresh Python processes
 
@@ -88,21 +89,6 @@ def _env(tmp_path):
     return env
 
 
-@contextlib.contextmanager
-def _child(run_dir, script, *args):
-    """A fresh instrumented process writing its trace under ``run_dir``; killed if still alive."""
-    process = subprocess.Popen([sys.executable, "-c", script, *args], env=_env(run_dir), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, cwd=str(run_dir))
-    try:
-        yield process
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=30)
-        process.stdout.close()
-        process.stderr.close()
-
-
 def _read_line(process, timeout=180) -> str:
     ready, _, _ = select.select([process.stdout], [], [], timeout)
     return process.stdout.readline().strip() if ready else ""
@@ -126,7 +112,7 @@ def _cast_phase(tmp_path) -> dict | None:
 
 
 def test_a_sigkill_in_the_warmup_keeps_the_finished_cast(tmp_path, float32_shards):
-    with _child(tmp_path, CAST_THEN_WARMUP, "1.0", *float32_shards) as process:
+    with python_child(CAST_THEN_WARMUP, "1.0", *float32_shards, env=_env(tmp_path), cwd=str(tmp_path)) as process:
         line = _read_line(process)
         assert line.startswith("CAST_S"), (line, process.stderr.read() if process.poll() is not None else "")
         measured = float(line.split()[1])
@@ -149,7 +135,8 @@ def test_sigkill_at_random_moments_never_shows_more_cast_than_happened(tmp_path,
     for attempt in range(kills):
         run_dir = tmp_path / f"run{attempt}"
         run_dir.mkdir()
-        with _child(run_dir, CAST_IN_TWO_PLACES, str(ROUNDS), *float32_shards) as process:
+        with python_child(CAST_IN_TWO_PLACES, str(ROUNDS), *float32_shards, env=_env(run_dir),
+                          cwd=str(run_dir)) as process:
             line = _read_line(process)
             assert line.startswith("CAST_START"), (line, process.stderr.read() if process.poll() is not None else "")
             _, start_ns, round_bytes = line.split()

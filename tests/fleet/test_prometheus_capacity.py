@@ -10,19 +10,17 @@ import json
 import math
 import os
 import select
-import shutil
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 
 import pytest
 
+import _prometheus
 from otel_coldstart import demo
 from otel_coldstart.cli import main
 from otel_coldstart.metrics import DURATION_BUCKETS_S
-from prometheus_api import free_port, query
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
@@ -34,9 +32,7 @@ HOSTS = ("cpu-small", "cpu-large")
 
 @pytest.fixture(scope="module")
 def fleet_of_five(tmp_path_factory):
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.skip("the prometheus binary is not installed (Debian: apt-get install prometheus)")
+    _prometheus.require_binary()
     sys.path.insert(0, METRICS_TESTS)
     try:
         from startup_app import TEST_SHAPE
@@ -64,31 +60,10 @@ def fleet_of_five(tmp_path_factory):
             line = process.stdout.readline() if ready else ""
             assert line, f"start-up {number} printed nothing (rc={process.poll()})"
             targets.append(urllib.parse.urlsplit(json.loads(line)["metrics_url"]).netloc)
-        work = tmp_path_factory.mktemp("prometheus")
-        (work / "prometheus.yml").write_text(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: fleet\n"
-            f"    static_configs:\n      - targets: {json.dumps(targets)}\n")
-        port = free_port()
-        server = subprocess.Popen([binary, f"--config.file={work / 'prometheus.yml'}",
-                                   f"--storage.tsdb.path={work / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=str(work))
-        base = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 90
-            while time.monotonic() < deadline:
-                try:
-                    found = query(base, "count(count_over_time(model_startup_duration_seconds_count[1m]) >= 2)")
-                    if found and float(found[0]["value"][1]) == STARTUPS:
-                        break
-                except OSError:
-                    pass
-                time.sleep(0.5)
-            else:
-                pytest.fail("Prometheus did not scrape the five start-ups")
-            yield base, traces
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
+        with _prometheus.running(tmp_path_factory.mktemp("prometheus"), targets, "fleet") as server:
+            server.wait_for("count(count_over_time(model_startup_duration_seconds_count[1m]) >= 2)", 90,
+                            enough=lambda found: bool(found) and float(found[0]["value"][1]) == STARTUPS)
+            yield server, traces
     finally:
         for process in processes:  # every app told to stop first (stdin closed), then each waited for
             if process.poll() is None:
@@ -118,8 +93,8 @@ def _report(argv, capsys) -> dict:
 
 
 def test_histogram_figures_agree_with_the_files_within_their_buckets(fleet_of_five, capsys):
-    base, traces = fleet_of_five
-    histograms = _report(["capacity", "--prometheus", base, "--since", "1h", "--format", "json", "--ramp", "6"],
+    server, traces = fleet_of_five
+    histograms = _report(["capacity", "--prometheus", server.url, "--since", "1h", "--format", "json", "--ramp", "6"],
                          capsys)
     files = sorted(os.path.join(traces, name) for name in os.listdir(traces))
     from_files = _report(["capacity", *files, "--format", "json", "--ramp", "6"], capsys)
@@ -157,15 +132,15 @@ def test_histogram_figures_agree_with_the_files_within_their_buckets(fleet_of_fi
 
 
 def test_text_says_each_figure_is_a_bucket(fleet_of_five, capsys):
-    base, _ = fleet_of_five
-    assert main(["capacity", "--prometheus", base, "--since", "1h", "--by", "instance_type"]) == 0
+    server, _ = fleet_of_five
+    assert main(["capacity", "--prometheus", server.url, "--since", "1h", "--by", "instance_type"]) == 0
     out = capsys.readouterr().out
     assert "the bucket it lies in" in out and "(bucket " in out and "host_type=cpu-small" in out
 
 
 def test_an_empty_range_or_a_dead_server_is_a_clear_error(fleet_of_five, capsys):
-    base, _ = fleet_of_five
-    assert main(["capacity", "--prometheus", base, "--since", "1h", "--service", 'nobody" or vector(1)']) == 5
+    server, _ = fleet_of_five
+    assert main(["capacity", "--prometheus", server.url, "--since", "1h", "--service", 'nobody" or vector(1)']) == 5
     assert main(["capacity", "--prometheus", "http://127.0.0.1:9", "--timeout", "2"]) == 9
     err = capsys.readouterr().err
     assert "no start-up in the last 3600s" in err and "Traceback" not in err

@@ -15,17 +15,14 @@ from __future__ import annotations
 
 import http.server
 import math
-import shutil
 import struct
-import subprocess
 import threading
-import time
 
 import pytest
 
+import _prometheus
 from otel_coldstart.cli import main
 from otel_coldstart.cli.errors import EXIT_NO_STARTUP
-from prometheus_api import free_port, query
 
 pytestmark = pytest.mark.process
 
@@ -111,9 +108,7 @@ def _exponential_points():
 
 @pytest.fixture(scope="module")
 def native_prometheus(tmp_path_factory):
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.skip("the prometheus binary is not installed (Debian: apt-get install prometheus)")
+    _prometheus.require_binary()
     points = _exponential_points()
     body = _family("model_startup_duration_seconds", points)
 
@@ -129,46 +124,28 @@ def native_prometheus(tmp_path_factory):
 
     target = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Target)
     threading.Thread(target=target.serve_forever, daemon=True).start()
-    work = tmp_path_factory.mktemp("prometheus-native")
-    (work / "prometheus.yml").write_text(
-        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: native\n"
-        f"    static_configs:\n      - targets: [\"127.0.0.1:{target.server_address[1]}\"]\n")
-    port = free_port()
-    server = subprocess.Popen([binary, f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={work / 'data'}",
-                               f"--web.listen-address=127.0.0.1:{port}", "--enable-feature=native-histograms"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=str(work))
-    base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            try:
-                if query(base, "count_over_time(model_startup_duration_seconds[1m]) >= 2"):
-                    break
-            except OSError:
-                pass
-            time.sleep(0.5)
-        else:
-            pytest.fail("Prometheus did not scrape the native histogram")
-        yield base, points
+        with _prometheus.running(tmp_path_factory.mktemp("prometheus-native"), [f"127.0.0.1:{target.server_address[1]}"],
+                                 "native", extra_args=["--enable-feature=native-histograms"]) as server:
+            server.wait_for("count_over_time(model_startup_duration_seconds[1m]) >= 2", 90)
+            yield server, points
     finally:
-        server.terminate()
-        server.wait(timeout=30)
         target.shutdown()
 
 
 def test_native_buckets_arrive_and_histogram_quantile_reads_them_without_le(native_prometheus):
-    base, (point,) = native_prometheus
+    server, (point,) = native_prometheus
     # The SDK's 160 buckets at most over 12.5..700 s (5.8 octaves): scale 4, 16 an octave; the
     # plugin's spread of sub-second to an hour (12 octaves and more) would be scale 3, 8 an octave.
     assert point.scale == 4
     ratio = 2 ** (2.0 ** -point.scale)  # 1.044: each bucket 4.4% wide
-    (series,) = query(base, "model_startup_duration_seconds")
+    (series,) = server.query("model_startup_duration_seconds")
     histogram = series["histogram"][1]
     assert int(histogram["count"]) == len(STARTUPS_S)
     for value in STARTUPS_S:  # each start-up in a bucket (lower, upper] of that width
         (bucket,) = [b for b in histogram["buckets"] if float(b[1]) < value <= float(b[2])]
         assert math.isclose(float(bucket[2]) / float(bucket[1]), ratio)
-    (median,) = query(base, "histogram_quantile(0.5, sum(model_startup_duration_seconds))")
+    (median,) = server.query("histogram_quantile(0.5, sum(model_startup_duration_seconds))")
     p50 = float(median["value"][1])
     assert 31.0 / ratio < p50 <= 31.0 * ratio  # the 3rd of 5, within its bucket
 
@@ -176,15 +153,15 @@ def test_native_buckets_arrive_and_histogram_quantile_reads_them_without_le(nati
 def test_canary_range_functions_do_not_read_native_histograms_here(native_prometheus):
     """The fact the reader's choice rests on: 2.42 answers 0 for a native series over a range.
     A Prometheus that answers the count (5) can have the range's start-ups read natively."""
-    base, _ = native_prometheus
+    server, _ = native_prometheus
     for function in ("max_over_time", "last_over_time"):
-        (row,) = query(base, f"{function}(model_startup_duration_seconds[1h])")
+        (row,) = server.query(f"{function}(model_startup_duration_seconds[1h])")
         assert float(row["value"][1]) == 0, (function, row)
 
 
 def test_capacity_says_the_histograms_are_native_instead_of_no_start_up(native_prometheus, capsys):
-    base, _ = native_prometheus
-    assert main(["capacity", "--prometheus", base, "--since", "1h", "--format", "json"]) == EXIT_NO_STARTUP
+    server, _ = native_prometheus
+    assert main(["capacity", "--prometheus", server.url, "--since", "1h", "--format", "json"]) == EXIT_NO_STARTUP
     error = capsys.readouterr().err
     assert "native histograms (1 model_startup_duration_seconds series" in error, error
     assert "max_over_time/last_over_time return 0" in error

@@ -10,17 +10,16 @@ from __future__ import annotations
 import json
 import os
 import select
-import shutil
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.parse
 from dataclasses import dataclass
 
 import pytest
 
-from metrics_testlib import HERE, IDENTITY, PROMETHEUS_JOB, SCRAPE_TIMEOUT_S, STARTUP_TIMEOUT_S, free_port, http_get
+import _prometheus
+from metrics_testlib import HERE, IDENTITY, PROMETHEUS_JOB, SCRAPE_TIMEOUT_S, STARTUP_TIMEOUT_S, http_get
 
 # --- the start-up ------------------------------------------------------------------------
 
@@ -102,72 +101,12 @@ def served_startup(checkpoint_dir, tmp_path_factory):
 
 # --- a real Prometheus ---------------------------------------------------------------------
 
-@dataclass
-class PrometheusServer:
-    url: str
-
-    def api(self, path: str, **params) -> dict:
-        query = urllib.parse.urlencode(params, doseq=True)
-        try:
-            body = http_get(f"{self.url}/api/v1/{path}?{query}")
-        except urllib.error.HTTPError as exc:  # 400/422: a PromQL error, with its message
-            body = exc.read()
-        return json.loads(body)
-
-    def query(self, expr: str) -> dict:
-        return self.api("query", query=expr, time=f"{time.time():.3f}")
-
-
 @pytest.fixture(scope="session")
 def prometheus(served_startup, tmp_path_factory):
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.skip("the prometheus binary is not installed (Debian: apt-get install prometheus); "
-                    "the dashboards' PromQL cannot be checked against a real server")
-    work = tmp_path_factory.mktemp("prometheus")
     target = urllib.parse.urlsplit(served_startup.metrics_url).netloc
-    config = work / "prometheus.yml"
-    config.write_text(
-        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
-        "scrape_configs:\n"
-        f"  - job_name: {PROMETHEUS_JOB}\n    static_configs:\n      - targets: ['{target}']\n",
-        encoding="utf-8",
-    )
-    port = free_port()
-    log = open(work / "prometheus.log", "w", encoding="utf-8")
-    process = subprocess.Popen(
-        [binary, f"--config.file={config}", f"--storage.tsdb.path={work / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}", "--web.enable-lifecycle"],
-        stdout=log, stderr=subprocess.STDOUT, cwd=str(work),
-    )
-    server = PrometheusServer(f"http://127.0.0.1:{port}")
-    try:
-        deadline = time.monotonic() + SCRAPE_TIMEOUT_S
-        last_error = None
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                break
-            try:
-                # Two scrapes at least, so every range window holds more than one sample.
-                result = server.query(f'count_over_time(up{{job="{PROMETHEUS_JOB}"}}[1m]) >= 2 '
-                                      f'and on() max(up{{job="{PROMETHEUS_JOB}"}}) == 1')
-                if result.get("status") == "success" and result["data"]["result"]:
-                    break
-            except OSError as exc:  # not listening yet
-                last_error = exc
-            time.sleep(0.5)
-        else:
-            pytest.fail(f"Prometheus did not scrape the start-up within {SCRAPE_TIMEOUT_S}s ({last_error})")
-        if process.poll() is not None:
-            log.flush()
-            pytest.fail(f"prometheus exited with {process.returncode}: {(work / 'prometheus.log').read_text()[-3000:]}")
+    with _prometheus.running(tmp_path_factory.mktemp("prometheus"), [target], PROMETHEUS_JOB,
+                             extra_args=["--web.enable-lifecycle"]) as server:
+        # Two scrapes at least, so every range window holds more than one sample.
+        server.wait_for(f'count_over_time(up{{job="{PROMETHEUS_JOB}"}}[1m]) >= 2 '
+                        f'and on() max(up{{job="{PROMETHEUS_JOB}"}}) == 1', SCRAPE_TIMEOUT_S)
         yield server
-    finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=30)
-        log.close()

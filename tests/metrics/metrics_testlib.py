@@ -7,7 +7,6 @@ import importlib.util
 import json
 import os
 import re
-import socket
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -139,12 +138,6 @@ def promql_names(expr: str) -> tuple[set[str], set[str]]:
             continue  # a function or an aggregation, or a keyword
         metrics.add(name)
     return metrics, labels
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def http_get(url: str, timeout: float = 10.0) -> bytes:

@@ -13,7 +13,6 @@ import json
 import math
 import os
 import select
-import shutil
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ import urllib.parse
 
 import pytest
 
+import _prometheus
 from metrics_testlib import (
     ALL_VARIABLES,
     CONCRETE_VARIABLES,
@@ -29,8 +29,6 @@ from metrics_testlib import (
     SCRAPE_TIMEOUT_S,
     STARTUP_TIMEOUT_S,
     committed_dashboards,
-    free_port,
-    http_get,
     is_inflight,
     panel_expressions,
     substitute,
@@ -71,30 +69,9 @@ def _line(process, timeout_s: float) -> str:
     return process.stdout.readline() if ready else ""
 
 
-def _query(base: str, expr: str) -> dict:
-    query = urllib.parse.urlencode({"query": expr, "time": f"{time.time():.3f}"})
-    return json.loads(http_get(f"{base}/api/v1/query?{query}"))
-
-
-def _wait_for(base: str, expr: str, timeout_s: float, prometheus) -> list:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert prometheus.poll() is None, "prometheus exited"
-        try:
-            result = _query(base, expr)["data"]["result"]
-        except OSError:  # not listening yet
-            result = []
-        if result:
-            return result
-        time.sleep(0.3)
-    pytest.fail(f"no data within {timeout_s}s for {expr}")
-
-
 @pytest.fixture
 def running_startup(checkpoint_dir, tmp_path):
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.skip("the prometheus binary is not installed (Debian: apt-get install prometheus)")
+    _prometheus.require_binary()
     directory, _ = checkpoint_dir
     history = tmp_path / "history"
     history.mkdir()
@@ -114,50 +91,36 @@ def running_startup(checkpoint_dir, tmp_path):
     err = open(tmp_path / "app-stderr.txt", "w", encoding="utf-8")
     app = subprocess.Popen([sys.executable, os.path.join(HERE, "inflight_app.py"), directory], env=env,
                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True)
-    prometheus = None
-    log = open(tmp_path / "prometheus.log", "w", encoding="utf-8")
     try:
         line = _line(app, STARTUP_TIMEOUT_S)
         assert line, f"the app printed nothing: {(tmp_path / 'app-stderr.txt').read_text()[-3000:]}"
         target = urllib.parse.urlsplit(json.loads(line)["metrics_url"]).netloc
-        config = tmp_path / "prometheus.yml"
-        config.write_text("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
-                          f"scrape_configs:\n  - job_name: {JOB}\n    static_configs:\n"
-                          f"      - targets: ['{target}']\n", encoding="utf-8")
-        port = free_port()
-        prometheus = subprocess.Popen(
-            [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
-             f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT, cwd=str(tmp_path))
-        yield app, prometheus, f"http://127.0.0.1:{port}", directory
+        with _prometheus.running(tmp_path / "prometheus", [target], JOB) as prometheus:
+            yield app, prometheus, directory
     finally:
-        for process in (app, prometheus):
-            if process is not None and process.poll() is None:
-                if process is app:
-                    process.stdin.close()
-                else:
-                    process.terminate()
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(timeout=30)
+        if app.poll() is None:
+            app.stdin.close()  # the app's own way to stop
+            try:
+                app.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                app.kill()
+                app.wait(timeout=30)
         app.stdout.close()
         err.close()
-        log.close()
 
 
 def test_scrapes_during_one_start_up_see_bytes_grow_and_the_phase_change(running_startup):
-    app, prometheus, base, directory = running_startup
+    app, prometheus, directory = running_startup
     job = f'job="{JOB}"'
     # Scraped before the load begins: in flight, nothing loaded yet.
-    _wait_for(base, f"{LOADED}{{{job}}}", SCRAPE_TIMEOUT_S, prometheus)
+    prometheus.wait_for(f"{LOADED}{{{job}}}", SCRAPE_TIMEOUT_S)
     app.stdin.write("go\n")
     app.stdin.flush()
     assert _line(app, STARTUP_TIMEOUT_S).strip() == "WARMUP"
-    _wait_for(base, f'{LOADED}{{{job}, coldstart_phase="warmup"}}', SCRAPE_TIMEOUT_S, prometheus)
+    prometheus.wait_for(f'{LOADED}{{{job}, coldstart_phase="warmup"}}', SCRAPE_TIMEOUT_S)
 
     # Every scrape of this start-up so far: (time, phase, bytes loaded).
-    series = _query(base, f"{LOADED}{{{job}}}[5m]")["data"]["result"]
+    series = prometheus.query(f"{LOADED}{{{job}}}[5m]")
     samples = sorted((float(t), s["metric"]["coldstart_phase"], float(v)) for s in series for t, v in s["values"])
     phases = [phase for _, phase, _ in samples]
     loaded = [value for _, _, value in samples]
@@ -168,7 +131,7 @@ def test_scrapes_during_one_start_up_see_bytes_grow_and_the_phase_change(running
     assert len(set(loaded)) >= 3, "the load of 3 shards, 1.5 s apart, is seen in steps"
     total = index_expected_bytes(directory)
     assert total and loaded[-1] == total  # everything, as the index's total_size counts it
-    (expected,) = _query(base, f"{EXPECTED}{{{job}}}")["data"]["result"]
+    (expected,) = prometheus.query(f"{EXPECTED}{{{job}}}")
     assert float(expected["value"][1]) == total
     for key, value in IDENTITY.items():
         assert expected["metric"][key.replace(".", "_")] == value
@@ -180,7 +143,7 @@ def test_scrapes_during_one_start_up_see_bytes_grow_and_the_phase_change(running
             if not is_inflight(expr):
                 continue
             for variables in (CONCRETE_VARIABLES, ALL_VARIABLES):
-                result = _query(base, substitute(expr, variables))
+                result = prometheus.answer(substitute(expr, variables))
                 assert result["status"] == "success", (title, result)
                 values = [float(item["value"][1]) for item in result["data"]["result"]]
                 assert [v for v in values if math.isfinite(v)], (title, result)
@@ -189,7 +152,7 @@ def test_scrapes_during_one_start_up_see_bytes_grow_and_the_phase_change(running
 
     # The time-to-ready estimate, from the earlier start-up: in warmup (19 s long there), with
     # ready() 1 s after it; this warmup has only just begun, so about 20 s are left.
-    (remaining,) = _wait_for(base, f'{REMAINING}{{{job}, coldstart_phase="warmup"}}', SCRAPE_TIMEOUT_S, prometheus)
+    (remaining,) = prometheus.wait_for(f'{REMAINING}{{{job}, coldstart_phase="warmup"}}', SCRAPE_TIMEOUT_S)
     assert 5.0 < float(remaining["value"][1]) <= 20.0, remaining
     assert all(remaining["metric"][key.replace(".", "_")] == value for key, value in IDENTITY.items())
 
@@ -198,7 +161,7 @@ def test_scrapes_during_one_start_up_see_bytes_grow_and_the_phase_change(running
     app.stdin.flush()
     assert _line(app, 60).strip() == "READY"
     deadline = time.monotonic() + SCRAPE_TIMEOUT_S
-    while _query(base, f"{ELAPSED}{{{job}}}")["data"]["result"]:
+    while prometheus.query(f"{ELAPSED}{{{job}}}"):
         assert time.monotonic() < deadline, "the in-flight gauges outlived ready()"
         time.sleep(0.5)
-    assert _query(base, f'up{{{job}}}')["data"]["result"][0]["value"][1] == "1"  # still scraped, just done
+    assert prometheus.query(f'up{{{job}}}')[0]["value"][1] == "1"  # still scraped, just done

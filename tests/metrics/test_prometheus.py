@@ -51,7 +51,7 @@ def _finite_values(result: dict) -> list[float]:
 @pytest.mark.parametrize("dashboard_name,title,expr", CASES, ids=[f"{c[1]}#{i}" for i, c in enumerate(CASES)])
 def test_panel_query_parses_and_returns_data(prometheus, dashboard_name, title, expr, variables):
     promql = substitute(expr, variables)
-    result = prometheus.query(promql)
+    result = prometheus.answer(promql)
     assert result.get("status") == "success", f"{dashboard_name} / {title}: {result.get('error')}\n{promql}"
     assert _finite_values(result), f"{dashboard_name} / {title}: no data\n{promql}\n{result['data']}"
 
@@ -69,11 +69,11 @@ def test_variable_queries_offer_the_start_ups_values(prometheus):
 
 
 def test_the_scrape_saw_the_start_up_not_an_empty_endpoint(prometheus, served_startup):
-    result = prometheus.query(f'model_startup_duration_seconds_count{{job="{PROMETHEUS_JOB}"}}')
+    result = prometheus.answer(f'model_startup_duration_seconds_count{{job="{PROMETHEUS_JOB}"}}')
     assert [float(item["value"][1]) for item in result["data"]["result"]] == [1.0]
 
 
 def test_the_check_can_fail(prometheus):
     """The same server answers a misspelt metric with no data and bad PromQL with an error."""
-    assert not _finite_values(prometheus.query("max_over_time(model_startup_duration_second_count[1m])"))
-    assert prometheus.query("sum by (le (model_startup_duration_seconds_bucket)").get("status") == "error"
+    assert not _finite_values(prometheus.answer("max_over_time(model_startup_duration_second_count[1m])"))
+    assert prometheus.answer("sum by (le (model_startup_duration_seconds_bucket)").get("status") == "error"

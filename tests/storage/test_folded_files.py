@@ -11,7 +11,6 @@ keeps the folded figures, and the tensors are bit-identical to a plain run.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import select
@@ -22,6 +21,7 @@ import time
 
 import pytest
 
+from _child import python_child
 from otel_coldstart.patches._folded_files import FOLD_BELOW_BYTES, SPANS_FOR_FIRST_SMALL
 from storage_cases import set_state
 
@@ -217,20 +217,6 @@ def test_cold_small_files_are_said_cold_with_their_bytes_from_storage(tmp_path):
     assert cold_files >= count - 4 and f"{cold_files:,} " in finding["title"], (finding, cold_files)
 
 
-@contextlib.contextmanager
-def _child(traces, script, *args):
-    process = subprocess.Popen([sys.executable, "-c", script, *args], env=_env(traces), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
-    try:
-        yield process
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=30)
-        process.stdout.close()
-        process.stderr.close()
-
-
 def test_a_sigkill_keeps_the_folded_files(tmp_path):
     count = SPANS_FOR_FIRST_SMALL + 268
     directory = tmp_path / "files"
@@ -239,7 +225,7 @@ def test_a_sigkill_keeps_the_folded_files(tmp_path):
     listing = tmp_path / "paths.txt"
     listing.write_text("\n".join(paths) + "\n")
     traces = tmp_path / "traces"
-    with _child(traces, LOADED_THEN_WARMUP, str(listing)) as process:
+    with python_child(LOADED_THEN_WARMUP, str(listing), env=_env(traces)) as process:
         ready, _, _ = select.select([process.stdout], [], [], 300)
         line = process.stdout.readline().strip() if ready else ""
         assert line.startswith("LOADED"), (line, process.stderr.read() if process.poll() is not None else "")
