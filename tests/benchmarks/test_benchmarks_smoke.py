@@ -18,6 +18,8 @@ import pytest
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]  # fresh Python processes: not in `make test-fast`
 
+PER_CALL_APIS = ("Tensor.to cast (bf16 -> fp16)", "Tensor.to no-op (returns self)", "Tensor.copy_ (host, same dtype)",
+                 "safe_open.get_tensor", "safetensors.torch.load_file, 1 tensor", "torch.load, 1 tensor")
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BENCHMARKS = os.path.join(REPO, "benchmarks")
 
@@ -65,6 +67,9 @@ def test_startup_gives_paired_ratios_for_every_format_and_cache_state(smoke_run)
             assert _positive(block["ratios"][side]["region"])
             assert block["rss_added_mib"][side]["n"] == block["pairs"]
         assert _positive(block["ratios"]["profiler"]["region_with_first_profile"])
+        assert _positive(block["ratios"]["coldstart"]["work"])  # the load + cast alone, without ready()
+        for side in ("plain", "coldstart"):
+            assert 0 < block["sides"][side]["work_s"]["median"] <= block["sides"][side]["region_s"]["median"]
         for runs in block["rounds"]:
             # Every side did the same work: all parameters cast to fp16.
             assert len({run["cast_elements"] for run in runs.values()}) == 1
@@ -80,6 +85,19 @@ def test_per_call_measures_three_states_and_patches_are_gone_after_ready(smoke_r
     for case in result["cases"].values():
         for state in ("unpatched", "active", "after_ready"):
             assert _positive(case["ns"][state])
+        assert case["added_ns"]["n"] == result["pairs"]
+    assert set(PER_CALL_APIS) <= set(result["cases"])
+    # pin_memory is measured where this build allows it, else said why not.
+    assert "Tensor.pin_memory" in result["cases"] or "not allowed here" in result["skipped"]["Tensor.pin_memory"]
+    for name in ("Tensor.to cast (bf16 -> fp16)", "safe_open.get_tensor"):
+        assert result["cases"][name]["target_ns"] >= 3000 and "target_met" in result["cases"][name]
+    # What that adds to a start-up, for each one modelled (a 70B load, vLLM's graph captures).
+    rows = result["per_startup_ms"]
+    assert any(s.startswith("70B") for s in rows) and any("piecewise" in s for s in rows)
+    for row in rows.values():
+        assert row["calls"] and isinstance(row["added_ms"], float)
+    report = (smoke_run[0] / "report.md").read_text(encoding="utf-8")
+    assert "| start-up | calls | added |" in report and "coldstart/plain load+cast" in report
 
 
 def test_span_count_does_not_grow_with_tensors(smoke_run):
