@@ -61,12 +61,31 @@ def register_exit(on_exit: Callable[[str, str | None], None]) -> None:
         atexit.register(_at_exit, on_exit)
 
 
-def exit_reason() -> tuple[str, str | None]:
-    """(end reason, exception type) of an exit happening now. An uncaught exception is
-    printed, and kept in ``sys.last_value`` (``sys.last_exc`` on 3.12+), before ``atexit``
-    handlers run; ``SystemExit`` is not kept there (it is a normal exit)."""
+def uncaught_exception() -> BaseException | None:
+    """The exception that ended the main program, if one did. The interpreter prints it and
+    keeps it in ``sys.last_value`` (``sys.last_exc`` on 3.12+) before ``atexit`` handlers run;
+    ``SystemExit`` is not kept there (it is a normal exit).
+
+    Any C code that calls ``PyErr_Print`` while the program goes on sets the same attributes:
+    torch prints a warning turned into an error that way (``Tensor.pin_memory``'s
+    DeprecationWarning under ``-W error``), and the process later exits 0. What tells them
+    apart is where the exception went: one that ended the program unwound every frame of it, so
+    its traceback begins at an outermost frame (the main module's, or runpy's for ``-m``) that
+    nothing called; one printed from C carries no traceback, or one that begins in a frame
+    called by a running caller."""
     error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
-    if isinstance(error, BaseException) and not isinstance(error, SystemExit):
+    if not isinstance(error, BaseException) or isinstance(error, SystemExit):
+        return None
+    traceback = error.__traceback__
+    if traceback is None or traceback.tb_frame.f_back is not None:
+        return None
+    return error
+
+
+def exit_reason() -> tuple[str, str | None]:
+    """(end reason, exception type) of an exit happening now."""
+    error = uncaught_exception()
+    if error is not None:
         return semconv.END_EXCEPTION, type(error).__name__
     return semconv.END_EXIT, None
 
@@ -159,8 +178,7 @@ class _KeyboardInterruptFlag:
         # top level printed says the same and nothing clears it: CPython sets the flag for
         # exactly KeyboardInterrupt, not a subclass. Not in the REPL, where sys.last_value is
         # the last line's error and the session did not end on it.
-        error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
-        if type(error) is KeyboardInterrupt and not hasattr(sys, "ps1"):
+        if type(uncaught_exception()) is KeyboardInterrupt and not hasattr(sys, "ps1"):
             return True
         return False if variable is not None else None
 
