@@ -83,15 +83,20 @@ def _leave_without_teardown() -> None:
     holding torch and transformers, decref'ing every object copies every page (3 s a case)."""
     sys.stdout.flush()
     sys.stderr.flush()
+    # The exception that ended the case, if one did: sys.last_value alone is also set by C code
+    # that prints an error while the program goes on (torch's warnings turned into errors), and
+    # only one that ended the program has a traceback from an outermost frame (nothing called it).
+    error = getattr(sys, "last_value", None)
+    traceback = getattr(error, "__traceback__", None)
+    ended_by = error if traceback is not None and traceback.tb_frame.f_back is None else None
     try:
         interrupted = bool(ctypes.c_int.in_dll(ctypes.pythonapi, "_Py_UnhandledKeyboardInterrupt").value)
     except ValueError:
-        interrupted = isinstance(getattr(sys, "last_value", None), KeyboardInterrupt)
+        interrupted = isinstance(ended_by, KeyboardInterrupt)
     if interrupted:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
-    error = getattr(sys, "last_value", None)
-    os._exit(1 if isinstance(error, BaseException) and not isinstance(error, SystemExit) else 0)
+    os._exit(1 if isinstance(ended_by, BaseException) and not isinstance(ended_by, SystemExit) else 0)
 
 
 atexit.register(_leave_without_teardown)
