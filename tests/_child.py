@@ -1,6 +1,6 @@
-"""A fresh Python child for the tests that signal or kill it mid-start-up: ``python -c SCRIPT
-ARGS`` with its output on pipes, killed if it is still alive when the block ends (whatever the
-test asserted), its pipes closed."""
+"""Fresh children for the tests that signal, kill or serve from them: ``python -c SCRIPT ARGS``
+with its output on pipes, killed if it is still alive when the block ends (whatever the test
+asserted), its pipes closed; and the end of a serving app told to stop by closing its stdin."""
 
 from __future__ import annotations
 
@@ -22,3 +22,15 @@ def python_child(script: str, *args: str, env: dict, cwd: str | None = None) -> 
             process.wait(timeout=30)
         process.stdout.close()
         process.stderr.close()
+
+
+def stop_app(process: subprocess.Popen, timeout_s: float = 30) -> None:
+    """End an app that serves until its stdin closes (its own way to stop, so it runs its exit
+    as a real server would); killed if it has not stopped within ``timeout_s``."""
+    if process.poll() is None:
+        process.stdin.close()
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=timeout_s)

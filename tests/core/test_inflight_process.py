@@ -18,6 +18,7 @@ import time
 
 import pytest
 
+from _child import python_child
 from _otlp_collector import TraceCollector
 from otel_coldstart import semconv
 
@@ -74,9 +75,7 @@ def _env(tmp_path, **extra):
 
 
 def _start_and_kill(tmp_path, script, args, marker, seconds_after, env=None):
-    process = subprocess.Popen([sys.executable, "-c", script, *args], env=env or _env(tmp_path), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, cwd=str(tmp_path))
-    try:
+    with python_child(script, *args, env=env or _env(tmp_path), cwd=str(tmp_path)) as process:
         ready, _, _ = select.select([process.stdout], [], [], 180)
         line = process.stdout.readline() if ready else ""
         assert line.strip() == marker, (line, process.stderr.read() if process.poll() is not None else "")
@@ -85,12 +84,6 @@ def _start_and_kill(tmp_path, script, args, marker, seconds_after, env=None):
         process.send_signal(signal.SIGKILL)  # as the kubelet or the OOM killer does: no handler runs
         killed_after = time.monotonic() - marked
         assert process.wait(timeout=30) == -signal.SIGKILL
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=30)
-        process.stdout.close()
-        process.stderr.close()
     if env is not None:
         return None, killed_after
     (path,) = (tmp_path / "traces").glob("startup-*.otlp.jsonl")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import pytest
 
 import _prometheus
+from _child import stop_app
 from metrics_testlib import HERE, IDENTITY, PROMETHEUS_JOB, SCRAPE_TIMEOUT_S, STARTUP_TIMEOUT_S, http_get
 
 # --- the start-up ------------------------------------------------------------------------
@@ -88,13 +89,7 @@ def served_startup(checkpoint_dir, tmp_path_factory):
         assert info["metrics_url"], "the start-up serves no Prometheus endpoint"
         yield ServedStartup(info["metrics_url"], info["trace_id"], directory, tensor_names, process)
     finally:
-        if process.poll() is None:
-            process.stdin.close()  # the app's signal to stop serving
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=30)
+        stop_app(process)
         process.stdout.close()
         err_file.close()
 

@@ -21,6 +21,7 @@ import urllib.parse
 import pytest
 
 import _prometheus
+from _child import stop_app
 from metrics_testlib import (
     ALL_VARIABLES,
     CONCRETE_VARIABLES,
@@ -98,13 +99,7 @@ def running_startup(checkpoint_dir, tmp_path):
         with _prometheus.running(tmp_path / "prometheus", [target], JOB) as prometheus:
             yield app, prometheus, directory
     finally:
-        if app.poll() is None:
-            app.stdin.close()  # the app's own way to stop
-            try:
-                app.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                app.kill()
-                app.wait(timeout=30)
+        stop_app(app)
         app.stdout.close()
         err.close()
 
