@@ -37,8 +37,9 @@ from . import _files
 FOLD_BELOW_BYTES = 1 << 20  # a real shard (>= 1 MiB) always gets its span
 SPANS_FOR_FIRST_SMALL = 32  # the first small files of a start-up keep theirs (a small model reads as before)
 
-_STATE_COUNT = {semconv.CACHE_COLD: semconv.FILES_COLD, semconv.CACHE_PARTIAL: semconv.FILES_PARTIAL,
-                semconv.CACHE_WARM: semconv.FILES_WARM}
+# A file's cache state -> the aggregate's count it adds to; no state (no honest figure) is unknown.
+_STATE_COUNT: dict[str | None, str] = {semconv.CACHE_COLD: semconv.FILES_COLD, semconv.CACHE_PARTIAL: semconv.FILES_PARTIAL,
+                                       semconv.CACHE_WARM: semconv.FILES_WARM}
 
 
 _trusted_by_device: dict[int, bool] = {}  # st_dev -> its reads show in the thread's read counter
@@ -149,7 +150,6 @@ class FoldedRead:
         def count(aggregate) -> None:
             attrs = aggregate.attributes
             attrs[semconv.FILE_SIZE] = attrs.get(semconv.FILE_SIZE, 0) + size
-            # A file with no state (no honest storage figure) counts as unknown, like a state not listed.
             key = semconv.FILES_FAILED if failed else _STATE_COUNT.get(state, semconv.FILES_CACHE_UNKNOWN)
             attrs[key] = attrs.get(key, 0) + 1
             if storage is not None:
