@@ -320,15 +320,20 @@ def test_sampled_residency_agrees_with_the_whole_file(big_file, pattern):
             pytest.skip("no cachestat(2) on this kernel")
         assert sampled.sampled < sampled.pages / 4  # a sample, not the whole file
         assert sampled.ratio == pytest.approx(exact, abs=0.03), (sampled.resident, sampled.sampled)
-        again = probes.measure_residency(big_file, size, sampled.ranges)  # same pages, same answer
-        # Only where not one page came or went meanwhile, page by page: a count is not enough
-        # (the 3.12 leg of a CI run once had the two samples 3 pages apart, 448 against 445).
-        if _resident_pages(big_file) == before:
+        again = probes.measure_residency(big_file, size, sampled.ranges)  # the same pages again
+        if _resident_pages(big_file) == before:  # not one page came or went meanwhile
             break
         wait_for_the_cache_to_settle(big_file)
     else:
         pytest.fail("the page cache never held still for two samples in 10 tries")
-    assert (again.resident, again.sampled) == (sampled.resident, sampled.sampled)
+    # Both counts of the sampled pages against mincore's page map of the same pages. Not exactly:
+    # two CI legs saw cachestat(2) count the same ranges 1 and 3 pages apart (463/464, 445/448
+    # of 768) while mincore saw no page come or go; what is checked is that the sample counts
+    # the pages it names, within 1% of them.
+    truth = sum(sum(before[first:first + count]) for first, count in sampled.ranges)
+    assert again.sampled == sampled.sampled
+    for counted in (sampled.resident, again.resident):
+        assert abs(counted - truth) <= 0.01 * sampled.sampled, (counted, truth, sampled.sampled)
 
 
 def _resident_pages(path: str) -> bytes:
