@@ -314,6 +314,14 @@ def _cachestat_pages(path: str) -> int | None:
 
 
 def _mincore_ratio(path: str, size: int, pages: int) -> float | None:
+    resident = mincore_pages(path, size, pages)
+    return None if resident is None else resident.count(1) / pages
+
+
+def mincore_pages(path: str, size: int, pages: int) -> bytes | None:
+    """Which of the file's ``pages`` are in the page cache now, one byte a page (1: resident),
+    from mincore(2); None where it cannot say. (The same caveat as :func:`resident_ratio`: only
+    true for a file the process may write.)"""
     import ctypes  # first use, not at instrument() (_cachestat_structures)
 
     try:
@@ -332,8 +340,7 @@ def _mincore_ratio(path: str, size: int, pages: int) -> float | None:
             del anchor
         if status != 0:
             return None
-        resident = bytes(vector).translate(_LOW_BIT).count(1)
-        return resident / pages
+        return bytes(vector).translate(_LOW_BIT)
     except (OSError, ValueError, TypeError, AttributeError):
         return None
     finally:

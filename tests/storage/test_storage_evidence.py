@@ -3,7 +3,6 @@ each figure rests on, and where no honest figure exists, the reason instead of a
 
 from __future__ import annotations
 
-import ctypes
 import io
 import mmap
 import os
@@ -337,22 +336,12 @@ def test_sampled_residency_agrees_with_the_whole_file(big_file, pattern):
 
 
 def _resident_pages(path: str) -> bytes:
-    """Which pages of the file are in the page cache now, one byte per page (mincore(2))."""
+    """Which pages of the file are in the page cache now, one byte per page (mincore(2), the
+    other syscall than the sample's cachestat)."""
     size = os.path.getsize(path)
-    with open(path, "rb") as handle:
-        mapped = mmap.mmap(handle.fileno(), size, access=mmap.ACCESS_COPY)  # never written: no copy
-    try:
-        pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
-        vector = (ctypes.c_ubyte * pages)()
-        anchor = ctypes.c_char.from_buffer(mapped)
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            assert libc.mincore(ctypes.c_void_p(ctypes.addressof(anchor)), ctypes.c_size_t(size), vector) == 0
-        finally:
-            del anchor
-        return bytes(b & 1 for b in vector)
-    finally:
-        mapped.close()
+    pages = probes.mincore_pages(path, size, (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE)
+    assert pages is not None, "mincore(2) could not say which pages are resident"
+    return pages
 
 
 # --- what the summary and the analyzer read --------------------------------------------------
