@@ -50,8 +50,7 @@ def run_child(side: str, shards: list[str], work_dir: str) -> dict:
     row = json.loads(done.stdout.strip().splitlines()[-1])
     if side == "coldstart":
         (trace,) = [os.path.join(output_dir, name) for name in os.listdir(output_dir) if name.endswith(".jsonl")]
-        report = subprocess.run([common.python(), "-c", "import sys; from otel_coldstart.cli import main; sys.exit(main())",
-                                 "analyze", trace, "--format", "json"],
+        report = subprocess.run([common.python(), "-m", "otel_coldstart", "analyze", trace, "--format", "json"],
                                 capture_output=True, text=True, timeout=120, env=env)
         if report.returncode != 0:
             raise RuntimeError(f"analyze: exit {report.returncode}: {report.stderr[-2000:]}")
