@@ -43,7 +43,8 @@ if sys.argv[1] == "raise":
 """
 
 
-def _end_of(fork_server, tmp_path, how: str) -> tuple[object, dict]:
+def _end_of(fork_server, tmp_path, how: str) -> tuple[object, dict, str]:
+    """The host's completed process, its start-up as `analyze --format json` reports it, and its trace."""
     traces = tmp_path / how
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env.update(OTEL_COLDSTART_OUTPUT_DIR=str(traces), PYTHONWARNINGS="")
@@ -55,12 +56,12 @@ def _end_of(fork_server, tmp_path, how: str) -> tuple[object, dict]:
     with contextlib.redirect_stdout(out):
         main(["analyze", trace, "--format", "json"])
     (startup,) = json.loads(out.getvalue())["startups"]
-    return done, startup
+    return done, startup, trace
 
 
 @pytest.mark.process
 def test_a_warning_torch_printed_and_the_host_survived_is_not_the_end(fork_server, tmp_path):
-    done, startup = _end_of(fork_server, tmp_path, "exit")
+    done, startup, _ = _end_of(fork_server, tmp_path, "exit")
     assert done.returncode == 0, done.stderr[-3000:]
     # The premise: torch did set sys.last_value in a process that goes on (else this tests nothing).
     assert "PRINTED DeprecationWarning" in done.stdout, (done.stdout, done.stderr[-2000:])
@@ -70,18 +71,13 @@ def test_a_warning_torch_printed_and_the_host_survived_is_not_the_end(fork_serve
 
 @pytest.mark.process
 def test_an_uncaught_exception_after_it_is_still_the_end(fork_server, tmp_path):
-    done, startup = _end_of(fork_server, tmp_path, "raise")
-    assert done.returncode == 1 and "ValueError: the model server failed" in done.stderr
-    assert startup["end_reason"] == semconv.END_EXCEPTION
-    (root,) = [s for s in _root_spans(tmp_path / "raise")]
-    assert root[semconv.END_EXCEPTION_TYPE] == "ValueError", root
-
-
-def _root_spans(traces) -> list[dict]:
     from otel_coldstart.analyze.readers import read_trace_file
 
-    (trace,) = glob.glob(str(traces / "startup-*.otlp.jsonl"))
-    return [dict(span.attributes) for span in read_trace_file(trace) if span.is_root]
+    done, startup, trace = _end_of(fork_server, tmp_path, "raise")
+    assert done.returncode == 1 and "ValueError: the model server failed" in done.stderr
+    assert startup["end_reason"] == semconv.END_EXCEPTION
+    (root,) = [span.attributes for span in read_trace_file(trace) if span.is_root]
+    assert root[semconv.END_EXCEPTION_TYPE] == "ValueError", root
 
 
 # --- the rule itself, on exceptions made here ----------------------------------------------------
