@@ -18,6 +18,7 @@ import urllib.request
 import pytest
 
 import _prometheus
+from _child import stop_app
 from otel_coldstart import demo
 from otel_coldstart.cli import main
 from otel_coldstart.metrics import DURATION_BUCKETS_S
@@ -69,12 +70,7 @@ def fleet_of_five(tmp_path_factory):
             if process.poll() is None:
                 process.stdin.close()
         for process in processes:
-            if process.poll() is None:
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(timeout=30)
+            stop_app(process)
             process.stdout.close()
 
 
