@@ -5,8 +5,8 @@ torch prints some warnings turned into errors with ``PyErr_Print`` while the pro
 (``Tensor.pin_memory("cpu")``'s DeprecationWarning under ``-W error``): that sets
 ``sys.last_value`` as an uncaught exception does, the host catches torch's RuntimeError and
 exits 0, and the report said "NOT READY: uncaught DeprecationWarning before ready()". The
-processes are forked from the tests' fork server (torch imported once): what is tested is the
-exit, not the interpreter's start.
+processes are forked from the tests' fork server (torch imported once: what is tested is the
+exit), and the case of that report also runs in a fresh interpreter, as a user meets it.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import glob
 import io
 import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -43,12 +44,16 @@ if sys.argv[1] == "raise":
 """
 
 
-def _end_of(fork_server, tmp_path, how: str) -> tuple[object, dict, str]:
-    """The host's completed process, its start-up as `analyze --format json` reports it, and its trace."""
-    traces = tmp_path / how
+def _end_of(fork_server, tmp_path, how: str, fresh: bool = False) -> tuple[object, dict, str]:
+    """The host's completed process (forked, or a fresh interpreter), its start-up as
+    `analyze --format json` reports it, and its trace."""
+    traces = tmp_path / f"{how}-{'fresh' if fresh else 'forked'}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env.update(OTEL_COLDSTART_OUTPUT_DIR=str(traces), PYTHONWARNINGS="")
-    done = fork_server.run(["-c", HOST, how], env=env, timeout=300)
+    if fresh:
+        done = subprocess.run([sys.executable, "-c", HOST, how], env=env, capture_output=True, text=True, timeout=300)
+    else:
+        done = fork_server.run(["-c", HOST, how], env=env, timeout=300)
     (trace,) = glob.glob(str(traces / "startup-*.otlp.jsonl"))
     from otel_coldstart.cli import main
 
@@ -60,8 +65,9 @@ def _end_of(fork_server, tmp_path, how: str) -> tuple[object, dict, str]:
 
 
 @pytest.mark.process
-def test_a_warning_torch_printed_and_the_host_survived_is_not_the_end(fork_server, tmp_path):
-    done, startup, _ = _end_of(fork_server, tmp_path, "exit")
+@pytest.mark.parametrize("fresh", [False, True], ids=["forked", "fresh"])
+def test_a_warning_torch_printed_and_the_host_survived_is_not_the_end(fork_server, tmp_path, fresh):
+    done, startup, _ = _end_of(fork_server, tmp_path, "exit", fresh)
     assert done.returncode == 0, done.stderr[-3000:]
     # The premise: torch did set sys.last_value in a process that goes on (else this tests nothing).
     assert "PRINTED DeprecationWarning" in done.stdout, (done.stdout, done.stderr[-2000:])
