@@ -1,6 +1,7 @@
 """benchmarks/own_cost_share.py in smoke mode (the few-MiB checkpoint, one pair): it runs end to
-end in fresh processes and puts, beside the instrumented start-up's reported own cost and share,
-the process CPU the instrumented side spent more than the plain one. Speed is never asserted
+end in fresh processes and puts, beside the instrumented start-ups' reported own cost and share
+(instrument() first, and after import torch), the process CPU the instrumented side spent more
+than the plain one. Speed is never asserted
 here (figures go in benchmarks/RESULTS.md)."""
 
 from __future__ import annotations
@@ -28,4 +29,9 @@ def test_own_cost_share_reports_the_share_and_the_measured_difference(tmp_path):
     assert 0 < pair["own_cost_s"] < pair["startup_s"] and pair["share"] == pair["own_cost_s"] / pair["startup_s"]
     assert pair["setup_s"] > 0 and isinstance(pair["added_cpu_at_import_s"], float)
     assert pair["added_cpu_at_work_end_s"] != pair["added_cpu_at_import_s"]  # the load + cast came between
+    # The third side, instrument() after import torch: its own report, and its added CPU beside it.
+    late = pair["late"]
+    assert 0 < late["own_cost_s"] < late["startup_s"] and late["share"] == late["own_cost_s"] / late["startup_s"]
+    assert late["setup_s"] > 0 and isinstance(late["added_cpu_at_work_end_s"], float)
+    assert result["late"]["median_own_cost_s"] == late["own_cost_s"]
     assert "| median |" in done.stdout and "mean ± standard error" in done.stdout
