@@ -198,6 +198,18 @@ def write_json(path: str, document: dict) -> None:
         handle.write("\n")
 
 
+def measure_and_finish(benchmark: str, smoke: bool, measure, render, json_path: str | None, **facts) -> int:
+    """The frame every benchmark's main() shares: the load average read before and after
+    ``measure()`` (a callable returning the result), the result stamped with the benchmark's
+    name, smoke or not, when it began, the machine and ``facts``, then printed and written
+    (``finish``)."""
+    load_before, began = load_average(), stamp()
+    result = measure()
+    result.update({"benchmark": benchmark, "smoke": smoke, "when": began, "machine": machine(),
+                   "load_average": {"before": load_before, "after": load_average()}, **facts})
+    return finish(result, render, json_path)
+
+
 def finish(result: dict, render, json_path: str | None) -> int:
     """Print the benchmark's tables and the load average around it, and write its JSON."""
     render(result, sys.stdout)

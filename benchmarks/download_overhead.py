@@ -31,7 +31,7 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "frameworks"))
 
 from _hub_server import HubServer, Repo  # noqa: E402
-from common import finish, fmt_ratio, fmt_seconds, load_average, machine, paired_ratios, rotated, stamp, summary  # noqa: E402
+from common import fmt_ratio, fmt_seconds, measure_and_finish, paired_ratios, rotated, summary  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = os.path.join(HERE, "_download_child.py")
@@ -79,26 +79,28 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     pairs, mib = (2, 4) if args.smoke else (args.pairs, args.mib)
     repo = Repo({"config.json": b"{}", "weights.bin": os.urandom(mib << 20)})
-    result = {"when": stamp(), "machine": machine(), "load_average": {"before": load_average()},
-              "file_bytes": mib << 20, "pairs": pairs, "links": {}}
-    work = tempfile.mkdtemp(prefix="download-bench-")
-    try:
-        for link, rate in LINKS.items():
-            rounds = []
-            with HubServer({REPO_ID: repo}, bytes_per_s=rate, max_requests=100_000) as hub:
-                for number in range(pairs):
-                    rounds.append({side: run_once(hub.endpoint, side, os.path.join(work, side))
-                                   for side in rotated(SIDES, number)})
-            result["links"][link] = {
-                "bytes_per_s": rate,
-                "seconds": {side: summary([r[side] for r in rounds]) for side in SIDES},
-                "ratio": summary(paired_ratios(rounds, "instrumented", "plain", lambda s: s)),
-            }
-        result["hooks"] = hook_costs(repo, work, rounds=2 if args.smoke else 10, calls=20 if args.smoke else 200)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    result["load_average"]["after"] = load_average()
-    return finish(result, _render, args.json)
+
+    def measured() -> dict:
+        result: dict = {"file_bytes": mib << 20, "pairs": pairs, "links": {}}
+        work = tempfile.mkdtemp(prefix="download-bench-")
+        try:
+            for link, rate in LINKS.items():
+                rounds = []
+                with HubServer({REPO_ID: repo}, bytes_per_s=rate, max_requests=100_000) as hub:
+                    for number in range(pairs):
+                        rounds.append({side: run_once(hub.endpoint, side, os.path.join(work, side))
+                                       for side in rotated(SIDES, number)})
+                result["links"][link] = {
+                    "bytes_per_s": rate,
+                    "seconds": {side: summary([r[side] for r in rounds]) for side in SIDES},
+                    "ratio": summary(paired_ratios(rounds, "instrumented", "plain", lambda s: s)),
+                }
+            result["hooks"] = hook_costs(repo, work, rounds=2 if args.smoke else 10, calls=20 if args.smoke else 200)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return result
+
+    return measure_and_finish("download_overhead", args.smoke, measured, _render, args.json)
 
 
 def _render(result: dict, out) -> None:

@@ -239,18 +239,17 @@ def main(argv=None) -> int:
     history, runs, pairs, repeats = (1, 1, 1, 2) if args.smoke else (args.history, args.runs, args.pairs, 10)
     checkpoint = args.checkpoint_dir or demo.default_cache_dir()
     paths = demo.generate_checkpoint(checkpoint)
-    with tempfile.TemporaryDirectory() as scratch:
-        load_before = common.load_average()
-        out = os.path.join(scratch, "traces")
-        worst = os.path.join(scratch, "worst-history")
-        worst_case_history(worst, files=4 if args.smoke else 64)
-        result = {"benchmark": "time_to_ready", "smoke": args.smoke, "when": common.stamp(),
-                  "machine": common.machine(),
-                  "accuracy": accuracy(checkpoint, paths, out, history, runs),
-                  "reading": reading(out, worst, repeats),
-                  "host": host_cost(worst, pairs, scratch),
-                  "load_average": {"before": load_before, "after": common.load_average()}}
-    return common.finish(result, render, args.json)
+
+    def measured() -> dict:
+        with tempfile.TemporaryDirectory() as scratch:
+            out = os.path.join(scratch, "traces")
+            worst = os.path.join(scratch, "worst-history")
+            worst_case_history(worst, files=4 if args.smoke else 64)
+            return {"accuracy": accuracy(checkpoint, paths, out, history, runs),
+                    "reading": reading(out, worst, repeats),
+                    "host": host_cost(worst, pairs, scratch)}
+
+    return common.measure_and_finish("time_to_ready", args.smoke, measured, render, args.json)
 
 
 if __name__ == "__main__":

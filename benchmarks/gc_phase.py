@@ -96,11 +96,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     shape, checkpoint = common.checkpoint_for(args)
     ballasts = args.ballast[:1] if args.smoke else args.ballast
-    before = common.load_average()
-    result = measure(checkpoint.files("safetensors"), 1 if args.smoke else args.runs, ballasts)
-    result.update({"benchmark": "gc_phase", "smoke": args.smoke, "shape": shape.__dict__, "when": common.stamp(),
-                   "machine": common.machine(), "load_average": {"before": before, "after": common.load_average()}})
-    return common.finish(result, render, args.json)
+    return common.measure_and_finish(
+        "gc_phase", args.smoke, lambda: measure(checkpoint.files("safetensors"), 1 if args.smoke else args.runs, ballasts),
+        render, args.json, shape=shape.__dict__)
 
 
 if __name__ == "__main__":

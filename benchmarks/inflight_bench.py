@@ -214,14 +214,14 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     rounds, calls, pairs, steps, step_s = ((2, 100, 1, 4, 0.02) if args.smoke
                                            else (args.rounds, args.calls, args.pairs, 40, 0.1))
-    with tempfile.TemporaryDirectory() as scratch:
-        load_before = common.load_average()
-        result = {"benchmark": "inflight", "smoke": args.smoke, "when": common.stamp(),
-                  "hooks": hooks(rounds, calls),
-                  "wakeups": wakeups(rounds * 4, os.path.join(scratch, "traces")),
-                  "end_to_end": end_to_end(pairs, steps, step_s),
-                  "load_average": {"before": load_before, "after": common.load_average()}}
-    return common.finish(result, render, args.json)
+
+    def measured() -> dict:
+        with tempfile.TemporaryDirectory() as scratch:
+            return {"hooks": hooks(rounds, calls),
+                    "wakeups": wakeups(rounds * 4, os.path.join(scratch, "traces")),
+                    "end_to_end": end_to_end(pairs, steps, step_s)}
+
+    return common.measure_and_finish("inflight", args.smoke, measured, render, args.json)
 
 
 if __name__ == "__main__":

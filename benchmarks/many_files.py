@@ -130,12 +130,8 @@ def main(argv=None) -> int:
     root = args.cache_root or common.cache_root()
     output_dir = os.path.join(root, "many-files-traces")
     os.makedirs(output_dir, exist_ok=True)
-    load_before = common.load_average()
-    result = measure(pairs, files, args.apis, root, output_dir)
-    result.update({"benchmark": "many_files", "smoke": args.smoke, "when": common.stamp(),
-                   "load_average": {"before": load_before, "after": common.load_average()},
-                   "machine": common.machine()})
-    return common.finish(result, render, args.json)
+    return common.measure_and_finish("many_files", args.smoke, lambda: measure(pairs, files, args.apis, root, output_dir),
+                                     render, args.json)
 
 
 if __name__ == "__main__":

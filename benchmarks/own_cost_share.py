@@ -161,13 +161,12 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     _shape, checkpoint = common.checkpoint_for(args)
     pairs = 1 if args.smoke else args.pairs
-    load_before = common.load_average()
-    with tempfile.TemporaryDirectory(prefix="own-cost-") as work_dir:
-        result = measure(pairs, list(checkpoint.shards), work_dir)
-    result.update({"benchmark": "own_cost_share", "smoke": args.smoke, "when": common.stamp(),
-                   "load_average": {"before": load_before, "after": common.load_average()},
-                   "machine": common.machine()})
-    return common.finish(result, render, args.json)
+
+    def measured() -> dict:
+        with tempfile.TemporaryDirectory(prefix="own-cost-") as work_dir:
+            return measure(pairs, list(checkpoint.shards), work_dir)
+
+    return common.measure_and_finish("own_cost_share", args.smoke, measured, render, args.json)
 
 
 if __name__ == "__main__":

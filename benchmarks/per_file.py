@@ -181,15 +181,9 @@ def main(argv=None) -> int:
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     rounds, sizes = (2, SMOKE_SIZES) if args.smoke else (args.rounds, SIZES)
-    load_before = common.load_average()
-    result = measure(rounds, sizes, args.cache, args.cache_root or common.cache_root(), apis=args.apis)
-    result.update({"benchmark": "per_file", "smoke": args.smoke, "when": common.stamp(),
-                   "load_average": [load_before, common.load_average()], "machine": common.machine()})
-    render(result, sys.stdout)
-    sys.stdout.write(f"\nload average {load_before} -> {common.load_average()}\n")
-    if args.json:
-        common.write_json(args.json, result)
-    return 0
+    return common.measure_and_finish(
+        "per_file", args.smoke, lambda: measure(rounds, sizes, args.cache, args.cache_root or common.cache_root(), apis=args.apis),
+        render, args.json)
 
 
 if __name__ == "__main__":

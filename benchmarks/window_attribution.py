@@ -96,13 +96,12 @@ def main(argv=None) -> int:
     common.add_checkpoint_options(parser, "tiny checkpoint, 1 pair: checks it runs")
     args = parser.parse_args(argv)
     shape, checkpoint = common.checkpoint_for(args)
-    before = common.load_average()
-    result = measure(checkpoint.files("safetensors"), 1 if args.smoke else args.pairs)
-    result.update({"benchmark": "window_attribution", "smoke": args.smoke, "shape": shape.__dict__,
-                   "when": common.stamp(), "machine": common.machine(),
-                   "load_average": {"before": before, "after": common.load_average()},
-                   "summary": summarise(result["runs"])})
-    return common.finish(result, render, args.json)
+
+    def measured() -> dict:
+        result = measure(checkpoint.files("safetensors"), 1 if args.smoke else args.pairs)
+        return {**result, "summary": summarise(result["runs"])}
+
+    return common.measure_and_finish("window_attribution", args.smoke, measured, render, args.json, shape=shape.__dict__)
 
 
 if __name__ == "__main__":
