@@ -157,15 +157,18 @@ def _run_on_pty(argv, timeout=300):
 # The CLI with progress shown from the first report (PROGRESS_AFTER_S = 0): whether a read
 # passes the 1 s threshold depends on the machine's load, and a test that guessed it from the
 # whole command's wall time failed when the reading was quick and the rest slow.
+# Progress from the first line on (no second's wait before the first report, none between two):
+# a file of a few thousand spans then shows it, where the defaults need one that takes seconds.
 PROGRESS_FROM_THE_START = (
     "import sys; import otel_coldstart.cli._inputs as inputs; inputs.PROGRESS_AFTER_S = 0.0; "
+    "import otel_coldstart.analyze.readers as readers; readers.PROGRESS_EVERY_S = 0.0; "
     "from otel_coldstart.cli import main; sys.exit(main(sys.argv[1:]))"
 )
 
 
 @pytest.mark.process
 def test_progress_on_a_terminal_only(tmp_path):
-    path = _scale_file(tmp_path, 150_000)
+    path = _scale_file(tmp_path, 10_000)
     argv = [sys.executable, "-c", PROGRESS_FROM_THE_START, "analyze", path, "--format", "json"]
     code, err = _run_on_pty(argv)
     assert code == 0
