@@ -286,10 +286,30 @@ class StartupSession:
             return current
         return self.root_context
 
+    def wait_for_first_read(self, open_now: Callable[[], bool]) -> None:
+        """A span that will start in the past: a ``with safe_open`` handle's, made at its first
+        read and starting when the handle was opened (patches/safetensors.py). A span of ours
+        started on this thread before that read (an import the with-block runs first: tqdm
+        making its lock) would lie inside it in time but beside it in the tree, its time counted
+        in both phases. So a span starting meanwhile first calls ``open_now()``, which makes the
+        handle's span if the with-block is still where work goes (True once it is done with:
+        made, read, or closed), and then nests under it through its ambient parent."""
+        waiting = getattr(self.local, "unread_handles", None)
+        if waiting is None:
+            waiting = self.local.unread_handles = []
+        waiting.append(open_now)
+
+    def _open_unread_handles(self) -> None:
+        self.local.unread_handles = [open_now for open_now in self.local.unread_handles if not open_now()]
+
     def parents_changed(self) -> None:
         self.parent_gen = next(_generations)
 
     def parent_span_context(self) -> SpanContext:
+        """The parent of a span of ours starting now on this thread (current_parent, less a
+        pending Module.to)."""
+        if getattr(self.local, "unread_handles", None):
+            self._open_unread_handles()
         parent = self.current_parent()
         if isinstance(parent, PendingParent):
             parent = parent.parent

@@ -17,6 +17,7 @@ for the ``pread`` backend) by matching the handle's tensor names against each fi
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import struct
@@ -242,12 +243,26 @@ def _enter(wrapped, instance, args, kwargs):
                                   path=stale.path, folded=stale.folded)
                 state.handles[id(instance)] = entered
                 stale = None
+                if entered.folded is None:  # its span starts at opened_ns, whenever it is made
+                    session.wait_for_first_read(functools.partial(_open_if_still_enclosed, entered, session))
             else:
                 state.handles[id(instance)] = _Handle(opened, in_with=True, parent=session.parent_span_context())
         if stale is not None:  # an earlier handle at the same address that never exited
             stale.close(None, stale.read.last_ns if stale.read else None)
     charge_own_cost(session, began)
     return result
+
+
+def _open_if_still_enclosed(handle: _Handle, session) -> bool:
+    """session.wait_for_first_read's callback: make the handle's span now, if the with-block's
+    span is still current; True once nothing is left to do for it."""
+    if handle.read is not None or handle.ended:
+        return True
+    if _session.current_span_id() != handle.encloses:
+        return False  # inside a span the host opened in the with-block: its work nests there
+    with internal_errors("safe_open: span before the first read"):
+        handle.ensure_read(session)
+    return True
 
 
 def _exit(wrapped, instance, args, kwargs):
