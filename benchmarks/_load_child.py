@@ -36,16 +36,22 @@ import time
 _BALLAST = [[] for _ in range(int(os.environ.get("BENCH_BALLAST") or 0))]
 SIDE = sys.argv[1]
 INSTRUMENT_S = INSTRUMENT_CPU_S = None
-if SIDE == "coldstart":
-    _began = time.perf_counter()
-    _began_cpu = time.thread_time()
+
+
+def _instrument() -> tuple[float, float]:
+    """``import otel_coldstart; otel_coldstart.instrument()``: its wall time (the import of the
+    plugin and the OTel SDK, and instrument()) and the CPU of this, the host's, thread (what the
+    plugin costs the start-up on a machine whose other tenants stretch wall times)."""
+    global otel_coldstart
+    began, began_cpu = time.perf_counter(), time.thread_time()
     import otel_coldstart
 
     otel_coldstart.instrument()
-    INSTRUMENT_S = time.perf_counter() - _began  # import of the plugin and OTel SDK + instrument()
-    # CPU of this (the host's) thread: what the plugin costs the start-up on a machine whose
-    # other tenants stretch wall times.
-    INSTRUMENT_CPU_S = time.thread_time() - _began_cpu
+    return time.perf_counter() - began, time.thread_time() - began_cpu
+
+
+if SIDE == "coldstart":
+    INSTRUMENT_S, INSTRUMENT_CPU_S = _instrument()
 
 import json  # noqa: E402
 import resource  # noqa: E402
@@ -53,18 +59,12 @@ import resource  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+if SIDE == "coldstart_late":  # instrument() as a server that imported torch first calls it
+    INSTRUMENT_S, INSTRUMENT_CPU_S = _instrument()
+
 # The process's CPU since it started (time.process_time: every thread, the plugin's too, and the
 # interpreter's start-up): the sides compare by it, since a plugin that imports a module first
 # moves its cost out of ``import torch``, and only the process total shows what was added.
-if SIDE == "coldstart_late":
-    _began = time.perf_counter()
-    _began_cpu = time.thread_time()
-    import otel_coldstart
-
-    otel_coldstart.instrument()
-    INSTRUMENT_S = time.perf_counter() - _began
-    INSTRUMENT_CPU_S = time.thread_time() - _began_cpu
-
 CPU_AFTER_IMPORT_S = time.process_time()  # the set-up (either coldstart side) and import torch, and nothing else
 
 
