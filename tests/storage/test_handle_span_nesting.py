@@ -2,11 +2,11 @@
 span, in a fresh process as a loader runs it.
 
 The handle's span is made at its first read and starts when the handle was opened (its header
-read is the file's). A span of ours started in between (an import the with-block runs first:
-tqdm making its multiprocessing lock inside transformers' weight loading) hung beside it under
-the with-block's parent while lying inside it in time: its time was counted in both phases, and
-the phases summed to more than the start-up. CI's ending matrix caught it once, 11 ms over 2% on
-a loaded machine (sigint-from_pretrained-evicted-during).
+read is the file's). A span of ours started in between (an import the with-block runs first)
+hung beside it under the with-block's parent while lying inside it in time: its time was counted
+in both phases, and the phases summed to more than the start-up. (CI's ending matrix found the
+same double count in transformers 5's loader, whose handles have no with-block and which this
+does not mend: docs/decisions.md, "A `with safe_open` handle's span is made before ...".)
 """
 
 from __future__ import annotations
